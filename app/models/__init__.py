@@ -1,0 +1,45 @@
+"""Every table of the schema. Alembic migrations follow these models."""
+
+from app.models.annotators import Annotator, Assignment, Judgment
+from app.models.audit import AuditEvent
+from app.models.base import Base, utcnow
+from app.models.enums import (
+    AssignmentStatus,
+    Channel,
+    JobStatus,
+    ReviewStatus,
+    ShardStatus,
+    SpecialTop1,
+    StudyStatus,
+    Task,
+)
+from app.models.hits import Hit, HitPosition
+from app.models.items import Item
+from app.models.precompute import PrecomputeJob, PrecomputeShard
+from app.models.studies import Study
+from app.models.users import ApiToken, User
+
+__all__ = [
+    "Annotator",
+    "ApiToken",
+    "Assignment",
+    "AssignmentStatus",
+    "AuditEvent",
+    "Base",
+    "Channel",
+    "Hit",
+    "HitPosition",
+    "Item",
+    "JobStatus",
+    "Judgment",
+    "PrecomputeJob",
+    "PrecomputeShard",
+    "ReviewStatus",
+    "ShardStatus",
+    "SpecialTop1",
+    "Study",
+    "StudyStatus",
+    "Task",
+    "User",
+    "utcnow",
+]

@@ -1,0 +1,73 @@
+"""Enumerations stored as strings (no native database enums: easier migrations)."""
+
+from enum import StrEnum
+
+from sqlalchemy import Enum
+
+
+def str_enum(enum_cls: type[StrEnum]) -> Enum:
+    return Enum(
+        enum_cls,
+        native_enum=False,
+        length=32,
+        validate_strings=True,
+        values_callable=lambda cls: [m.value for m in cls],
+    )
+
+
+class Task(StrEnum):
+    lm = "lm"
+    seq2seq = "seq2seq"
+
+
+class StudyStatus(StrEnum):
+    draft = "draft"  # configured, nothing computed
+    precomputing = "precomputing"
+    ready = "ready"  # items made, HITs may be built
+    collecting = "collecting"  # HITs open to annotators
+    closed = "closed"
+
+
+class SpecialTop1(StrEnum):
+    """What to do when a special token (end of text, unknown) is the model's top-1."""
+
+    skip = "skip"  # drop the prefix, make another
+    renormalise = "renormalise"  # drop the token and renormalise the rest
+
+
+class JobStatus(StrEnum):
+    pending = "pending"
+    running = "running"
+    done = "done"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+class ShardStatus(StrEnum):
+    pending = "pending"
+    leased = "leased"
+    done = "done"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+class Channel(StrEnum):
+    local = "local"  # signed invite link
+    mturk = "mturk"  # Mechanical Turk ExternalQuestion
+    panel = "panel"  # Prolific-style panel link
+
+
+class AssignmentStatus(StrEnum):
+    leased = "leased"
+    submitted = "submitted"
+    returned = "returned"
+    expired = "expired"
+
+
+class ReviewStatus(StrEnum):
+    """The crowd platform's side of a submitted assignment (approve, reject)."""
+
+    pending = "pending"
+    approved = "approved"
+    rejected = "rejected"
+    failed = "failed"  # the platform call failed; error kept on the row

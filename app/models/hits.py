@@ -1,0 +1,42 @@
+"""HITs: 10 items of one prefix length, each with a stored screen order."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ForeignKey, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.models.base import Base, utcnow
+
+
+class Hit(Base):
+    __tablename__ = "hits"
+    __table_args__ = (UniqueConstraint("study_id", "index"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"))
+    index: Mapped[int]
+    length: Mapped[int]
+    replicas: Mapped[int] = mapped_column(default=1)  # annotators wanted for this HIT
+    is_overlap: Mapped[bool] = mapped_column(default=False)  # in the agreement subset
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class HitPosition(Base):
+    """Item `item_id` at `position` of a HIT.
+
+    `choice_order[s]` is the model rank (0-based) of the choice shown at screen
+    slot `s`; "None of the above is plausible" always follows, at slot k.
+    An item appears in exactly one HIT (unique `item_id`).
+    """
+
+    __tablename__ = "hit_positions"
+    __table_args__ = (UniqueConstraint("hit_id", "position"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    hit_id: Mapped[int] = mapped_column(ForeignKey("hits.id", ondelete="CASCADE"))
+    position: Mapped[int]
+    item_id: Mapped[int] = mapped_column(ForeignKey("items.id", ondelete="CASCADE"), unique=True)
+    choice_order: Mapped[list[Any]]
