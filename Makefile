@@ -1,0 +1,47 @@
+# Two entry points for a new machine: `make demo` and `make test`.
+# Each installs what it needs into .venv first (re-run when pyproject.toml changes).
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
+
+.PHONY: demo test lint install install-dev pg-up clean
+
+$(BIN)/python:
+	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
+	$(PYTHON) -m venv $(VENV)
+
+# The web app and CLI only (no torch).
+$(VENV)/.installed-base: pyproject.toml | $(BIN)/python
+	$(PIP) install -e .
+	touch $@
+
+# Everything the tests need. torch is pinned to the CPU wheel first, so the
+# worker extra's range is already satisfied and no CUDA build is downloaded.
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(PIP) install torch==2.13.0
+	$(PIP) install -e '.[dev,worker]'
+	touch $@ $(VENV)/.installed-base
+
+install: $(VENV)/.installed-base
+install-dev: $(VENV)/.installed-dev
+
+demo: install
+	$(BIN)/ebc demo
+
+# PostgreSQL must be up for the suite (CI starts it when it is down).
+pg-up:
+	@pg_isready -q -h 127.0.0.1 -p 5432 || \
+	  pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start
+	@for i in $$(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && exit 0; sleep 1; done; \
+	  echo "PostgreSQL did not start on 127.0.0.1:5432" >&2; exit 1
+
+lint: install-dev
+	$(BIN)/ruff check .
+
+test: install-dev pg-up lint
+	$(BIN)/python -m pytest --db=all
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .ruff_cache

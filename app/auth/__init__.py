@@ -1,0 +1,1 @@
+"""Researcher accounts, passwords and API tokens."""

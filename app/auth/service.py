@@ -1,0 +1,116 @@
+"""Users, password hashing (argon2id) and bearer API tokens."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.models import ApiToken, User, utcnow
+
+_hasher = PasswordHasher()  # argon2id with the library's current recommended parameters
+TOKEN_PREFIX = "ebc_"
+MIN_PASSWORD_LENGTH = 10
+
+
+class AuthError(ValueError):
+    """A user-facing problem with credentials or account data."""
+
+
+def hash_password(password: str) -> str:
+    return _hasher.hash(password)
+
+
+def verify_password(password_hash: str, password: str) -> bool:
+    try:
+        return _hasher.verify(password_hash, password)
+    except (VerificationError, InvalidHashError):
+        return False
+
+
+def generate_password() -> str:
+    return secrets.token_urlsafe(12)
+
+
+def create_user(session: Session, username: str, password: str, *, is_admin: bool = False) -> User:
+    username = username.strip()
+    if not username or len(username) > 64:
+        raise AuthError("username must be 1 to 64 characters")
+    if len(password) < MIN_PASSWORD_LENGTH:
+        raise AuthError(f"password must be at least {MIN_PASSWORD_LENGTH} characters")
+    if session.scalar(select(User.id).where(User.username == username)) is not None:
+        raise AuthError(f"user {username!r} already exists")
+    user = User(username=username, password_hash=hash_password(password), is_admin=is_admin)
+    session.add(user)
+    session.flush()
+    return user
+
+
+def set_password(session: Session, user: User, password: str) -> None:
+    if len(password) < MIN_PASSWORD_LENGTH:
+        raise AuthError(f"password must be at least {MIN_PASSWORD_LENGTH} characters")
+    user.password_hash = hash_password(password)
+    session.flush()
+
+
+def authenticate(session: Session, username: str, password: str) -> User | None:
+    user = session.scalar(select(User).where(User.username == username.strip()))
+    if user is None:
+        # Spend the same time as a real check, so timing does not reveal usernames.
+        verify_password(_DUMMY_HASH, password)
+        return None
+    if not user.is_active or not verify_password(user.password_hash, password):
+        return None
+    if _hasher.check_needs_rehash(user.password_hash):
+        user.password_hash = hash_password(password)
+    user.last_login_at = utcnow()
+    session.flush()
+    return user
+
+
+_DUMMY_HASH = _hasher.hash("not-a-real-password")
+
+
+def _token_hash(token: str) -> str:
+    # Tokens are 256-bit random: a fast hash suffices (no dictionary to guard against).
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class NewToken:
+    token: ApiToken
+    secret: str  # shown once, never stored
+
+
+def create_api_token(session: Session, user: User, name: str) -> NewToken:
+    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    row = ApiToken(user_id=user.id, name=name, token_hash=_token_hash(secret), prefix=secret[:12])
+    session.add(row)
+    session.flush()
+    return NewToken(row, secret)
+
+
+def revoke_api_token(session: Session, token: ApiToken) -> None:
+    if token.revoked_at is None:
+        token.revoked_at = utcnow()
+        session.flush()
+
+
+def user_for_token(session: Session, secret: str) -> User | None:
+    row = session.execute(
+        select(ApiToken, User)
+        .join(User, User.id == ApiToken.user_id)
+        .where(ApiToken.token_hash == _token_hash(secret))
+    ).first()
+    if row is None:
+        return None
+    token, user = row
+    if token.revoked_at is not None or not user.is_active:
+        return None
+    token.last_used_at = utcnow()
+    return user

@@ -1,0 +1,146 @@
+"""The FastAPI application factory."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request, status
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from sqlalchemy import Connection
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.sessions import SessionMiddleware
+
+from app import __version__
+from app.config import ROOT, Settings
+from app.db import build_engine, make_sessionmaker
+from app.migrate import head_revisions
+from app.web import api, dashboard, health
+from app.web.security import LoginRequired
+from app.web.templating import templates
+
+API_PREFIX = "/api/v1"
+
+# Pages are server-rendered with a little first-party script: nothing else may run.
+DEFAULT_SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "X-Frame-Options": "DENY",
+}
+
+
+def create_app(settings: Settings | None = None, *, bind: Connection | None = None) -> FastAPI:
+    """Build the app. The engine is made in the lifespan, never at import.
+
+    `bind` hands over an open connection instead (tests run each case inside a
+    transaction that is rolled back; sessions then commit to savepoints).
+    """
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.migration_heads = head_revisions()
+        if bind is not None:
+            app.state.sessionmaker = make_sessionmaker(
+                bind, join_transaction_mode="create_savepoint"
+            )
+            yield
+            return
+        engine = build_engine(settings)
+        app.state.engine = engine
+        app.state.sessionmaker = make_sessionmaker(engine)
+        try:
+            yield
+        finally:
+            engine.dispose()
+
+    app = FastAPI(
+        title="ebc-judge",
+        version=__version__,
+        summary="Exposure bias (EB-C) of language models with human next-word judgments.",
+        openapi_url=f"{API_PREFIX}/openapi.json",
+        docs_url=f"{API_PREFIX}/docs",
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.add_middleware(
+        SessionMiddleware,
+        secret_key=settings.secret_key,
+        session_cookie="ebc_session",
+        max_age=settings.session_max_age,
+        same_site="lax",
+        https_only=settings.base_url.startswith("https://"),
+    )
+
+    @app.middleware("http")
+    async def security_headers(request: Request, call_next) -> Response:
+        response = await call_next(request)
+        for name, value in DEFAULT_SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
+        return response
+
+    app.mount("/static", StaticFiles(directory=ROOT / "static"), name="static")
+    app.include_router(health.router)
+    app.include_router(api.router)
+    app.include_router(dashboard.router)
+    _install_error_handlers(app)
+    return app
+
+
+def _wants_json(request: Request) -> bool:
+    return request.url.path.startswith(API_PREFIX)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(LoginRequired)
+    async def login_required(request: Request, _exc: LoginRequired) -> Response:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return RedirectResponse(f"/login?next={target}", status.HTTP_303_SEE_OTHER)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        headers = getattr(exc, "headers", None)
+        if _wants_json(request):
+            return JSONResponse(
+                {"detail": exc.detail, "status": exc.status_code},
+                status_code=exc.status_code,
+                headers=headers,
+            )
+        return templates.TemplateResponse(
+            request,
+            "error.html",
+            {"status_code": exc.status_code, "message": _friendly(exc)},
+            status_code=exc.status_code,
+            headers=headers,
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> Response:
+        if _wants_json(request):
+            errors = [
+                {"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()
+            ]
+            return JSONResponse(
+                {"detail": "invalid request", "status": 422, "errors": errors}, status_code=422
+            )
+        return templates.TemplateResponse(
+            request,
+            "error.html",
+            {"status_code": 400, "message": "The request was incomplete or malformed."},
+            status_code=400,
+        )
+
+
+def _friendly(exc: StarletteHTTPException) -> str:
+    if exc.status_code == 404:
+        return "There is nothing at this address."
+    if exc.status_code == 405:
+        return "This page cannot be used that way."
+    return str(exc.detail)

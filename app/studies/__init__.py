@@ -1,0 +1,1 @@
+"""Studies: configuration, creation, status."""

@@ -1,0 +1,1 @@
+"""HTTP routers: annotator pages, researcher dashboard, REST API. Handlers only."""

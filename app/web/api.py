@@ -1,0 +1,29 @@
+"""REST API, /api/v1. Every route but /version needs a bearer token."""
+
+from fastapi import APIRouter
+from pydantic import BaseModel
+
+from app import __version__
+from app.web.security import ApiUserDep
+
+router = APIRouter(prefix="/api/v1", tags=["api"])
+
+
+class VersionOut(BaseModel):
+    service: str
+    version: str
+
+
+class MeOut(BaseModel):
+    username: str
+    is_admin: bool
+
+
+@router.get("/version", response_model=VersionOut, summary="Service version (public)")
+def version() -> VersionOut:
+    return VersionOut(service="ebc-judge", version=__version__)
+
+
+@router.get("/me", response_model=MeOut, summary="The user the token belongs to")
+def me(user: ApiUserDep) -> MeOut:
+    return MeOut(username=user.username, is_admin=user.is_admin)

@@ -1,0 +1,9 @@
+"""Jinja2 templates (autoescaped: model and dataset text is untrusted)."""
+
+from fastapi.templating import Jinja2Templates
+
+from app import __version__
+from app.config import ROOT
+
+templates = Jinja2Templates(directory=str(ROOT / "templates"))
+templates.env.globals["version"] = __version__

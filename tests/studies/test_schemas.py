@@ -1,0 +1,99 @@
+import pytest
+from pydantic import ValidationError
+
+from app.studies.schemas import StudyConfig, parse_kind
+from app.studies.service import StudyError, config_of, create_study, load_config
+
+MINIMAL = {
+    "slug": "wiki",
+    "title": "Wiki",
+    "model": {"name": "gpt2"},
+    "dataset": {"path": "wiki.test.txt"},
+    "prefix_lengths": [30, 10, 20],
+    "items_per_cell": 3000,
+}
+
+
+def test_defaults_follow_the_paper():
+    cfg = StudyConfig.model_validate(MINIMAL)
+    assert cfg.prefix_lengths == [10, 20, 30]
+    assert cfg.kinds == ["data", "model"]
+    assert cfg.top_k == 5
+    assert cfg.hits.mix == {"data": 5, "model": 5}
+    assert cfg.annotators.per_annotator_cap == 200
+    assert cfg.annotators.lease_minutes == 30
+    assert cfg.decoding.temperature == 1.0 and cfg.decoding.top_k is None
+    assert cfg.decoding.beam_width == 10
+
+
+@pytest.mark.parametrize(
+    ("kind", "parsed"),
+    [
+        ("data", ("data", None)),
+        ("model_corrupted@0.3", ("model_corrupted", 0.3)),
+        ("data_corrupted@1", ("data_corrupted", 1.0)),
+        ("random", ("random", None)),
+    ],
+)
+def test_parse_kind(kind, parsed):
+    assert parse_kind(kind) == parsed
+
+
+@pytest.mark.parametrize("kind", ["modle", "data_corrupted@0", "data_corrupted@1.5", "data@0.1"])
+def test_bad_kinds_are_refused(kind):
+    with pytest.raises(ValueError):
+        parse_kind(kind)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"kinds": ["data"]}, "needs both 'data' and 'model'"),
+        ({"prefix_lengths": [10, 10]}, "distinct"),
+        ({"prefix_lengths": [0]}, "between 1 and 1000"),
+        ({"hits": {"mix": {"data": 5, "random": 5}}}, "does not make"),
+        ({"task": "seq2seq"}, "jsonl or tsv"),
+        ({"slug": "Has Spaces"}, "pattern"),
+        ({"top_k": 1}, "greater than or equal to 2"),
+        ({"unknown_option": 1}, "Extra inputs"),
+    ],
+)
+def test_invalid_configurations_say_what_is_wrong(change, message):
+    with pytest.raises(ValidationError, match=message):
+        StudyConfig.model_validate({**MINIMAL, **change})
+
+
+def test_study_round_trips_through_the_table(session):
+    cfg = StudyConfig.model_validate(
+        {
+            **MINIMAL,
+            "kinds": ["data", "model", "data_corrupted@0.3"],
+            "hits": {"mix": {"data": 4, "model": 4, "data_corrupted@0.3": 2}, "replicas": 2},
+            "annotators": {"max_cell_share": 0.05, "lease_minutes": 20},
+            "decoding": {"top_p": 0.9},
+            "payment": {"reward_cents": 150, "platform_fee": 0.2},
+            "seed": 2**62,
+        }
+    )
+    study = create_study(session, cfg)
+    session.expire_all()
+    assert config_of(session.get(type(study), study.id)) == cfg
+
+
+def test_load_config_reports_file_problems(tmp_path):
+    with pytest.raises(StudyError, match="not found"):
+        load_config(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("slug = ")
+    with pytest.raises(StudyError, match="not valid TOML"):
+        load_config(bad)
+    incomplete = tmp_path / "incomplete.toml"
+    incomplete.write_text('slug = "x"\ntitle = "X"\n')
+    with pytest.raises(StudyError, match="items_per_cell"):
+        load_config(incomplete)
+
+
+def test_duplicate_slug_is_refused(session):
+    create_study(session, StudyConfig.model_validate(MINIMAL))
+    with pytest.raises(StudyError, match="already exists"):
+        create_study(session, StudyConfig.model_validate(MINIMAL))

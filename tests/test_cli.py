@@ -1,0 +1,156 @@
+"""The `ebc` console script, run as a user runs it (a subprocess)."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import select
+
+from app import __version__
+from app.auth.service import authenticate, user_for_token
+from app.db import build_engine, make_sessionmaker
+from app.migrate import current_revisions, head_revisions
+from app.models import Study
+
+EBC = str(Path(sys.executable).with_name("ebc"))
+
+
+def ebc(*args, db=None, stdin=None, cwd=None, check=True):
+    env = {**os.environ, "EBC_ENV": "test"}
+    if db is not None:
+        env["DATABASE_URL"] = db.url
+    out = subprocess.run(
+        [EBC, *args], input=stdin, capture_output=True, text=True, env=env, cwd=cwd, timeout=120
+    )
+    if check:
+        assert out.returncode == 0, out.stdout + out.stderr
+    return out
+
+
+def _session(db):
+    engine = build_engine(db.settings())
+    return engine, make_sessionmaker(engine)()
+
+
+def test_version():
+    assert ebc("version").stdout.strip() == f"ebc-judge {__version__}"
+
+
+def test_db_upgrade_current_downgrade(empty_db):
+    assert "database at head" in ebc("db", "upgrade", db=empty_db).stdout
+    engine = build_engine(empty_db.settings())
+    with engine.connect() as conn:
+        assert current_revisions(conn) == head_revisions()
+    assert "current: " + next(iter(head_revisions())) in ebc("db", "current", db=empty_db).stdout
+    ebc("db", "downgrade", "base", db=empty_db)
+    with engine.connect() as conn:
+        assert current_revisions(conn) == set()
+    engine.dispose()
+
+
+def test_admin_users_and_tokens(empty_db):
+    ebc("db", "upgrade", db=empty_db)
+    ebc(
+        "admin",
+        "create-user",
+        "bob",
+        "--password",
+        "-",
+        "--admin",
+        db=empty_db,
+        stdin="a secret long enough\n",
+    )
+    dup = ebc("admin", "create-user", "bob", "--password", "x" * 12, db=empty_db, check=False)
+    assert dup.returncode == 1 and "already exists" in dup.stderr
+    token = ebc("admin", "create-token", "bob", "--name", "ci", db=empty_db).stdout.strip()
+    engine, session = _session(empty_db)
+    with session:
+        user = authenticate(session, "bob", "a secret long enough")
+        assert user is not None and user.is_admin
+        assert user_for_token(session, token).username == "bob"
+    ebc("admin", "revoke-token", token[:12], db=empty_db)
+    with make_sessionmaker(engine)() as session:
+        assert user_for_token(session, token) is None
+    engine.dispose()
+
+
+def test_study_create_from_a_file(empty_db, tmp_path):
+    ebc("db", "upgrade", db=empty_db)
+    path = tmp_path / "study.toml"
+    path.write_text(
+        'slug = "wiki"\ntitle = "Wiki"\nprefix_lengths = [10, 20]\nitems_per_cell = 100\n'
+        '[model]\nname = "gpt2"\n[dataset]\npath = "wiki.txt"\n'
+    )
+    assert "created study wiki" in ebc("study", "create", "--config", str(path), db=empty_db).stdout
+    assert "wiki\tdraft\tlm\tl=10,20" in ebc("study", "list", db=empty_db).stdout
+    path.write_text('slug = "other"\ntitle = "x"\n')
+    bad = ebc("study", "create", "--config", str(path), db=empty_db, check=False)
+    assert bad.returncode == 1 and "items_per_cell" in bad.stderr
+    engine, session = _session(empty_db)
+    with session:
+        assert session.scalars(select(Study.slug)).all() == ["wiki"]
+    engine.dispose()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(url: str, proc: subprocess.Popen, seconds: float = 30) -> httpx.Response:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"server exited: {proc.stdout.read()}")
+        try:
+            return httpx.get(url, timeout=2)
+        except httpx.TransportError:
+            time.sleep(0.2)
+    pytest.fail(f"{url} did not answer in {seconds} s")
+
+
+def test_serve_migrates_then_answers_healthz(empty_db):
+    port = _free_port()
+    env = {**os.environ, "DATABASE_URL": empty_db.url, "EBC_ENV": "test"}
+    proc = subprocess.Popen(
+        [EBC, "serve", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        r = _wait_for(f"http://127.0.0.1:{port}/healthz", proc)
+        assert r.status_code == 200 and r.json()["database"] == "ok"
+        assert httpx.get(f"http://127.0.0.1:{port}/readyz").status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def test_demo_seeds_a_study_and_a_working_admin_login(tmp_path):
+    env_db = type("Db", (), {"url": f"sqlite:///{tmp_path / 'demo.db'}"})
+    out = ebc("demo", "--no-serve", db=env_db, cwd=tmp_path).stdout
+    line = next(ln for ln in out.splitlines() if "admin login:" in ln)
+    username, password = line.split(":", 1)[1].strip().split(" / ")
+    again = ebc("demo", "--no-serve", db=env_db, cwd=tmp_path).stdout  # idempotent
+    new_password = next(ln for ln in again.splitlines() if "admin login:" in ln).split(" / ")[1]
+    from app.config import Settings
+
+    engine = build_engine(Settings(database_url=env_db.url))
+    with make_sessionmaker(engine)() as session:
+        assert session.scalars(select(Study.slug)).all() == ["demo-austen"]
+        assert authenticate(session, username, new_password.strip()) is not None
+        assert authenticate(session, username, password) is None  # the old one was replaced
+    engine.dispose()
+
+
+def test_worker_says_it_is_not_built_yet():
+    out = ebc("worker", check=False)
+    assert out.returncode == 2 and "not implemented yet" in out.stderr
