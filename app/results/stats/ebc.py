@@ -1,0 +1,842 @@
+"""CGD and EB-C from human next-word judgments: estimators and error bars (DESIGN.md §1).
+
+Every function here is pure: numpy arrays in, numbers out, randomness only through an
+explicit ``seed``. One row of the inputs is one **judgment** (one annotator's choice
+for one item). The columns are
+
+- ``d``: 0.0 when the annotator chose the model's top-1 word, 1.0 otherwise ("none"
+  included), i.e. a one-judgment sample of ``d_GD(P_M, P_D)``;
+- ``length`` and ``kind``: the **cell** (prefix length in words, prefix-kind code; the
+  caller maps kind names to integer codes, ``data_kind`` and ``model_kind`` say which
+  codes are ``data`` and ``model``);
+- ``annotator``, ``hit``, ``item``: integer (or any sortable) identifiers;
+- ``choice`` (plurality estimator only): the model rank of the chosen word, 1 for the
+  top-1 word, 2..k for the others, and any other code (0 or k+1) for "none".
+
+Attention items never enter CGD; pass them as ``attention`` (or drop them before).
+Exclusions (blocked annotators, failed attention checks, too-fast answers) are a
+``keep`` mask so the caller can compute with and without them side by side.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+import numpy as np
+from scipy import special
+
+DATA_KIND = 0
+MODEL_KIND = 1
+FEW_ANNOTATORS = 30
+"""Below this many annotators a cluster-bootstrap interval is flagged as unreliable."""
+
+Estimator = Literal["single", "plurality"]
+Unit = Literal["annotator", "hit", "item", "twoway"]
+CiMethod = Literal["percentile", "bca"]
+
+# Bound on the (resamples x clusters) weight matrix built at once; keeps memory ~32 MB.
+_MAX_WEIGHT_ELEMENTS = 1 << 22
+
+
+# --------------------------------------------------------------------------- basics
+
+
+def d_from_choice(choice: np.ndarray) -> np.ndarray:
+    """``d = 1[choice != 1]``: 0 for the model's top-1 word, 1 for any other word or none."""
+    return (np.asarray(choice) != 1).astype(float)
+
+
+def plurality_by_item(
+    item: np.ndarray, choice: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Plurality estimator of ``d_GD`` per item, with DESIGN.md's tie rule.
+
+    For item i with judgments choosing ranks ``c_1..c_m``, let ``M_i`` be the set of
+    modal (most frequent) choices and ``k = |M_i|``. Then::
+
+        d_i = 0          if M_i == {top-1}           (top-1 is the unique plurality)
+        d_i = 1 - 1/k    if top-1 in M_i and k > 1    (ties with k-1 others)
+        d_i = 1          if top-1 not in M_i         ("none" is a choice like any word)
+
+    This is ``P[top-1 != a uniformly drawn member of M_i]``: the person's argmax is
+    estimated by the plurality, ties broken at random. An item judged once gives
+    ``d_i = 1[c_1 != 1]``, the single-judgment value.
+
+    Returns ``(item_ids, d_item, n_judgments)`` with ``item_ids`` sorted.
+    """
+    item = np.asarray(item)
+    choice = np.asarray(choice)
+    item_ids, ii = np.unique(item, return_inverse=True)
+    choices, cc = np.unique(choice, return_inverse=True)
+    n_i, n_c = item_ids.size, choices.size
+    counts = np.bincount(ii * n_c + cc, minlength=n_i * n_c).reshape(n_i, n_c)
+    modal = counts == counts.max(axis=1, keepdims=True)
+    k = modal.sum(axis=1)
+    top = np.flatnonzero(choices == 1)
+    top1_modal = modal[:, top[0]] if top.size else np.zeros(n_i, dtype=bool)
+    d_item = np.where(top1_modal, 1.0 - 1.0 / k, 1.0)
+    return item_ids, d_item, counts.sum(axis=1)
+
+
+@dataclass(frozen=True)
+class CellMeans:
+    """Point CGD per cell: ``cgd = sums / counts`` (single-judgment estimator)."""
+
+    length: np.ndarray
+    kind: np.ndarray
+    sums: np.ndarray
+    counts: np.ndarray
+
+    @property
+    def cgd(self) -> np.ndarray:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self.sums / self.counts
+
+    def get(self, length: int, kind: int) -> float:
+        hit = np.flatnonzero((self.length == length) & (self.kind == kind))
+        return float(self.cgd[hit[0]]) if hit.size else float("nan")
+
+
+def cell_means(d: np.ndarray, length: np.ndarray, kind: np.ndarray) -> CellMeans:
+    """``CGD(M|H, l) = mean of d over the judgments of cell (l, H)`` (the paper's estimator)."""
+    d = np.asarray(d, dtype=float)
+    cells, cell = _cells(np.asarray(length), np.asarray(kind))
+    n_cells = cells.shape[0]
+    return CellMeans(
+        length=cells[:, 0],
+        kind=cells[:, 1],
+        sums=np.bincount(cell, weights=d, minlength=n_cells),
+        counts=np.bincount(cell, minlength=n_cells).astype(float),
+    )
+
+
+def ebc_ratio(cgd_model: float | np.ndarray, cgd_data: float | np.ndarray) -> np.ndarray:
+    """``EB-C = CGD(M|M, l) / CGD(M|D, l)``: a ratio of pooled means, never a mean of ratios."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.asarray(cgd_model, dtype=float) / np.asarray(cgd_data, dtype=float)
+
+
+def _cells(length: np.ndarray, kind: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cells present, as rows ``(length, kind)`` sorted, and each row's cell index."""
+    lengths, li = np.unique(length, return_inverse=True)
+    kinds, ki = np.unique(kind, return_inverse=True)
+    keys, cell = np.unique(li.reshape(-1) * kinds.size + ki.reshape(-1), return_inverse=True)
+    cells = np.stack([lengths[keys // kinds.size], kinds[keys % kinds.size]], axis=1)
+    return cells.astype(np.int64), cell.reshape(-1)
+
+
+def _codes(x: np.ndarray) -> tuple[np.ndarray, int]:
+    """Dense codes ``0..G-1`` in sorted order of the values, and ``G``."""
+    x = np.asarray(x)
+    if x.size and np.issubdtype(x.dtype, np.integer) and x.min() >= 0 and x.max() < 4 * x.size:
+        # Database ids: a presence table is O(n), much faster than sorting.
+        present = np.bincount(x) > 0
+        return (np.cumsum(present) - 1)[x], int(present.sum())
+    uniq, inv = np.unique(x, return_inverse=True)
+    return inv.reshape(-1), int(uniq.size)
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """One reported number with its uncertainty.
+
+    ``name`` is ``"cgd"`` (one cell), ``"ebc"`` (model over data at one length),
+    ``"ratio"`` (a diagnostic kind over data at one length) or ``"trend"`` (slope of
+    ``ln EB-C`` per word of prefix length, OLS over the lengths).
+
+    ``estimate, se, low, high`` come from the chosen method (``method``: the bootstrap
+    ``"percentile"`` or ``"bca"``, or ``"cgm"`` for the two-way variance);
+    ``delta_*`` is the cluster-robust delta-method cross-check on the log scale
+    (one-way by the resampling unit; by annotator when the unit is ``twoway``).
+    ``iid_se`` is the binomial-style standard error that ignores clustering, and
+    ``design_effect = (se / iid_se)**2``. Counts are of the judgments, items,
+    annotators and clusters that enter the number; ``few_annotators`` warns when fewer
+    than 30 annotators do.
+    """
+
+    name: str
+    length: int | None
+    kind: int | None
+    reference_kind: int | None
+    estimate: float
+    se: float
+    low: float
+    high: float
+    method: str
+    level: float
+    delta_se: float
+    delta_low: float
+    delta_high: float
+    iid_se: float
+    design_effect: float
+    n_judgments: int
+    n_items: int
+    n_annotators: int
+    n_clusters: int
+    few_annotators: bool
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class EBCResults:
+    """CGD per cell, EB-C and diagnostic ratios per length, and the trend.
+
+    ``unit`` is what was resampled (``annotator``, ``hit``, ``item``) or ``twoway``
+    (Cameron-Gelbach-Miller variance, annotator x item). ``bootstrap_ebc`` keeps the
+    resampled EB-C values (``B x n_lengths``; ``None`` for ``twoway``) so a caller can
+    derive further figures from the same resamples.
+    """
+
+    estimator: str
+    unit: str
+    ci: str
+    level: float
+    b: int
+    seed: int | None
+    n_judgments: int
+    n_items: int
+    n_annotators: int
+    n_clusters: int
+    few_annotators: bool
+    cgd: list[Quantity]
+    ratios: list[Quantity]
+    trend: Quantity | None
+    warnings: list[str] = field(default_factory=list)
+    bootstrap_ebc: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    def ebc(self, length: int) -> Quantity:
+        """The EB-C quantity at ``length`` (KeyError when the length has no EB-C)."""
+        for q in self.ratios:
+            if q.name == "ebc" and q.length == length:
+                return q
+        raise KeyError(length)
+
+    def cell(self, length: int, kind: int) -> Quantity:
+        for q in self.cgd:
+            if q.length == length and q.kind == kind:
+                return q
+        raise KeyError((length, kind))
+
+    def as_dict(self) -> dict:
+        out = {
+            k: getattr(self, k)
+            for k in (
+                "estimator",
+                "unit",
+                "ci",
+                "level",
+                "b",
+                "seed",
+                "n_judgments",
+                "n_items",
+                "n_annotators",
+                "n_clusters",
+                "few_annotators",
+                "warnings",
+            )
+        }
+        out["cgd"] = [q.as_dict() for q in self.cgd]
+        out["ratios"] = [q.as_dict() for q in self.ratios]
+        out["trend"] = self.trend.as_dict() if self.trend else None
+        return out
+
+
+# --------------------------------------------------------------------------- core
+
+
+@dataclass(frozen=True)
+class _Design:
+    """Rows (judgments) reduced to what every estimator needs.
+
+    ``y`` and ``w`` are each row's contribution to a cell's numerator and denominator
+    (``CGD_j = sum y / sum w``).
+    """
+
+    y: np.ndarray
+    w: np.ndarray
+    cell: np.ndarray
+    cells: np.ndarray
+    annotator: np.ndarray
+    hit: np.ndarray
+    item: np.ndarray
+    iid_unit: np.ndarray  # the unit treated as independent for iid_se
+
+
+def _design(
+    d: np.ndarray,
+    length: np.ndarray,
+    kind: np.ndarray,
+    annotator: np.ndarray,
+    hit: np.ndarray,
+    item: np.ndarray,
+    choice: np.ndarray | None,
+    estimator: str,
+    attention: np.ndarray | None,
+    keep: np.ndarray | None,
+) -> _Design:
+    d = np.asarray(d, dtype=float)
+    n = d.size
+    cols = [np.asarray(x) for x in (length, kind, annotator, hit, item)]
+    if any(c.shape != (n,) for c in cols):
+        raise ValueError("d, length, kind, annotator, hit and item must be 1-d of one length")
+    mask = np.ones(n, dtype=bool)
+    if attention is not None:
+        mask &= ~np.asarray(attention, dtype=bool)
+    if keep is not None:
+        mask &= np.asarray(keep, dtype=bool)
+    length, kind = cols[0][mask], cols[1][mask]
+    # Identifiers become codes 0..G-1 once, so every clustering below is a bincount.
+    annotator, hit, item = (_codes(c[mask])[0] for c in cols[2:])
+    d = d[mask]
+    if d.size == 0:
+        raise ValueError("no judgments left after attention items and exclusions")
+    cells, cell = _cells(length, kind)
+    if estimator == "single":
+        y, w = d, np.ones_like(d)
+        iid_unit = np.arange(d.size)
+    elif estimator == "plurality":
+        if choice is None:
+            raise ValueError("the plurality estimator needs `choice` (model rank chosen)")
+        choice = np.asarray(choice)[mask]
+        item_ids, d_item, m_item = plurality_by_item(item, choice)
+        pos = np.searchsorted(item_ids, item)
+        # Each of an item's m judgments carries 1/m of the item: clustering by item or
+        # HIT then sees exactly the item values; by annotator, a linearised share.
+        y, w = d_item[pos] / m_item[pos], 1.0 / m_item[pos]
+        iid_unit = pos
+    else:
+        raise ValueError(f"unknown estimator {estimator!r}")
+    return _Design(y, w, cell, cells, annotator, hit, item, iid_unit)
+
+
+def _totals(g: np.ndarray, cell: np.ndarray, v: np.ndarray, n_cells: int) -> np.ndarray:
+    """``G x J`` totals of ``v`` by cluster code ``g`` (0..G-1) and cell."""
+    n_g = int(g.max()) + 1
+    return np.bincount(g * n_cells + cell, weights=v, minlength=n_g * n_cells).reshape(n_g, n_cells)
+
+
+def _quantity_matrix(
+    cells: np.ndarray, data_kind: int, model_kind: int
+) -> tuple[np.ndarray, list[tuple], np.ndarray]:
+    """Every reported quantity as a linear map of ``ln CGD`` per cell.
+
+    Rows: ``ln CGD_j`` for each cell; ``ln CGD_(l,k) - ln CGD_(l,data)`` for each
+    length and non-data kind; the OLS slope ``sum_l c_l ln EB-C_l`` with
+    ``c_l = (l - mean l) / sum (l - mean l)^2`` when two or more lengths have EB-C.
+    Returns ``(A, labels, exp_scale)``; ``exp_scale`` marks rows reported as ``exp``.
+    """
+    n_cells = cells.shape[0]
+    rows: list[np.ndarray] = []
+    labels: list[tuple] = []
+    for j, (length, kind) in enumerate(cells):
+        r = np.zeros(n_cells)
+        r[j] = 1.0
+        rows.append(r)
+        labels.append(("cgd", int(length), int(kind), None))
+    index = {(int(a), int(b)): j for j, (a, b) in enumerate(cells)}
+    ebc_rows: list[tuple[int, np.ndarray]] = []
+    for length in np.unique(cells[:, 0]):
+        ref = index.get((int(length), data_kind))
+        if ref is None:
+            continue
+        for kind in np.unique(cells[cells[:, 0] == length, 1]):
+            if kind == data_kind:
+                continue
+            r = np.zeros(n_cells)
+            r[index[(int(length), int(kind))]] += 1.0
+            r[ref] -= 1.0
+            rows.append(r)
+            name = "ebc" if kind == model_kind else "ratio"
+            labels.append((name, int(length), int(kind), data_kind))
+            if kind == model_kind:
+                ebc_rows.append((int(length), r))
+    if len(ebc_rows) >= 2:
+        ls = np.array([length for length, _ in ebc_rows], dtype=float)
+        c = (ls - ls.mean()) / np.sum((ls - ls.mean()) ** 2)
+        rows.append(sum(ci * r for ci, (_, r) in zip(c, ebc_rows, strict=True)))
+        labels.append(("trend", None, model_kind, data_kind))
+    a = np.array(rows)
+    exp_scale = np.array([lab[0] != "trend" for lab in labels])
+    return a, labels, exp_scale
+
+
+def _log_quantities(sums: np.ndarray, counts: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """``A @ ln(S/N)`` over the last axis, with ``0 * ln 0`` taken as 0 (a cell at CGD 0
+    must not turn unrelated quantities into NaN)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        logp = np.log(sums / counts)[..., None, :]
+        return np.sum(np.where(a != 0, a * logp, 0.0), axis=-1)
+
+
+def _theta(sums: np.ndarray, counts: np.ndarray, a: np.ndarray, exp_scale: np.ndarray):
+    """Reported quantities. CGDs and ratios are formed as ``prod p^A+ / prod p^A-`` (not
+    ``exp(A ln p)``) so a resampled ratio equal to the estimate compares equal to it:
+    BCa's bias correction counts such ties."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = (sums / counts)[..., None, :]
+        num = np.prod(p ** np.where(a > 0, a, 0.0), axis=-1)
+        den = np.prod(p ** np.where(a < 0, -a, 0.0), axis=-1)
+        return np.where(exp_scale, num / den, _log_quantities(sums, counts, a))
+
+
+def resample_sums(x: np.ndarray, b: int, seed: int | np.random.Generator | None) -> np.ndarray:
+    """Cluster bootstrap of per-cluster totals, vectorised: ``B x F`` resampled sums.
+
+    ``x`` is ``G x F`` (one row of totals per cluster). Resample ``r`` draws ``G``
+    clusters with replacement; its multiplicities ``W_r`` (multinomial(G, 1/G), made
+    with one ``integers`` draw and ``bincount``) give ``x*_r = W_r @ x``. Work is done
+    in blocks of resamples to bound memory; the block size depends only on ``G``, so a
+    seed gives the same resamples on every machine.
+    """
+    rng = np.random.default_rng(seed)
+    x = np.asarray(x, dtype=float)
+    g = x.shape[0]
+    out = np.empty((b, x.shape[1]))
+    block = max(1, _MAX_WEIGHT_ELEMENTS // max(g, 1))
+    for start in range(0, b, block):  # blocks of resamples, not one resample at a time
+        m = min(block, b - start)
+        idx = rng.integers(0, g, size=(m, g)) + (np.arange(m) * g)[:, None]
+        w = np.bincount(idx.ravel(), minlength=m * g).reshape(m, g).astype(float)
+        out[start : start + m] = w @ x
+    return out
+
+
+def resample_cluster_totals(
+    sums: np.ndarray, counts: np.ndarray, b: int, seed: int | np.random.Generator | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`resample_sums` of per-cluster ``sums`` and ``counts`` (each ``G x J``,
+    cluster x cell) with the same resamples: returns ``(S*, N*)``, each ``B x J``."""
+    both = resample_sums(np.hstack([sums, counts]), b, seed)
+    return both[:, : sums.shape[1]], both[:, sums.shape[1] :]
+
+
+@contextmanager
+def _quiet_nan() -> Iterator[None]:
+    """Quantities with no valid resample (an empty or all-zero cell) are NaN by design."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
+
+
+def percentile_interval(theta_b: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, ...]:
+    """Percentile interval: the ``(1-level)/2`` and ``(1+level)/2`` quantiles of the
+    bootstrap distribution (column-wise; linear interpolation as ``scipy.stats``)."""
+    alpha = (1.0 - level) / 2.0
+    lo, hi = np.nanquantile(theta_b, [alpha, 1.0 - alpha], axis=0)
+    return lo, hi
+
+
+def bca_interval(
+    theta_b: np.ndarray, theta_hat: np.ndarray, theta_jack: np.ndarray, level: float = 0.95
+) -> tuple[np.ndarray, ...]:
+    """Bias-corrected and accelerated interval (Efron & Tibshirani 1993, §14.3).
+
+    ``z0 = Phi^-1(#{theta*_b < theta} + #{theta*_b <= theta}) / 2B)`` (bias);
+    ``a = sum (tbar - theta_(g))^3 / (6 [sum (tbar - theta_(g))^2]^(3/2))`` from the
+    leave-one-cluster-out jackknife ``theta_(g)`` (acceleration);
+    the interval is the bootstrap quantiles at
+    ``Phi(z0 + (z0 + z_a) / (1 - a (z0 + z_a)))`` for ``z_a = Phi^-1(alpha/2)`` and
+    ``Phi^-1(1 - alpha/2)``. Same definitions as ``scipy.stats.bootstrap(method="BCa")``.
+    Assumes a monotone normalising transform exists; NaN when the jackknife is degenerate.
+    """
+    alpha = (1.0 - level) / 2.0
+    nb = np.sum(np.isfinite(theta_b), axis=0)
+    below = np.sum(theta_b < theta_hat, axis=0) + np.sum(theta_b <= theta_hat, axis=0)
+    z0 = special.ndtri(below / (2.0 * nb))
+    dev = np.nanmean(theta_jack, axis=0) - theta_jack
+    with np.errstate(invalid="ignore", divide="ignore"):
+        acc = np.sum(dev**3, axis=0) / (6.0 * np.sum(dev**2, axis=0) ** 1.5)
+    out = []
+    for z_a in (special.ndtri(alpha), special.ndtri(1.0 - alpha)):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            p = special.ndtr(z0 + (z0 + z_a) / (1.0 - acc * (z0 + z_a)))
+        col = np.full(theta_b.shape[1], np.nan)
+        ok = np.isfinite(p)
+        for k in np.flatnonzero(ok):  # one quantile per reported quantity, not per resample
+            col[k] = np.nanquantile(theta_b[:, k], p[k])
+        out.append(col)
+    return out[0], out[1]
+
+
+def _influence(
+    sums: np.ndarray,
+    counts: np.ndarray,
+    total_s: np.ndarray,
+    total_n: np.ndarray,
+    a: np.ndarray,
+) -> np.ndarray:
+    """Per-cluster influence on each quantity ``A ln CGD``: ``psi_g = A psi_g.`` with
+    ``psi_gj = (S_gj - p_j N_gj) / S_j``. Quantities that involve a cell with
+    ``S_j = 0`` (log undefined) get NaN; the others are unaffected."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        psi = (sums - (total_s / total_n) * counts) / total_s
+    bad_cell = ~np.isfinite(psi).all(axis=0)
+    out = np.where(np.isfinite(psi), psi, 0.0) @ a.T
+    out[:, ((a != 0) & bad_cell).any(axis=1)] = np.nan
+    return out
+
+
+def cluster_robust_var(psi: np.ndarray) -> np.ndarray:
+    """``V = G/(G-1) * sum_g psi_g^2`` column-wise: the one-way cluster-robust (sandwich)
+    variance of a linearised statistic from its per-cluster influence sums ``psi``."""
+    g = psi.shape[0]
+    return g / max(g - 1, 1) * np.sum(psi**2, axis=0)
+
+
+def _report_delta(est, q_hat, var_log, exp_scale, labels, level):
+    """Delta-method SE and interval on the reported scale.
+
+    Ratios: ``exp(ln R +- z se)``; CGD: ``p +- z p se`` (linear, ``se`` of ``ln p``);
+    trend (already a log-scale slope): ``b +- z se``.
+    """
+    z = special.ndtri(0.5 + level / 2.0)
+    se_log = np.sqrt(var_log)
+    is_cgd = np.array([lab[0] == "cgd" for lab in labels])
+    se = np.where(exp_scale, est * se_log, se_log)
+    low = np.where(
+        is_cgd, est - z * se, np.where(exp_scale, np.exp(q_hat - z * se_log), q_hat - z * se_log)
+    )
+    high = np.where(
+        is_cgd, est + z * se, np.where(exp_scale, np.exp(q_hat + z * se_log), q_hat + z * se_log)
+    )
+    return se, low, high
+
+
+def estimate_ebc(
+    d: np.ndarray,
+    length: np.ndarray,
+    kind: np.ndarray,
+    annotator: np.ndarray,
+    hit: np.ndarray,
+    item: np.ndarray,
+    *,
+    choice: np.ndarray | None = None,
+    estimator: Estimator = "single",
+    unit: Unit = "annotator",
+    b: int = 10_000,
+    ci: CiMethod = "percentile",
+    level: float = 0.95,
+    seed: int | None = 0,
+    data_kind: int = DATA_KIND,
+    model_kind: int = MODEL_KIND,
+    attention: np.ndarray | None = None,
+    keep: np.ndarray | None = None,
+) -> EBCResults:
+    """CGD per cell, EB-C (and each diagnostic kind over ``data``) per length, and the
+    trend of ``ln EB-C`` over length, each with an error bar.
+
+    Point estimates
+        single:    ``CGD_j = sum_{r in j} d_r / n_j`` over judgments (the paper's).
+        plurality: ``CGD_j = sum_{i in j} d_i / n_items_j`` with ``d_i`` from
+                   :func:`plurality_by_item`.
+        ``EB-C_l = CGD_(l,model) / CGD_(l,data)``; diagnostic ratios likewise;
+        trend = OLS slope of ``ln EB-C_l`` on ``l`` (per word).
+
+    Error bars by ``unit``
+        ``annotator`` (default; nested designs), ``hit``, ``item``: cluster bootstrap.
+        Per cluster g and cell j the totals ``S_gj = sum y``, ``N_gj = sum w`` are formed
+        once; each of ``b`` resamples draws G clusters with replacement and recomputes
+        every quantity from ``W @ S`` and ``W @ N`` (the ratio is taken inside each
+        resample). Interval: percentile (default) or BCa with leave-one-cluster-out
+        jackknife acceleration; SE = sd of the resamples. Assumes clusters are
+        independent and exchangeable, and enough of them (warning below 30 annotators).
+        Resampling items or HITs ignores annotator x kind effects and under-covers;
+        those are secondary figures.
+        ``twoway`` (crossed designs, items judged by several annotators): normal interval
+        on the log scale with the Cameron-Gelbach-Miller variance
+        ``V = V_annotator + V_item - V_annotator∩item`` from the per-cluster influence
+        sums; when ``V <= 0`` it falls back to ``max(V_annotator, V_item)`` (warned).
+        No resampling, so ``b``, ``ci`` and ``seed`` are unused.
+
+    Cross-check (``delta_*``): one-way cluster-robust delta method on ``ln`` of the
+    quantity, ``psi_gj = (S_gj - p_j N_gj)/S_j``, ``V = G/(G-1) sum_g psi_g^2``.
+
+    With the plurality estimator each judgment carries ``1/m_i`` of its item, so the
+    annotator bootstrap resamples annotators' shares of item values (a linearisation;
+    prefer ``twoway`` or ``hit`` there).
+    """
+    if unit not in ("annotator", "hit", "item", "twoway"):
+        raise ValueError(f"unknown unit {unit!r}")
+    if ci not in ("percentile", "bca"):
+        raise ValueError(f"unknown interval method {ci!r}")
+    des = _design(d, length, kind, annotator, hit, item, choice, estimator, attention, keep)
+    n_cells = des.cells.shape[0]
+    a, labels, exp_scale = _quantity_matrix(des.cells, data_kind, model_kind)
+
+    tot_s = np.bincount(des.cell, weights=des.y, minlength=n_cells)
+    tot_n = np.bincount(des.cell, weights=des.w, minlength=n_cells)
+    est = _theta(tot_s, tot_n, a, exp_scale)
+    q_hat = _log_quantities(tot_s, tot_n, a)
+
+    def var_by(cluster: np.ndarray) -> tuple[np.ndarray, int]:
+        s_g = _totals(cluster, des.cell, des.y, n_cells)
+        n_g = _totals(cluster, des.cell, des.w, n_cells)
+        return cluster_robust_var(_influence(s_g, n_g, tot_s, tot_n, a)), s_g.shape[0]
+
+    # Counts of what enters each quantity (a quantity involves the cells with A != 0).
+    involved = (a != 0).astype(float)
+
+    def n_present(cluster: np.ndarray) -> np.ndarray:
+        present = np.zeros((int(cluster.max()) + 1, n_cells), dtype=np.float32)
+        present[cluster, des.cell] = 1.0
+        return ((present @ involved.T.astype(np.float32)) > 0).sum(axis=0)
+
+    n_judg = involved @ np.bincount(des.cell, minlength=n_cells)
+    n_items = n_present(des.item)
+    n_annot = n_present(des.annotator)
+
+    # iid units lie in one cell each, so the variance is a sum over cells (no G x J
+    # matrix); no G/(G-1) factor, so it equals the binomial formula for single judgments.
+    n_iid = int(des.iid_unit.max()) + 1
+    y_u = np.bincount(des.iid_unit, weights=des.y, minlength=n_iid)
+    w_u = np.bincount(des.iid_unit, weights=des.w, minlength=n_iid)
+    cell_u = np.zeros(n_iid, dtype=np.int64)
+    cell_u[des.iid_unit] = des.cell
+    with np.errstate(invalid="ignore", divide="ignore"):
+        psi_u = (y_u - (tot_s / tot_n)[cell_u] * w_u) / tot_s[cell_u]
+        var_cell = np.bincount(cell_u, weights=psi_u**2, minlength=n_cells)
+    var_iid = (a**2) @ np.where(np.isfinite(var_cell), var_cell, 0.0)
+    var_iid[((a != 0) & ~np.isfinite(var_cell)).any(axis=1)] = np.nan
+    iid_se = np.where(exp_scale, est * np.sqrt(var_iid), np.sqrt(var_iid))
+    notes: list[str] = []
+
+    boot_ebc = None
+    if unit == "twoway":
+        v_a, _ = var_by(des.annotator)
+        v_i, _ = var_by(des.item)
+        pair = des.annotator.astype(np.int64) * (int(des.item.max()) + 1) + des.item
+        v_ai, _ = var_by(_codes(pair)[0])
+        var_log = v_a + v_i - v_ai
+        bad = ~(var_log > 0)
+        if np.any(bad & np.isfinite(var_log)):
+            notes.append(
+                "two-way variance not positive for some quantities; "
+                "used max(V_annotator, V_item) there"
+            )
+        var_log = np.where(bad, np.maximum(v_a, v_i), var_log)
+        se, low, high = _report_delta(est, q_hat, var_log, exp_scale, labels, level)
+        d_se, d_low, d_high = _report_delta(est, q_hat, v_a, exp_scale, labels, level)
+        method = "cgm"
+        n_clust = n_present(des.annotator)
+    else:
+        cluster = {"annotator": des.annotator, "hit": des.hit, "item": des.item}[unit]
+        s_g = _totals(cluster, des.cell, des.y, n_cells)
+        n_g = _totals(cluster, des.cell, des.w, n_cells)
+        s_b, n_b = resample_cluster_totals(s_g, n_g, b, seed)
+        theta_b = _theta(s_b, n_b, a, exp_scale)
+        theta_b = np.where(np.isfinite(theta_b), theta_b, np.nan)
+        with _quiet_nan():
+            se = np.nanstd(theta_b, axis=0, ddof=1)
+            if ci == "percentile":
+                low, high = percentile_interval(theta_b, level)
+            else:
+                theta_jack = _theta(tot_s - s_g, tot_n - n_g, a, exp_scale)
+                low, high = bca_interval(theta_b, est, theta_jack, level)
+        var_log = cluster_robust_var(_influence(s_g, n_g, tot_s, tot_n, a))
+        d_se, d_low, d_high = _report_delta(est, q_hat, var_log, exp_scale, labels, level)
+        method = ci
+        n_clust = n_present(cluster)
+        n_bad = int(np.sum(~np.isfinite(theta_b).all(axis=1)))
+        if n_bad:
+            notes.append(
+                f"{n_bad} of {b} resamples left a cell empty or at zero; "
+                "they were dropped from the intervals"
+            )
+        ebc_cols = [k for k, lab in enumerate(labels) if lab[0] == "ebc"]
+        boot_ebc = theta_b[:, ebc_cols]
+
+    total_annot = int(des.annotator.max()) + 1
+    if total_annot < FEW_ANNOTATORS:
+        notes.append(
+            f"only {total_annot} annotators: intervals are unreliable below {FEW_ANNOTATORS}"
+        )
+    with np.errstate(invalid="ignore", divide="ignore"):
+        deff = (se / iid_se) ** 2
+
+    quantities = [
+        Quantity(
+            name=lab[0],
+            length=lab[1],
+            kind=lab[2],
+            reference_kind=lab[3],
+            estimate=float(est[k]),
+            se=float(se[k]),
+            low=float(low[k]),
+            high=float(high[k]),
+            method=method,
+            level=level,
+            delta_se=float(d_se[k]),
+            delta_low=float(d_low[k]),
+            delta_high=float(d_high[k]),
+            iid_se=float(iid_se[k]),
+            design_effect=float(deff[k]),
+            n_judgments=int(n_judg[k]),
+            n_items=int(n_items[k]),
+            n_annotators=int(n_annot[k]),
+            n_clusters=int(n_clust[k]),
+            few_annotators=bool(n_annot[k] < FEW_ANNOTATORS),
+        )
+        for k, lab in enumerate(labels)
+    ]
+    unit_clusters = {
+        "annotator": des.annotator,
+        "hit": des.hit,
+        "item": des.item,
+        "twoway": des.annotator,
+    }[unit]
+    return EBCResults(
+        estimator=estimator,
+        unit=unit,
+        ci=method,
+        level=level,
+        b=0 if unit == "twoway" else b,
+        seed=None if unit == "twoway" else seed,
+        n_judgments=int(des.y.size),
+        n_items=int(des.item.max()) + 1,
+        n_annotators=total_annot,
+        n_clusters=int(unit_clusters.max()) + 1,
+        few_annotators=total_annot < FEW_ANNOTATORS,
+        cgd=[q for q in quantities if q.name == "cgd"],
+        ratios=[q for q in quantities if q.name in ("ebc", "ratio")],
+        trend=next((q for q in quantities if q.name == "trend"), None),
+        warnings=notes,
+        bootstrap_ebc=boot_ebc,
+    )
+
+
+# --------------------------------------------------------------------------- paper figure
+
+
+@dataclass(frozen=True)
+class PaperFigure:
+    """Mean ± std of an estimate over ``parts`` random disjoint parts of the judgments."""
+
+    label: str
+    length: int
+    kind: int | None
+    name: str  # "cgd" or "ebc"
+    mean: float
+    std: float
+    parts: np.ndarray = field(repr=False, compare=False)
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if k != "parts"} | {
+            "parts": [float(x) for x in self.parts]
+        }
+
+
+PAPER_LABEL = "mean ± std over 5 random disjoint parts (paper-comparable; not a CI)"
+
+
+def paper_comparable(
+    d: np.ndarray,
+    length: np.ndarray,
+    kind: np.ndarray,
+    *,
+    parts: int = 5,
+    seed: int | None = 0,
+    ddof: int = 0,
+    data_kind: int = DATA_KIND,
+    model_kind: int = MODEL_KIND,
+) -> list[PaperFigure]:
+    """The paper's "standard deviation from 5 evaluations".
+
+    The judgments are split at random into ``parts`` disjoint parts of (almost) equal
+    size; in each part CGD per cell and ``EB-C_l = CGD_(l,model)/CGD_(l,data)`` are
+    computed; reported as ``mean ± std`` of the ``parts`` values (``std`` with ``ddof``,
+    0 as ``numpy.std``). This is a spread of sub-sample estimates that ignores
+    clustering; it is comparable with the paper, not a confidence interval.
+    """
+    d = np.asarray(d, dtype=float)
+    length, kind = np.asarray(length), np.asarray(kind)
+    rng = np.random.default_rng(seed)
+    part = rng.permutation(d.size) % parts
+    cells, cell = _cells(length, kind)
+    n_cells = cells.shape[0]
+    s = np.bincount(part * n_cells + cell, weights=d, minlength=parts * n_cells)
+    n = np.bincount(part * n_cells + cell, minlength=parts * n_cells)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cgd = (s / n).reshape(parts, n_cells)
+    out: list[PaperFigure] = []
+    index = {(int(a), int(b)): j for j, (a, b) in enumerate(cells)}
+    for j, (ln, kd) in enumerate(cells):
+        v = cgd[:, j]
+        out.append(
+            PaperFigure(
+                PAPER_LABEL, int(ln), int(kd), "cgd", float(v.mean()), float(v.std(ddof=ddof)), v
+            )
+        )
+    for ln in np.unique(cells[:, 0]):
+        jm, jd = index.get((int(ln), model_kind)), index.get((int(ln), data_kind))
+        if jm is None or jd is None:
+            continue
+        v = ebc_ratio(cgd[:, jm], cgd[:, jd])
+        out.append(
+            PaperFigure(
+                PAPER_LABEL, int(ln), model_kind, "ebc", float(v.mean()), float(v.std(ddof=ddof)), v
+            )
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- toy check
+
+
+def d_tv(p: np.ndarray, q: np.ndarray) -> float:
+    """Total variation distance ``d_TV(P, Q) = 1/2 sum_w |P(w) - Q(w)|``."""
+    return 0.5 * float(np.abs(np.asarray(p) - np.asarray(q)).sum())
+
+
+def d_gd(p: np.ndarray, q: np.ndarray, tol: float = 1e-12) -> float:
+    """Greedy decoding divergence ``1[argmax P != argmax Q]`` with a stated tie rule.
+
+    With argmax sets ``A_P`` and ``A_Q`` (values within ``tol`` of the maximum), ties
+    are broken uniformly at random: ``d = 1 - |A_P ∩ A_Q| / (|A_P| |A_Q|)``. When
+    ``argmax P`` is unique this is the plurality estimator's ``1 - 1/k`` rule.
+    """
+    p, q = np.asarray(p, dtype=float), np.asarray(q, dtype=float)
+    ap, aq = p >= p.max() - tol, q >= q.max() - tol
+    return 1.0 - float(np.sum(ap & aq)) / float(ap.sum() * aq.sum())
+
+
+@dataclass(frozen=True)
+class ToyResult:
+    cgd_data: float
+    cgd_model: float
+    ebc: float
+
+
+def toy_ebc(
+    p_model_first: Sequence[float] = (0.9, 0.1),
+    p_model_next: Sequence[Sequence[float]] = ((0.9, 0.1), (0.5, 0.5)),
+    p_data_first: Sequence[float] = (0.5, 0.5),
+    p_data_next: Sequence[Sequence[float]] = ((0.5, 0.5), (0.5, 0.5)),
+    divergence: Literal["tv", "gd"] = "tv",
+) -> ToyResult:
+    """EB-C at ``l = 1`` in the paper's two-word toy (DESIGN.md §1, "Toy checks").
+
+    Vocabulary ``V`` indexed ``0..V-1``; ``p_*_first[w] = P(W1 = w)`` and
+    ``p_*_next[w][v] = P(W2 = v | W1 = w)``. Then::
+
+        CGD(M|H, 1) = sum_w P_H(W1 = w) d(P_M(.|w), P_D(.|w)),   H in {D, M}
+        EB-C = CGD(M|M, 1) / CGD(M|D, 1)
+
+    The defaults (P_D uniform on {AA, AB, BA, BB}, P_M(A) = 0.9, P_M(A|A) = 0.9,
+    P_M(A|B) = 0.5) give, with ``d_TV``, CGD(M|D) = 0.2, CGD(M|M) = 0.36, EB-C = 1.8;
+    with P_M(A) = 0.1, EB-C = 0.2. With ``d_GD`` the tie rule of :func:`d_gd` applies.
+    """
+    div = {"tv": d_tv, "gd": d_gd}[divergence]
+    pm1, pd1 = np.asarray(p_model_first, float), np.asarray(p_data_first, float)
+    pmn, pdn = np.asarray(p_model_next, float), np.asarray(p_data_next, float)
+    dist = np.array([div(pmn[w], pdn[w]) for w in range(pm1.size)])
+    cgd_d, cgd_m = float(pd1 @ dist), float(pm1 @ dist)
+    return ToyResult(cgd_d, cgd_m, float(ebc_ratio(cgd_m, cgd_d)))

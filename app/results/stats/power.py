@@ -1,0 +1,195 @@
+"""Power and budget planner for an EB-C study (DESIGN.md §1, "Power").
+
+Normal approximation on the log scale: with ``n`` independent judgments per cell,
+``Var(ln EB-C_hat) ~= V / n`` where ``V = (1 - p_D)/p_D + (1 - p_M)/p_M`` (delta
+method for the ratio of two binomial means; ``p_D = CGD(M|D)``, ``p_M = R p_D``).
+Clustering multiplies the variance by the design effect ``deff`` (annotator-bootstrap
+variance / iid variance, measured in a pilot or in the study so far).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+from scipy import optimize, special
+
+from .ebc import EBCResults
+
+
+def _v(cgd_data: float, ebc: float) -> float:
+    p_d, p_m = cgd_data, cgd_data * ebc
+    if not (0 < p_d < 1 and 0 < p_m < 1):
+        raise ValueError("CGD(data) and EB-C x CGD(data) must lie in (0, 1)")
+    return (1 - p_d) / p_d + (1 - p_m) / p_m
+
+
+def judgments_per_cell(
+    target_ebc: float = 1.02,
+    cgd_data: float = 0.73,
+    *,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    design_effect: float = 1.0,
+) -> float:
+    """Judgments per cell to detect ``EB-C = target_ebc`` against 1 (two-sided ``alpha``)::
+
+        n = deff (z_(1-alpha/2) + z_power)^2 [(1-p_D)/p_D + (1-p_M)/p_M] / (ln R)^2
+
+    with ``p_M = R p_D``. For R = 1.02, p_D = 0.73: about 14,300 (deff = 1).
+    """
+    z = special.ndtri(1 - alpha / 2) + special.ndtri(power)
+    return design_effect * z**2 * _v(cgd_data, target_ebc) / math.log(target_ebc) ** 2
+
+
+def power_at(
+    n: float,
+    target_ebc: float = 1.02,
+    cgd_data: float = 0.73,
+    *,
+    alpha: float = 0.05,
+    design_effect: float = 1.0,
+) -> float:
+    """Power of the two-sided level-``alpha`` Wald test of ``ln EB-C = 0`` with ``n``
+    judgments per cell: ``Phi(|ln R|/s - z) + Phi(-|ln R|/s - z)``,
+    ``s = sqrt(deff V / n)``. The paper's 3,000 per cell gives about 0.25 for 1.02."""
+    s = math.sqrt(design_effect * _v(cgd_data, target_ebc) / n)
+    z = special.ndtri(1 - alpha / 2)
+    shift = abs(math.log(target_ebc)) / s
+    return float(special.ndtr(shift - z) + special.ndtr(-shift - z))
+
+
+def smallest_detectable_ebc(
+    n: float,
+    cgd_data: float = 0.73,
+    *,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    design_effect: float = 1.0,
+) -> float:
+    """Smallest ``R > 1`` with :func:`power_at` ``(n, R) = power``, solved exactly (the
+    variance moves with ``p_M = R p_D``). About 1.043 at n = 3,000, p_D = 0.73; DESIGN.md's
+    "≈ 1.045" evaluates the variance at ``p_M = p_D``."""
+    upper = min(1.0 / cgd_data, 10.0) * (1 - 1e-9)
+
+    def f(r: float) -> float:
+        return power_at(n, r, cgd_data, alpha=alpha, design_effect=design_effect) - power
+
+    if f(upper) < 0:
+        return float("inf")
+    return float(optimize.brentq(f, 1.0 + 1e-12, upper, xtol=1e-10))
+
+
+def judgments_for_halfwidth(
+    halfwidth: float,
+    ebc: float = 1.0,
+    cgd_data: float = 0.73,
+    *,
+    level: float = 0.95,
+    design_effect: float = 1.0,
+) -> float:
+    """Judgments per cell for a ``level`` interval of EB-C with half-width ``halfwidth``
+    at ``EB-C = ebc`` (delta method, ``SE(R) = R sqrt(deff V / n)``)::
+
+        n = deff z^2 V R^2 / halfwidth^2
+    """
+    z = special.ndtri(0.5 + level / 2)
+    return design_effect * z**2 * _v(cgd_data, ebc) * ebc**2 / halfwidth**2
+
+
+def design_effect(results: EBCResults) -> float:
+    """Design effect measured so far: the mean over lengths of
+    ``(SE_cluster(EB-C) / SE_iid(EB-C))^2`` from :func:`estimate_ebc` results (use
+    ``unit="annotator"``). NaN when there is no EB-C."""
+    vals = [q.design_effect for q in results.ratios if q.name == "ebc"]
+    vals = [v for v in vals if math.isfinite(v)]
+    return sum(vals) / len(vals) if vals else float("nan")
+
+
+@dataclass(frozen=True)
+class StudyPlan:
+    """Judgments, HITs, annotators and cost for a planned study."""
+
+    judgments_per_cell_iid: int
+    design_effect: float
+    judgments_per_cell: int
+    power: float
+    hits_per_length: int
+    hits: int
+    assignments: int
+    judgments: int
+    annotators_needed: int
+    cost: float
+    assumptions: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def plan_study(
+    *,
+    target_ebc: float | None = 1.02,
+    halfwidth: float | None = None,
+    cgd_data: float = 0.73,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    design_effect: float = 1.0,
+    lengths: Iterable[int] = (10, 20, 30),
+    items_per_kind_per_hit: int = 5,
+    items_per_hit: int = 10,
+    replicas: int = 1,
+    max_hits_per_annotator: int = 200,
+    max_cell_share: float | None = None,
+    reward_per_assignment: float = 0.5,
+    platform_fee: float = 0.2,
+) -> StudyPlan:
+    """Plan a study for a target EB-C (power) or an interval half-width.
+
+    ``n_iid`` from :func:`judgments_per_cell` (or :func:`judgments_for_halfwidth` when
+    ``halfwidth`` is given); ``n = ceil(deff n_iid)``. A HIT of one length carries
+    ``items_per_kind_per_hit`` items of each kind, each judged by ``replicas``
+    annotators, so ``HITs per length = ceil(n / (items_per_kind_per_hit * replicas))``
+    (replicated judgments of one item are not independent: the design effect measured
+    with replicas accounts for that). Assignments = HITs x replicas. Annotators needed
+    = ``max(ceil(assignments / max_hits_per_annotator), ceil(1 / max_cell_share))``.
+    Cost = assignments x reward x (1 + platform fee) (MTurk: 20%, 40% with 10 or more
+    assignments per HIT).
+    """
+    lengths = list(lengths)
+    if halfwidth is not None:
+        n_iid = judgments_for_halfwidth(halfwidth, target_ebc or 1.0, cgd_data, level=1 - alpha)
+        what = f"95% interval half-width {halfwidth:g}"
+    elif target_ebc is not None:
+        n_iid = judgments_per_cell(target_ebc, cgd_data, alpha=alpha, power=power)
+        what = f"power {power:g} for EB-C {target_ebc:g} vs 1 at alpha {alpha:g}"
+    else:
+        raise ValueError("give target_ebc or halfwidth")
+    n = math.ceil(design_effect * n_iid)
+    per_hit = items_per_kind_per_hit * replicas
+    hits_per_length = math.ceil(n / per_hit)
+    hits = hits_per_length * len(lengths)
+    assignments = hits * replicas
+    annotators = math.ceil(assignments / max_hits_per_annotator)
+    if max_cell_share:
+        annotators = max(annotators, math.ceil(1 / max_cell_share))
+    pw = (
+        power_at(n, target_ebc, cgd_data, alpha=alpha, design_effect=design_effect)
+        if target_ebc and target_ebc != 1
+        else float("nan")
+    )
+    return StudyPlan(
+        judgments_per_cell_iid=math.ceil(n_iid),
+        design_effect=design_effect,
+        judgments_per_cell=n,
+        power=pw,
+        hits_per_length=hits_per_length,
+        hits=hits,
+        assignments=assignments,
+        judgments=assignments * items_per_hit,
+        annotators_needed=annotators,
+        cost=round(assignments * reward_per_assignment * (1 + platform_fee), 2),
+        assumptions=f"{what}; CGD(data) {cgd_data:g}; design effect {design_effect:g}; "
+        f"{len(lengths)} lengths; {items_per_kind_per_hit} items per kind per HIT; "
+        f"{replicas} replica(s); normal approximation on ln EB-C",
+    )
