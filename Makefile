@@ -6,27 +6,29 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: demo test lint install install-dev pg-up clean
+.PHONY: demo test lint install install-dev pg-up browser clean
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
 	$(PYTHON) -m venv $(VENV)
 
-# The web app and CLI only (no torch).
-$(VENV)/.installed-base: pyproject.toml | $(BIN)/python
-	$(PIP) install -e .
+# The web app, the CLI and the worker (CPU torch: the wheel pinned first, so the
+# worker extra's range is already satisfied and no CUDA build is downloaded).
+$(VENV)/.installed-worker: pyproject.toml | $(BIN)/python
+	$(PIP) install torch==2.13.0
+	$(PIP) install -e '.[worker]'
 	touch $@
 
-# Everything the tests need. torch is pinned to the CPU wheel first, so the
-# worker extra's range is already satisfied and no CUDA build is downloaded.
+# Everything the tests need.
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(PIP) install torch==2.13.0
 	$(PIP) install -e '.[dev,worker]'
-	touch $@ $(VENV)/.installed-base
+	touch $@ $(VENV)/.installed-worker
 
-install: $(VENV)/.installed-base
+install: $(VENV)/.installed-worker
 install-dev: $(VENV)/.installed-dev
 
+# Builds (once) the demo model, precomputes the demo study, builds HITs and serves.
 demo: install
 	$(BIN)/ebc demo
 
@@ -37,10 +39,15 @@ pg-up:
 	@for i in $$(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && exit 0; sleep 1; done; \
 	  echo "PostgreSQL did not start on 127.0.0.1:5432" >&2; exit 1
 
+# Browser tests drive Debian's Chromium through Playwright (no browser download).
+browser:
+	@command -v chromium >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
 lint: install-dev
 	$(BIN)/ruff check .
 
-test: install-dev pg-up lint
+test: install-dev pg-up browser lint
 	$(BIN)/python -m pytest --db=all
 
 clean:

@@ -132,25 +132,3 @@ def test_serve_migrates_then_answers_healthz(empty_db):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
-
-
-def test_demo_seeds_a_study_and_a_working_admin_login(tmp_path):
-    env_db = type("Db", (), {"url": f"sqlite:///{tmp_path / 'demo.db'}"})
-    out = ebc("demo", "--no-serve", db=env_db, cwd=tmp_path).stdout
-    line = next(ln for ln in out.splitlines() if "admin login:" in ln)
-    username, password = line.split(":", 1)[1].strip().split(" / ")
-    again = ebc("demo", "--no-serve", db=env_db, cwd=tmp_path).stdout  # idempotent
-    new_password = next(ln for ln in again.splitlines() if "admin login:" in ln).split(" / ")[1]
-    from app.config import Settings
-
-    engine = build_engine(Settings(database_url=env_db.url))
-    with make_sessionmaker(engine)() as session:
-        assert session.scalars(select(Study.slug)).all() == ["demo-austen"]
-        assert authenticate(session, username, new_password.strip()) is not None
-        assert authenticate(session, username, password) is None  # the old one was replaced
-    engine.dispose()
-
-
-def test_worker_says_it_is_not_built_yet():
-    out = ebc("worker", check=False)
-    assert out.returncode == 2 and "not implemented yet" in out.stderr

@@ -5,7 +5,7 @@ import re
 import pytest
 import yaml
 
-from app.cli import cli
+from app.cli import cli, load_plugins
 from app.config import ROOT
 
 
@@ -15,6 +15,7 @@ def compose():
 
 
 def _cli_commands() -> set[str]:
+    load_plugins()  # `ebc worker` joins the CLI through the worker's entry point
     names = {c.name or c.callback.__name__ for c in cli.registered_commands}
     return names | {g.name for g in cli.registered_groups}
 

@@ -40,5 +40,8 @@ class Item(Base):
     source: Mapped[str | None] = mapped_column(Text)  # seq2seq source sentence
     true_next_word: Mapped[str | None] = mapped_column(String(255))  # data prefixes; never shown
     choices: Mapped[list[Any]]
+    # Set when the prefix must not be shown (e.g. a special token was the top-1 and
+    # the study skips such prefixes); the row stays as a record of what was made.
+    skip_reason: Mapped[str | None] = mapped_column(String(32))
     provenance: Mapped[dict[str, Any]]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

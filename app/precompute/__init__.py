@@ -1,0 +1,1 @@
+"""Precompute jobs: planning, shard leases, idempotent item writes, progress."""

@@ -1,0 +1,214 @@
+"""Prefix kinds, determinism, seq2seq beam prefixes, and items end to end."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import Counter
+
+import pytest
+import torch
+
+from worker.datasets import DatasetError
+from worker.prefixes import (
+    PrefixSpec,
+    get_token_classes,
+    item_seed,
+    make_items,
+    parse_kind,
+    shard_seed,
+)
+from worker.words import decode_word, segment_words
+
+SPEC = PrefixSpec(batch_size=8)
+
+
+def row_words(dataset, item):
+    (row,) = [r for r in dataset.rows if r.line == item.provenance["line"]]
+    return list(row.words)
+
+
+def special_names(lm):
+    cl = get_token_classes(lm)
+    return set(lm.tokenizer.convert_ids_to_tokens(cl.special.nonzero().flatten().tolist()))
+
+
+def test_parse_kind():
+    assert parse_kind("data") == ("data", None)
+    assert parse_kind("model_corrupted@0.25") == ("model_corrupted", 0.25)
+    for bad in ("data@0.1", "data_corrupted", "model_corrupted@2", "beam"):
+        with pytest.raises(ValueError):
+            parse_kind(bad)
+
+
+def test_seeds_are_stable_hashes():
+    expected = int.from_bytes(
+        hashlib.sha256(b"shard\x1f7\x1f10\x1fdata\x1f3").digest()[:8], "big"
+    ) >> 1
+    assert shard_seed(7, 10, "data", 3) == expected
+    assert len({shard_seed(7, 10, "data", i) for i in range(50)}) == 50
+    assert item_seed(7, 10, "model", 0) != item_seed(7, 10, "model", 0, attempt=1)
+    assert item_seed(7, 10, "model", 0) != item_seed(8, 10, "model", 0)
+
+
+def test_data_prefixes_cut_at_l_words_with_true_next_word(word_lm, text_dataset):
+    items = make_items(word_lm, text_dataset, SPEC, 6, "data", 0, 20, seed=1)
+    assert [i.index for i in items] == list(range(20))
+    assert len({i.provenance["line"] for i in items}) == 20  # distinct lines
+    for item in items:
+        words = row_words(text_dataset, item)
+        assert len(words) >= 7
+        assert item.words == words[:6] and item.true_next_word == words[6]
+        assert len(item.choices) == 5 and not item.skipped
+        probs = [p for _, p in item.choices]
+        assert probs == sorted(probs, reverse=True)
+        assert not {w for w, _ in item.choices} & {"<unk>", "<eos>"}
+        assert item.provenance["choices"]["method"] == "word-level-topk"
+        assert item.provenance["dataset"]["sha256"] == text_dataset.sha256
+
+
+def test_prompt_precedes_data_and_model_prefixes(bpe_lm, text_dataset):
+    spec = PrefixSpec(batch_size=8, prompt_words=3)
+    for item in make_items(bpe_lm, text_dataset, spec, 2, "data", 0, 6, seed=1):
+        words = row_words(text_dataset, item)
+        assert item.prompt_words == words[:3] and item.words == words[3:5]
+        assert item.true_next_word == words[5]
+    for item in make_items(bpe_lm, text_dataset, spec, 3, "model", 0, 6, seed=1):
+        assert item.prompt_words == row_words(text_dataset, item)[:3]
+        assert len(item.words) == 3 or item.skipped
+
+
+def test_same_seed_same_items_and_shards_independent(sp_lm, text_dataset):
+    def key(items):
+        return [(i.index, i.words, [w for w, _ in i.choices]) for i in items]
+
+    for kind in ("data", "model", "data_corrupted@0.5", "random"):
+        a = make_items(sp_lm, text_dataset, SPEC, 4, kind, 0, 10, seed=5)
+        b = make_items(sp_lm, text_dataset, SPEC, 4, kind, 0, 10, seed=5)
+        assert key(a) == key(b)
+        assert [i.provenance for i in a] == [i.provenance for i in b]
+        assert [i.choices for i in a] == [i.choices for i in b]
+        split = make_items(sp_lm, text_dataset, SPEC, 4, kind, 0, 4, seed=5) + make_items(
+            sp_lm, text_dataset, SPEC, 4, kind, 4, 10, seed=5
+        )
+        assert key(split) == key(a)
+        other = make_items(sp_lm, text_dataset, SPEC, 4, kind, 0, 10, seed=6)
+        assert key(other) != key(a)
+
+
+def test_model_prefixes_have_exactly_l_words(word_lm, bpe_lm, sp_lm):
+    for lm in (word_lm, bpe_lm, sp_lm):
+        items = make_items(lm, None, SPEC, 5, "model", 0, 12, seed=3)
+        cl = get_token_classes(lm)
+        for item in items:
+            if item.skipped:
+                assert item.skip_reason == "special_top1"
+            assert len(item.words) == 5 and all(item.words)
+            assert 1 <= len(item.choices) <= 5
+            assert not {w for w, _ in item.choices} & special_names(lm)
+            assert item.provenance["sampling"]["temperature"] == 1.0
+        # The words are the sampled text's words under the boundary rule.
+        ids = lm.encode(" ".join(items[0].words))
+        assert [decode_word(lm.tokenizer, g) for g in segment_words(ids, cl)] == items[0].words
+
+
+def test_end_of_text_before_l_words_resamples_or_skips(word_lm):
+    # The random word-level model ends text often: many prefixes of 8 words need re-sampling.
+    items = make_items(word_lm, None, SPEC, 8, "model", 0, 30, seed=2)
+    assert max(i.provenance["attempts"] for i in items) > 1
+    assert all(len(i.words) == 8 for i in items if i.skip_reason != "eos_before_l")
+    spec = PrefixSpec(batch_size=8, eos_policy="skip")
+    skipped = [i for i in make_items(word_lm, None, spec, 8, "model", 0, 30, seed=2) if i.skipped]
+    assert skipped and all(i.skip_reason == "eos_before_l" for i in skipped)
+    assert all(len(i.words) < 8 for i in skipped)
+
+
+def test_sampling_options_restrict_the_vocabulary(word_lm):
+    spec = PrefixSpec(batch_size=8, sample_top_k=1, max_attempts=1)
+    items = make_items(word_lm, None, spec, 4, "model", 0, 4, seed=1)
+    # Greedy: every prefix is the same (or ends early the same way).
+    assert len({tuple(i.words) for i in items}) == 1
+    assert items[0].provenance["sampling"]["top_k"] == 1
+
+
+def test_shuffled_keeps_the_multiset(word_lm, text_dataset):
+    changed = 0
+    for item in make_items(word_lm, text_dataset, SPEC, 8, "data_shuffled", 0, 20, seed=1):
+        original = row_words(text_dataset, item)[:8]
+        assert Counter(item.words) == Counter(original)
+        changed += item.words != original
+    assert changed >= 15
+
+
+def test_corruption_rate_within_tolerance(word_lm, text_dataset):
+    rate, length, n = 0.3, 8, 50
+    items = make_items(word_lm, text_dataset, SPEC, length, f"data_corrupted@{rate}", 0, n, 1)
+    vocab = set(text_dataset.vocabulary())
+    drawn = 0
+    for item in items:
+        original = row_words(text_dataset, item)[:length]
+        where = set(item.provenance["corrupted_positions"])
+        drawn += len(where)
+        for i, (w, o) in enumerate(zip(item.words, original, strict=True)):
+            if i not in where:
+                assert w == o
+            assert w in vocab
+    total = n * length
+    sigma = math.sqrt(rate * (1 - rate) / total)
+    assert abs(drawn / total - rate) < 4 * sigma
+
+
+def test_model_corrupted_and_random(bpe_lm, text_dataset):
+    vocab = set(text_dataset.vocabulary())
+    for item in make_items(bpe_lm, text_dataset, SPEC, 4, "model_corrupted@1.0", 0, 5, seed=1):
+        assert len(item.words) == 4 and set(item.words) <= vocab
+        assert item.provenance["corrupted_positions"] == [0, 1, 2, 3]
+    for item in make_items(bpe_lm, text_dataset, SPEC, 6, "random", 0, 5, seed=1):
+        assert len(item.words) == 6 and set(item.words) <= vocab and item.choices
+
+
+def test_special_top1_skip_policy_is_recorded(word_lm, text_dataset):
+    spec = PrefixSpec(batch_size=8, special_policy="skip")
+    items = make_items(word_lm, text_dataset, spec, 3, "data", 0, 40, seed=1)
+    flagged = [i for i in items if i.provenance["choices"]["special_top1"]]
+    assert all(i.skipped and i.skip_reason == "special_top1" for i in flagged)
+    assert all(not i.skipped for i in items if i not in flagged)
+    assert all(i.provenance["choices"]["special_policy"] == "skip" for i in items)
+
+
+def test_too_few_lines(word_lm, text_dataset):
+    with pytest.raises(DatasetError, match="only"):
+        make_items(word_lm, text_dataset, SPEC, 15, "data", 0, 50, seed=1)
+
+
+def test_seq2seq_data_prefix_keeps_source(marian, pair_dataset):
+    for item in make_items(marian, pair_dataset, SPEC, 3, "data", 0, 6, seed=1):
+        (row,) = [r for r in pair_dataset.rows if r.line == item.provenance["line"]]
+        assert item.source == row.source
+        assert item.words == list(row.words[:3]) and item.true_next_word == row.words[3]
+        assert item.choices and item.provenance["choices"]["method"].startswith("best-first")
+
+
+def test_seq2seq_model_prefix_is_truncated_beam_search(marian, pair_dataset):
+    length = 3
+    items = make_items(marian, pair_dataset, PrefixSpec(batch_size=4), length, "model", 0, 4, 1)
+    cl = get_token_classes(marian)
+    for item in items:
+        assert item.provenance["beam"]["num_beams"] == 10
+        ids = torch.tensor([marian.encode_source(item.source)])
+        with torch.inference_mode():
+            out = marian.model.generate(
+                input_ids=ids,
+                num_beams=10,
+                do_sample=False,
+                max_new_tokens=item.provenance["beam"]["max_new_tokens"],
+            )[0].tolist()
+        special = set(marian.tokenizer.all_special_ids)
+        full = [decode_word(marian.tokenizer, g) for g in segment_words(
+            [t for t in out if t not in special], cl
+        )]
+        if len(full) < length:
+            assert item.skipped and item.skip_reason == "beam_too_short"
+        else:
+            assert item.words == full[:length]
+            assert item.true_next_word is None and item.choices

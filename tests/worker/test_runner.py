@@ -1,0 +1,285 @@
+"""The worker against a real database: shards, leases, crashes, idempotent writes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from sqlalchemy import delete, func, select, update
+
+from app.db import build_engine, make_sessionmaker
+from app.migrate import upgrade
+from app.models import Item, JobStatus, PrecomputeJob, PrecomputeShard, ShardStatus, Study
+from app.precompute import service
+from app.studies.schemas import StudyConfig
+from app.studies.service import create_study
+from tests.worker.conftest import corpus_lines, tiny_gpt2, word_tokenizer
+from worker.runner import Worker, WorkerOptions
+
+EBC = str(Path(sys.executable).with_name("ebc"))
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    """A tiny word-level GPT-2 saved like any Hugging Face model, loaded by path."""
+    path = tmp_path_factory.mktemp("model")
+    tok = word_tokenizer()
+    tiny_gpt2(tok, seed=1, init=0.2).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture
+def dataset_file(tmp_path) -> Path:
+    path = tmp_path / "lines.txt"
+    path.write_text("\n".join(corpus_lines(400)) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def db(empty_db):
+    engine = build_engine(empty_db.settings())
+    with engine.begin() as conn:
+        upgrade(conn)
+    yield empty_db, engine, make_sessionmaker(engine)
+    engine.dispose()
+
+
+def _study(sessionmaker, model_dir, dataset_file, *, per_cell=10, lengths=(3, 5), shard=4, **kw):
+    cfg = StudyConfig(
+        slug="s",
+        title="S",
+        model={"name": str(model_dir)},
+        dataset={"path": str(dataset_file)},
+        prefix_lengths=list(lengths),
+        items_per_cell=per_cell,
+        seed=7,
+        hits={"mix": {"data": 5, "model": 5}, "attention": kw.pop("attention", 0)},
+        **kw,
+    )
+    with sessionmaker() as session, session.begin():
+        study = create_study(session, cfg)
+        job = service.plan_job(session, study, shard_size=shard)
+        return study.id, job.id
+
+
+def _items(sessionmaker, study_id):
+    with sessionmaker() as session:
+        return session.scalars(
+            select(Item).where(Item.study_id == study_id).order_by(Item.id)
+        ).all()
+
+
+def test_worker_makes_every_item_once_and_finishes_the_job(db, model_dir, dataset_file):
+    database, engine, sm = db
+    study_id, job_id = _study(sm, model_dir, dataset_file)
+    worker = Worker(database.settings(), WorkerOptions(once=True, device="cpu"), engine=engine)
+    assert worker.run() == 2 * 2 * 3  # 2 lengths x 2 kinds x ceil(10 / 4) shards
+    items = _items(sm, study_id)
+    cells = Counter((i.length, i.kind) for i in items)
+    assert cells == {(3, "data"): 10, (3, "model"): 10, (5, "data"): 10, (5, "model"): 10}
+    lines = [line.split() for line in corpus_lines(400)]
+    for item in items:
+        assert len(item.words.split()) == item.length
+        assert 1 <= len(item.choices) <= 5
+        probs = [c["prob"] for c in item.choices]
+        assert probs == sorted(probs, reverse=True)
+        assert not {"<unk>", "<eos>"} & {c["word"] for c in item.choices}
+        if item.kind == "data":
+            # the prefix is the start of a dataset line and the true next word follows it
+            line = next(w for w in lines if w[: item.length] == item.words.split())
+            assert item.true_next_word == line[item.length]
+        else:
+            assert item.true_next_word is None
+        assert item.provenance["spec"]["top_k"] == 5
+    with sm() as session:
+        job = session.get(PrecomputeJob, job_id)
+        study = session.get(Study, study_id)
+        assert job.status is JobStatus.done and study.status.value == "ready"
+        assert study.dataset_sha256 and len(study.dataset_sha256) == 64
+        progress = service.job_progress(session, job)
+        assert progress.items_done == progress.items_total == 40
+
+
+def test_a_rerun_shard_makes_the_same_items_and_writes_nothing_twice(db, model_dir, dataset_file):
+    database, engine, sm = db
+    study_id, _ = _study(sm, model_dir, dataset_file, lengths=(4,))
+    opts = WorkerOptions(once=True, device="cpu")
+    Worker(database.settings(), opts, engine=engine).run()
+    before = {(i.kind, i.index): (i.words, i.choices) for i in _items(sm, study_id)}
+    with sm() as session, session.begin():
+        shard = session.scalars(
+            select(PrecomputeShard).where(PrecomputeShard.kind == "model")
+        ).first()
+        # half of its items are lost, then the shard is handed out again
+        session.execute(
+            delete(Item).where(Item.shard_id == shard.id, Item.index >= shard.start_index + 2)
+        )
+        session.execute(
+            update(PrecomputeShard)
+            .where(PrecomputeShard.id == shard.id)
+            .values(status=ShardStatus.pending)
+        )
+        session.execute(update(PrecomputeJob).values(status=JobStatus.running))
+    assert Worker(database.settings(), opts, engine=engine).run() == 1
+    after = {(i.kind, i.index): (i.words, i.choices) for i in _items(sm, study_id)}
+    assert after == before
+
+
+def test_attention_candidates_are_extra_data_prefixes(db, model_dir, dataset_file):
+    database, engine, sm = db
+    study_id, _ = _study(sm, model_dir, dataset_file, lengths=(3,), per_cell=10, attention=1)
+    Worker(database.settings(), WorkerOptions(once=True, device="cpu"), engine=engine).run()
+    items = _items(sm, study_id)
+    attention = [i for i in items if i.is_attention]
+    assert len(attention) == 2 * 2 * 1  # 2 HITs of 5 data items, 1 slot each, 2 candidates per slot
+    assert {i.kind for i in attention} == {"data"}
+    assert min(i.index for i in attention) == 10
+    study_lines = {i.provenance["line"] for i in items if not i.is_attention and i.kind == "data"}
+    assert not study_lines & {i.provenance["line"] for i in attention}  # held-out lines
+
+
+def test_a_failing_shard_records_its_traceback_and_gives_up_after_bounded_retries(
+    db, model_dir, tmp_path
+):
+    database, engine, sm = db
+    missing = tmp_path / "gone.txt"
+    _study_id, job_id = _study(sm, model_dir, missing, lengths=(3,), per_cell=4)
+    Worker(database.settings(), WorkerOptions(once=True, device="cpu"), engine=engine).run()
+    with sm() as session:
+        shards = session.scalars(select(PrecomputeShard)).all()
+        assert all(s.status is ShardStatus.failed for s in shards)
+        assert all(s.attempts == service.MAX_ATTEMPTS for s in shards)
+        assert all("dataset file not found" in s.error and "Traceback" in s.error for s in shards)
+        assert session.get(PrecomputeJob, job_id).status is JobStatus.failed
+        assert session.scalar(select(func.count()).select_from(Item)) == 0
+
+
+def test_a_cancelled_job_hands_out_nothing(db, model_dir, dataset_file):
+    database, engine, sm = db
+    _, job_id = _study(sm, model_dir, dataset_file)
+    with sm() as session, session.begin():
+        service.cancel_job(session, session.get(PrecomputeJob, job_id))
+    assert Worker(database.settings(), WorkerOptions(once=True), engine=engine).run() == 0
+
+
+def _ebc(database, *args, **popen):
+    env = {**os.environ, "DATABASE_URL": database.url, "EBC_ENV": "test", "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(
+        [EBC, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen
+    )
+
+
+def _check_exactly_once(sm, study_id, expected):
+    with sm() as session:
+        keys = session.execute(
+            select(Item.is_attention, Item.length, Item.kind, Item.index).where(
+                Item.study_id == study_id
+            )
+        ).all()
+    assert len(keys) == len(set(keys)) == expected
+
+
+@pytest.mark.postgres
+def test_two_worker_processes_share_the_shards(db, model_dir, dataset_file):
+    database, _engine, sm = db
+    study_id, job_id = _study(sm, model_dir, dataset_file, per_cell=24, shard=2)
+    procs = [_ebc(database, "worker", "--once", "--device", "cpu") for _ in range(2)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    with sm() as session:
+        shards = session.scalars(select(PrecomputeShard)).all()
+        by_worker = Counter(s.worker_id for s in shards)
+        assert session.get(PrecomputeJob, job_id).status is JobStatus.done
+    assert all(s.attempts == 1 for s in shards)  # no shard was made twice
+    assert len(by_worker) == 2, by_worker  # both processes took part
+    _check_exactly_once(sm, study_id, 2 * 2 * 24)
+
+
+@pytest.mark.postgres
+def test_a_killed_worker_shard_is_taken_over_after_its_lease(db, model_dir, dataset_file):
+    database, _engine, sm = db
+    study_id, job_id = _study(sm, model_dir, dataset_file, per_cell=120, lengths=(8,), shard=120)
+    lease = 4
+    victim = _ebc(database, "worker", "--once", "--device", "cpu", "--lease", str(lease))
+    deadline = time.monotonic() + 120
+    leased = None
+    while leased is None and time.monotonic() < deadline:
+        with sm() as session:
+            leased = session.scalars(
+                select(PrecomputeShard).where(PrecomputeShard.status == ShardStatus.leased)
+            ).first()
+        time.sleep(0.05)
+    assert leased is not None, "the worker never claimed a shard"
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=30)
+    with sm() as session:
+        assert session.scalar(select(func.count()).select_from(Item)) < 240  # killed mid-job
+    time.sleep(lease + 1)  # the lease lapses without heartbeats
+    rescuer = _ebc(database, "worker", "--once", "--device", "cpu")
+    out = rescuer.communicate(timeout=300)[0]
+    assert rescuer.returncode == 0, out
+    with sm() as session:
+        shard = session.get(PrecomputeShard, leased.id)
+        assert shard.error is None, shard.error
+        assert shard.status is ShardStatus.done and shard.attempts == 2
+        assert shard.worker_id != leased.worker_id
+        assert session.get(PrecomputeJob, job_id).status is JobStatus.done
+    _check_exactly_once(sm, study_id, 2 * 120)
+
+
+def _create_study_cli(database, tmp_path, model_dir, dataset_path) -> None:
+    study = tmp_path / "study.toml"
+    study.write_text(
+        f'slug = "cli"\ntitle = "CLI"\nprefix_lengths = [3]\nitems_per_cell = 6\nseed = 3\n'
+        f'[model]\nname = "{model_dir}"\n[dataset]\npath = "{dataset_path}"\n'
+        "[hits]\nattention = 0\n"
+    )
+    proc = _ebc(database, "study", "create", "--config", str(study))
+    assert proc.wait(timeout=60) == 0, proc.stdout.read()
+
+
+def test_precompute_command_runs_the_study_with_a_progress_bar(
+    db, model_dir, dataset_file, tmp_path
+):
+    database, _engine, sm = db
+    _create_study_cli(database, tmp_path, model_dir, dataset_file)
+    proc = _ebc(database, "precompute", "cli", "--device", "cpu", "--shard-size", "4")
+    out = proc.communicate(timeout=300)[0]
+    assert proc.returncode == 0, out
+    assert "precompute cli" in out and "12/12" in out
+    assert "done, 12/12 items" in out
+    with sm() as session:
+        assert session.scalar(select(func.count()).select_from(Item)) == 12
+        assert session.scalar(select(Study.status)).value == "ready"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "dataset file not found"),
+        ("", "the dataset is empty"),
+        ("too short\nalso short\n", "need 6 lines with at least 4 words; only 0"),
+    ],
+)
+def test_precompute_refuses_a_bad_dataset_and_writes_nothing(
+    db, model_dir, tmp_path, content, message
+):
+    database, _engine, sm = db
+    path = tmp_path / "data.txt"
+    if content is not None:
+        path.write_text(content)
+    _create_study_cli(database, tmp_path, model_dir, path)
+    proc = _ebc(database, "precompute", "cli", "--device", "cpu")
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 1 and message in out, out
+    with sm() as session:
+        assert session.scalar(select(func.count()).select_from(PrecomputeJob)) == 0
+        assert session.scalar(select(func.count()).select_from(Item)) == 0
+        assert session.scalar(select(Study.status)).value == "draft"

@@ -1,0 +1,185 @@
+"""Next words: token classes, the best-first search against brute force, special tokens."""
+
+from __future__ import annotations
+
+import torch
+from conftest import bpe_tokenizer, sp_tokenizer, word_tokenizer
+
+from worker.words import decode_word, segment_words, token_classes, top_words
+
+
+def classes_of(tokenizer, **kwargs) -> dict[str, tuple[bool, bool, bool]]:
+    cl = token_classes(tokenizer, **kwargs)
+    tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    return {
+        t: (bool(cl.starts[i]), bool(cl.blank[i]), bool(cl.special[i]))
+        for i, t in enumerate(tokens)
+    }
+
+
+def test_byte_bpe_boundaries_and_punctuation_rule():
+    tok = bpe_tokenizer()
+    assert token_classes(tok).convention == "byte_bpe"
+    c = classes_of(tok)
+    assert c["Ġthe"] == (True, False, False)
+    assert c["at"] == (False, False, False)  # continues a word
+    assert c["Ġ"] == (True, True, False)  # whitespace only: a separator
+    assert c[","][0] and c["."][0] and c["Ġ,"][0]  # punctuation starts a word
+    assert c["<|endoftext|>"][2]
+    no_punct = classes_of(tok, punctuation_splits=False)
+    assert not no_punct[","][0] and no_punct["Ġ,"][0]
+
+
+def test_metaspace_boundaries_and_punctuation_rule():
+    tok = sp_tokenizer()
+    assert token_classes(tok).convention == "metaspace"
+    c = classes_of(tok)
+    assert c["▁cat"] == (True, False, False)
+    assert c["og"] == (False, False, False)
+    assert c["▁"] == (True, True, False)
+    assert c[","][0] and c["'"][0]
+    assert c["<unk>"][2] and c["</s>"][2] and c["<pad>"][2]
+    assert not classes_of(tok, punctuation_splits=False)["'"][0]
+
+
+def test_word_level_vocabulary_every_token_is_a_word():
+    cl = token_classes(word_tokenizer())
+    assert cl.convention == "word" and bool(cl.starts.all())
+    assert cl.special.nonzero().flatten().tolist() == [0, 1]  # <unk>, <eos>
+
+
+def test_ids_beyond_the_tokenizer_are_special():
+    tok = bpe_tokenizer()
+    cl = token_classes(tok, vocab_size=len(tok) + 3)
+    assert cl.special[-3:].all()
+
+
+def test_segment_words_byte_bpe():
+    tok = bpe_tokenizer()
+    cl = token_classes(tok)
+    ids = tok("the cat, the dog.")["input_ids"]
+    words = [decode_word(tok, g) for g in segment_words(ids, cl)]
+    assert words == ["the", "cat", ",", "the", "dog", "."]
+
+
+def brute_force(model, tokenizer, context, depth):
+    """All words of at most ``depth`` tokens with their probabilities (merged by string), by
+    plain full forwards of the Hugging Face model, and a bound on any longer word."""
+    cl = token_classes(tokenizer)
+    root_ok = cl.starts & ~cl.blank & ~cl.special
+    cont = ~cl.starts & ~cl.special
+    boundary = cl.starts | cl.ends
+    with torch.no_grad():
+        root = torch.log_softmax(model(torch.tensor([context])).logits[0, -1], -1)
+    level = [((t,), float(root[t].exp())) for t in root_ok.nonzero().flatten().tolist()]
+    words: dict[str, float] = {}
+    bound = 0.0
+    for d in range(1, depth + 1):
+        with torch.no_grad():
+            out = model(torch.tensor([list(context) + list(s) for s, _ in level])).logits
+        lps = torch.log_softmax(out[:, -1], -1)
+        b = lps.masked_fill(~boundary, -1e9).logsumexp(-1).exp().tolist()
+        more = lps.masked_fill(~cont, -1e9).logsumexp(-1).exp().tolist()
+        nxt = []
+        for (seq, p), pb, row, pm in zip(level, b, lps, more, strict=True):
+            w = decode_word(tokenizer, seq)
+            if w:
+                words[w] = words.get(w, 0.0) + p * pb
+            if d < depth:
+                nxt += [((*seq, int(t)), p * float(row[t].exp())) for t in cont.nonzero().flatten()]
+            else:
+                bound = max(bound, p * pm)
+        level = nxt
+    return sorted(words.items(), key=lambda kv: -kv[1]), bound
+
+
+def check_against_brute_force(lm, texts):
+    contexts = [[lm.start_token_id, *lm.encode(t)] for t in texts]
+    root, state = lm.start(contexts)
+    cl = token_classes(lm.tokenizer)
+    results = top_words(
+        root,
+        lambda rows, conts: lm.extend(state, rows, conts),
+        cl,
+        lm.tokenizer,
+        k=5,
+        special_policy="skip",
+    )
+    multi_token = 0
+    for context, res in zip(contexts, results, strict=True):
+        expected, bound = brute_force(lm.model, lm.tokenizer, context, depth=3)
+        assert bound < expected[4][1]  # words of 4+ tokens cannot enter the top 5
+        assert res.exact and res.method.startswith("best-first")
+        assert res.words == [w for w, _ in expected[:5]]
+        # Tokenisations below merge_tail (0.05) x the 5th word's probability may stay unseen:
+        # the search's sums are lower bounds, close to the full sums.
+        for p, (_, q) in zip(res.probs, expected[:5], strict=True):
+            assert q - 0.1 * expected[4][1] < p < q + 1e-6
+        multi_token += sum(len(lm.encode(w)) > 1 for w in res.words)
+    assert multi_token > 0  # the test exercised multi-token words
+
+
+def test_best_first_matches_brute_force_byte_bpe(bpe_lm):
+    check_against_brute_force(bpe_lm, ["the cat", "the dog at", "a", "the cat, the"])
+
+
+def test_best_first_matches_brute_force_metaspace(sp_lm):
+    check_against_brute_force(sp_lm, ["the cat", "the dog at", "a", "the cat, the"])
+
+
+def test_word_level_top_k_is_token_top_k_without_specials(word_lm):
+    contexts = [[word_lm.start_token_id, *word_lm.encode(t)] for t in ["the cat", "a big red"]]
+    root, _ = word_lm.start(contexts)
+    cl = token_classes(word_lm.tokenizer)
+    results = top_words(root, None, cl, word_lm.tokenizer, k=5, special_policy="skip")
+    for b, res in enumerate(results):
+        assert res.method == "word-level-topk"
+        masked = root[b].masked_fill(cl.special, float("-inf"))
+        ids = masked.topk(5).indices.tolist()
+        assert res.words == word_lm.tokenizer.convert_ids_to_tokens(ids)
+        assert "<unk>" not in res.words and "<eos>" not in res.words
+
+
+def test_special_top1_policies(word_lm):
+    tok = word_lm.tokenizer
+    cl = token_classes(tok)
+    logits = torch.full((1, len(tok)), -5.0)
+    logits[0, tok.convert_tokens_to_ids("<eos>")] = 3.0
+    logits[0, tok.convert_tokens_to_ids("cat")] = 1.0
+    root = torch.log_softmax(logits, -1)
+    skip = top_words(root, None, cl, tok, k=3, special_policy="skip")[0]
+    renorm = top_words(root, None, cl, tok, k=3, special_policy="renormalise")[0]
+    for res in (skip, renorm):
+        assert res.special_top1 and res.special_token == "<eos>"
+        assert res.words[0] == "cat" and "<eos>" not in res.words
+    assert skip.skipped and not skip.renormalised
+    assert not renorm.skipped and renorm.renormalised
+    p_eos = float(root[0, tok.convert_tokens_to_ids("<eos>")].exp())
+    assert abs(renorm.probs[0] - skip.probs[0] / (1 - renorm.special_mass)) < 1e-9
+    assert renorm.special_mass >= p_eos
+
+
+def test_special_tokens_never_returned_by_search(bpe_lm, sp_lm):
+    for lm in (bpe_lm, sp_lm):
+        cl = token_classes(lm.tokenizer)
+        names = set(lm.tokenizer.convert_ids_to_tokens(cl.special.nonzero().flatten().tolist()))
+        contexts = [[lm.start_token_id, *lm.encode(t)] for t in ["the", "cat dog", "a a a"]]
+        root, state = lm.start(contexts)
+        root = root.clone()
+        # Make the end of text the most likely token: it must still never be a word.
+        root[:, lm.tokenizer.eos_token_id] = 0.0
+        extend = lm.extend
+        res = top_words(root, lambda r, c, s=state, f=extend: f(s, r, c), cl, lm.tokenizer, k=5)
+        for r in res:
+            assert not names & set(r.words)
+            assert r.special_top1
+
+
+def test_budget_exhaustion_is_reported(bpe_lm):
+    contexts = [[bpe_lm.start_token_id, *bpe_lm.encode("the cat")]]
+    root, state = bpe_lm.start(contexts)
+    cl = token_classes(bpe_lm.tokenizer)
+    res = top_words(
+        root, lambda r, c: bpe_lm.extend(state, r, c), cl, bpe_lm.tokenizer, k=5, max_expansions=2
+    )[0]
+    assert not res.exact and res.expansions == 2

@@ -1,0 +1,1 @@
+"""Precompute worker: prefixes and next-word choices (the only package that imports torch)."""

@@ -1,0 +1,743 @@
+"""A small word-level demo model, built locally and offline, for the README's demo study.
+
+Nothing can be downloaded from a model hub on a fresh offline machine, so the demo trains its
+own model once and caches it under ``./var/``:
+
+1. **Corpus** (`fetch_austen`): Jane Austen's six novels (public domain) from Debian's
+   ``r-cran-janeaustenr`` package: ``apt-get download`` + ``dpkg -x``, no R needed.  The novels
+   sit in an R lazy-load database (``data/Rdata.rdx`` + ``.rdb``), read with the ``rdata``
+   library (`read_lazyload_db`); lines are joined into paragraphs (`austen_paragraphs`), front
+   matter, chapter and volume headings, footnotes and end notes dropped.  About 717k words.
+2. **Tokenizer** (`train_tokenizer`): lower-cased, wiki-103-style words made by the tokenizer
+   itself (a regex split pre-tokenizer: "Don't" -> ``do n't``, punctuation split off), a
+   ``tokenizers`` WordLevel vocabulary (~8k words, ``<unk>`` and ``<eos>``) wrapped as a
+   ``PreTrainedTokenizerFast``.  The saved datasets hold each paragraph as the tokenizer's
+   words joined by single spaces (`tokenize_words`), one per line, so a whitespace-separated
+   word of the dataset is exactly one pre-token of the tokenizer (out-of-vocabulary words stay
+   as they are in the text and map to ``<unk>`` in the model).
+3. **Model** (`build_demo_model`): a GPT-2 with 2 layers, width 128, 4 heads, context 64
+   (~1.4M parameters) trained on the ``<eos>``-separated stream of the training paragraphs with
+   AdamW, linear warm-up and cosine decay, a fixed number of steps with a wall-clock cap, seeded
+   (when the cap would cut the run, the decay follows the clock so the model still ends annealed).
+   Saved with ``save_pretrained`` (model and tokenizer) so it loads through
+   ``worker.models.load_model`` like any Hugging Face model.
+
+Layout of ``out_dir``: ``model/`` (the checkpoint, its tokenizer and ``ebc_demo.json`` with the
+recipe, its hash and the metrics), ``train.txt`` and ``heldout.txt`` (distinct held-out
+paragraphs, never trained on: the demo study's dataset and the validation set), ``austen/``
+(the downloaded package and the extracted text).  A later call with the same recipe reuses it.
+
+Run by hand: ``python -m worker.demo_model var/demo``.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import itertools
+import json
+import math
+import os
+import random
+import re
+import shutil
+import subprocess
+import time
+import warnings
+import zlib
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEB_PACKAGE = "r-cran-janeaustenr"
+# The novels in the order of publication (the R package's variable names).
+AUSTEN_NOVELS = (
+    "sensesensibility",
+    "prideprejudice",
+    "mansfieldpark",
+    "emma",
+    "northangerabbey",
+    "persuasion",
+)
+# Bump when the paragraph extraction or the tokenisation changes: it invalidates the caches.
+TEXT_FORMAT = 1
+
+UNK = "<unk>"
+EOS = "<eos>"
+# One match per word, applied after lower-casing: a word's stem before "n't", "n't", the
+# clitics 's 're 've 'll 'd 'm, runs of letters/digits, runs of dashes, any other single
+# character.  Idempotent: re-tokenising the space-joined words gives the same words.
+WORD_PATTERN = (
+    r"[\p{L}\p{N}]+(?=n't\b)|n't\b|'(?:s|re|ve|ll|d|m)\b|[\p{L}\p{N}]+|-+|[^\s\p{L}\p{N}]"
+)
+
+_CHAPTER = re.compile(r"^(chapter|volume)\s+([ivxlc]+|\d+)\.?$", re.IGNORECASE)
+_END = re.compile(r"^(the end|finis|a note on the text)\.?$", re.IGNORECASE)
+
+
+# --- corpus ------------------------------------------------------------------------------------
+
+
+class CorpusError(RuntimeError):
+    """The Austen corpus could not be fetched or read; the message says what to do."""
+
+
+def fetch_austen(cache_dir: Path) -> list[str]:
+    """The paragraphs of Jane Austen's six novels, one string each (original case and spacing
+    inside a paragraph collapsed to single spaces).
+
+    Downloads Debian's ``r-cran-janeaustenr`` into ``cache_dir`` with ``apt-get download``
+    (running ``apt-get update`` first when the package lists are empty or the download fails),
+    unpacks it with ``dpkg -x`` and reads the R lazy-load data.  The paragraphs are cached in
+    ``cache_dir/austen-paragraphs-v{TEXT_FORMAT}.txt``; later calls read that file only.
+    Raises `CorpusError` with instructions when apt-get or dpkg is missing or fails.
+    """
+    cache_dir = Path(cache_dir).resolve()
+    cached = cache_dir / f"austen-paragraphs-v{TEXT_FORMAT}.txt"
+    if cached.exists():
+        return [line for line in cached.read_text(encoding="utf-8").split("\n") if line]
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    deb = _download_deb(cache_dir)
+    root = cache_dir / "janeaustenr"
+    shutil.rmtree(root, ignore_errors=True)
+    _run(["dpkg", "-x", str(deb), str(root)], cache_dir, "unpack the package")
+    novels = read_austen_novels(root)
+    paragraphs = [p for name in AUSTEN_NOVELS for p in austen_paragraphs(novels[name])]
+    tmp = cached.with_suffix(".tmp")
+    tmp.write_text("\n".join(paragraphs) + "\n", encoding="utf-8")
+    tmp.replace(cached)
+    return paragraphs
+
+
+def _run(cmd: list[str], cwd: Path, what: str) -> subprocess.CompletedProcess:
+    if shutil.which(cmd[0]) is None:
+        raise CorpusError(
+            f"`{cmd[0]}` is not available, so the demo cannot {what}.  The demo corpus comes from "
+            f"Debian's {DEB_PACKAGE} package: on a Debian/Ubuntu machine run "
+            f"`apt-get download {DEB_PACKAGE}` in {cwd}, or point the demo at another text file "
+            "or model."
+        )
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
+
+
+def _apt_lists_empty() -> bool:
+    return not glob.glob("/var/lib/apt/lists/*Packages*")
+
+
+def _download_deb(cache_dir: Path) -> Path:
+    found = sorted(cache_dir.glob(f"{DEB_PACKAGE}_*.deb"))
+    if found:
+        return found[-1]
+    download = ["apt-get", "download", DEB_PACKAGE]
+    update = ["apt-get", "update"]
+    tried_update = False
+    if _apt_lists_empty():
+        _run(update, cache_dir, "update the package lists")
+        tried_update = True
+    proc = _run(download, cache_dir, "download the corpus")
+    if proc.returncode != 0 and not tried_update:
+        upd = _run(update, cache_dir, "update the package lists")
+        tried_update = True
+        proc = _run(download, cache_dir, "download the corpus")
+        if proc.returncode != 0 and upd.returncode != 0:
+            proc.stderr += "\n(apt-get update also failed: " + upd.stderr.strip()[-500:] + ")"
+    found = sorted(cache_dir.glob(f"{DEB_PACKAGE}_*.deb"))
+    if proc.returncode != 0 or not found:
+        raise CorpusError(
+            f"`apt-get download {DEB_PACKAGE}` failed in {cache_dir} "
+            f"(exit {proc.returncode}): {proc.stderr.strip()[-800:]}\n"
+            f"The demo model is trained on Jane Austen's novels from that Debian package.  Run "
+            f"`sudo apt-get update` and retry, or put the package's .deb file into {cache_dir} "
+            "(any Debian mirror has it), or point the demo at another text file or model."
+        )
+    return found[-1]
+
+
+def read_lazyload_db(stem: Path, names: Sequence[str] | None = None) -> dict[str, Any]:
+    """Read the variables of an R lazy-load database ``stem.rdx`` + ``stem.rdb`` (as R writes
+    for a package's ``R/`` code and ``data/``), converted by ``rdata`` (a character vector
+    becomes a numpy array of str).
+
+    Format: the ``.rdx`` is an RDS file (gzip-compressed R serialization) of a list with
+    ``variables`` (name -> (offset, length) into the ``.rdb``), ``references`` (environments)
+    and ``compressed``.  Each ``.rdb`` entry is a 4-byte big-endian uncompressed length, for
+    ``compressed`` 2 or 3 a one-byte method (``Z`` zlib, ``2`` bzip2, ``X`` xz, ``0`` none),
+    then the compressed R serialization (zlib when ``compressed`` is TRUE).
+    ``names`` restricts the variables read (others may refer to environments).
+    """
+    import rdata
+
+    stem = Path(stem)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        index = rdata.read_rds(stem.with_name(stem.name + ".rdx"))
+    blob = stem.with_name(stem.name + ".rdb").read_bytes()
+    compressed = int(_scalar(index.get("compressed", True)))
+    out: dict[str, Any] = {}
+    for name, where in index["variables"].items():
+        name = str(name)
+        if names is not None and name not in names:
+            continue
+        offset, length = (int(x) for x in where)
+        entry = blob[offset : offset + length]
+        size = int.from_bytes(entry[:4], "big")
+        raw = _decompress(entry[4:], compressed)
+        if len(raw) != size:
+            raise CorpusError(f"{stem}.rdb: entry {name!r} has {len(raw)} bytes, expected {size}")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            parsed = rdata.parser.parse_data(raw, extension=".rds")
+            out[name] = rdata.conversion.convert(parsed)
+    return out
+
+
+def _scalar(value: Any) -> Any:
+    try:
+        return value[0]
+    except (TypeError, IndexError, KeyError):
+        return value
+
+
+def _decompress(data: bytes, compressed: int) -> bytes:
+    if compressed in (0, 1):
+        return zlib.decompress(data) if compressed else data
+    method, payload = data[:1], data[1:]
+    if method == b"Z":
+        return zlib.decompress(payload)
+    if method == b"2":
+        import bz2
+
+        return bz2.decompress(payload)
+    if method == b"X":
+        import lzma
+
+        return lzma.decompress(payload)
+    if method == b"0":
+        return payload
+    raise CorpusError(f"unknown compression method {method!r} in an R lazy-load database")
+
+
+def read_austen_novels(package_root: Path) -> dict[str, list[str]]:
+    """The lines of each novel from an unpacked ``r-cran-janeaustenr`` (``dpkg -x`` output or
+    an R library directory), keyed by the package's variable names (`AUSTEN_NOVELS`)."""
+    package_root = Path(package_root)
+    stems = sorted(
+        p.with_suffix("")
+        for p in package_root.rglob("*.rdx")
+        if p.parent.name in ("data", "R") and p.with_suffix(".rdb").exists()
+    )
+    novels: dict[str, list[str]] = {}
+    for stem in stems:
+        try:
+            found = read_lazyload_db(stem, names=AUSTEN_NOVELS)
+        except Exception:  # the package's R code database may hold what rdata cannot convert
+            continue
+        for name, value in found.items():
+            novels.setdefault(name, [str(x) if x is not None else "" for x in value])
+    missing = [n for n in AUSTEN_NOVELS if n not in novels]
+    if missing:
+        raise CorpusError(
+            f"{package_root}: no R lazy-load data with the novels {missing}; is it {DEB_PACKAGE}?"
+        )
+    return novels
+
+
+def austen_paragraphs(lines: Sequence[str]) -> list[str]:
+    """Paragraphs of one novel's lines (as in Project Gutenberg: blank lines between
+    paragraphs): consecutive non-empty lines joined with single spaces.
+
+    Dropped: front matter (everything before the first chapter heading), chapter and volume
+    headings, footnotes (``*...``) and separators (``* * *``), and everything from the end mark
+    on (``THE END``, ``FINIS``, the editor's "A NOTE ON THE TEXT").
+    """
+    blocks: list[str] = []
+    current: list[str] = []
+    for line in [*lines, ""]:
+        line = line.strip()
+        if line:
+            current.append(line)
+        elif current:
+            blocks.append(" ".join(" ".join(current).split()))
+            current = []
+    out: list[str] = []
+    started = False
+    for block in blocks:
+        if _CHAPTER.match(block):
+            started = True
+            continue
+        if not started:
+            continue
+        if _END.match(block):
+            break
+        if block.startswith("*") or not re.search(r"[A-Za-z]", block):
+            continue
+        out.append(block)
+    return out
+
+
+# --- tokenizer ---------------------------------------------------------------------------------
+
+
+def _normalizer():
+    from tokenizers import Regex, normalizers
+
+    # Gutenberg marks italics with underscores: drop them.
+    return normalizers.Sequence(
+        [normalizers.NFKC(), normalizers.Replace(Regex("_"), ""), normalizers.Lowercase()]
+    )
+
+
+def _pre_tokenizer():
+    from tokenizers import Regex, pre_tokenizers
+
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.WhitespaceSplit(),
+            pre_tokenizers.Split(Regex(WORD_PATTERN), behavior="isolated"),
+        ]
+    )
+
+
+_WORDS: tuple[Any, Any] | None = None
+
+
+def tokenize_words(text: str) -> list[str]:
+    """The words of ``text`` as the demo tokenizer sees them (normalised and pre-tokenised, before
+    the vocabulary lookup): lower-cased, "don't" -> ``do``, ``n't``, punctuation split off."""
+    global _WORDS
+    if _WORDS is None:
+        _WORDS = (_normalizer(), _pre_tokenizer())
+    normalizer, pre_tokenizer = _WORDS
+    return [w for w, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))]
+
+
+def train_tokenizer(lines: Sequence[str], vocab_size: int = 8000):
+    """A word-level ``PreTrainedTokenizerFast`` over ``lines``: the ``vocab_size`` most frequent
+    words (``<unk>`` and ``<eos>`` included), the normaliser and pre-tokenizer of
+    `tokenize_words`, decoding that joins tokens with single spaces."""
+    from tokenizers import Tokenizer, decoders, models, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel(unk_token=UNK))
+    tok.normalizer = _normalizer()
+    tok.pre_tokenizer = _pre_tokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins tokens with spaces
+    trainer = trainers.WordLevelTrainer(
+        vocab_size=vocab_size, special_tokens=[UNK, EOS], show_progress=False
+    )
+    tok.train_from_iterator(lines, trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token=UNK,
+        eos_token=EOS,
+        clean_up_tokenization_spaces=False,
+    )
+
+
+# --- model -------------------------------------------------------------------------------------
+
+CONTEXT = 64
+MODEL = {"n_layer": 2, "n_embd": 128, "n_head": 4, "n_positions": CONTEXT}
+OPTIM = {
+    "optimizer": "AdamW",
+    "lr": 3e-3,
+    "betas": [0.9, 0.98],
+    "weight_decay": 0.1,
+    "warmup_fraction": 0.05,
+    "min_lr_fraction": 0.05,
+    "batch_size": 16,
+    "dropout": 0.0,
+    "grad_clip": 1.0,
+}
+HELDOUT_FRACTION = 0.05
+VAL_MAX_TOKENS = 30_000
+TRIGRAM_DISCOUNT = 0.75
+
+
+@dataclass
+class DemoModel:
+    """Where a built demo lives and how it did (``metrics`` is ``ebc_demo.json``)."""
+
+    model_dir: Path
+    heldout_path: Path
+    train_path: Path
+    metrics: dict = field(default_factory=dict)
+    reused: bool = False
+
+
+def _corpus_id(corpus: Sequence[str] | None) -> str:
+    if corpus is None:
+        return f"{DEB_PACKAGE}/text-v{TEXT_FORMAT}"
+    digest = hashlib.sha256("\n".join(corpus).encode("utf-8")).hexdigest()
+    return f"sha256:{digest}"
+
+
+def demo_recipe(
+    *, steps: int = 1800, vocab_size: int = 8000, seed: int = 0, corpus: Sequence[str] | None = None
+) -> dict:
+    """The recipe that identifies a build (the wall-clock cap is kept apart)."""
+    return {
+        "format": TEXT_FORMAT,
+        "corpus": _corpus_id(corpus),
+        "word_pattern": WORD_PATTERN,
+        "vocab_size": vocab_size,
+        "heldout_fraction": HELDOUT_FRACTION,
+        "model": {"type": "gpt2", **MODEL},
+        "optim": OPTIM,
+        "steps": steps,
+        "seed": seed,
+    }
+
+
+def recipe_hash(recipe: dict) -> str:
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _cached(out_dir: Path, digest: str, max_seconds: float) -> dict | None:
+    model_dir = out_dir / "model"
+    meta_path = model_dir / "ebc_demo.json"
+    needed = [
+        out_dir / "heldout.txt",
+        out_dir / "train.txt",
+        model_dir / "config.json",
+        model_dir / "tokenizer.json",
+    ]
+    if not meta_path.exists() or not all(p.exists() for p in needed):
+        return None
+    if not list(model_dir.glob("*.safetensors")) and not list(model_dir.glob("*.bin")):
+        return None
+    try:
+        meta = json.loads(meta_path.read_text())
+    except ValueError:
+        return None
+    if meta.get("recipe_hash") != digest:
+        return None
+    # A run cut short by its wall-clock cap is only the same build under the same cap.
+    if not meta.get("completed") and meta.get("max_seconds") != max_seconds:
+        return None
+    return meta
+
+
+def split_heldout(lines: Sequence[str], fraction: float, seed: int) -> tuple[list[str], list[str]]:
+    """(train, heldout): a seeded random ``fraction`` of the *distinct* lines is held out (in
+    corpus order, each once), so no held-out line also occurs in the training lines."""
+    distinct = sorted(set(lines))
+    rng = random.Random(seed)
+    rng.shuffle(distinct)
+    n_held = max(1, round(len(distinct) * fraction))
+    held = set(distinct[:n_held])
+    heldout, seen = [], set()
+    for line in lines:
+        if line in held and line not in seen:
+            heldout.append(line)
+            seen.add(line)
+    train = [line for line in lines if line not in held]
+    return train, heldout
+
+
+def _stream(tokenizer, lines: Sequence[str], eos: int) -> list[int]:
+    ids = [eos]
+    for enc in tokenizer(list(lines), add_special_tokens=False)["input_ids"]:
+        ids.extend(enc)
+        ids.append(eos)
+    return ids
+
+
+def _eval_loss(model, ids, context: int, batch: int = 64) -> tuple[float, int]:
+    """Mean next-token loss over ``ids[1:]`` with sliding windows (stride context/2; every
+    token is scored once, with at least context/2 tokens of history after the first window)."""
+    import torch
+
+    stride = context // 2
+    windows: list[tuple[int, int]] = []  # (start, first scored position within the window)
+    start = 0
+    while True:
+        end = min(start + context, len(ids))
+        windows.append((start, 1 if start == 0 else context - stride))
+        if end >= len(ids):
+            break
+        start += stride
+    total, count = 0.0, 0
+    model.eval()
+    with torch.inference_mode():
+        for lo in range(0, len(windows), batch):
+            chunk = windows[lo : lo + batch]
+            width = max(min(s + context, len(ids)) - s for s, _ in chunk)
+            x = torch.zeros((len(chunk), width), dtype=torch.long)
+            score = torch.zeros((len(chunk), width), dtype=torch.bool)
+            for i, (s, first) in enumerate(chunk):
+                seg = ids[s : s + context]
+                x[i, : len(seg)] = torch.tensor(seg)
+                score[i, first : len(seg)] = True
+            logits = model(input_ids=x).logits.float()
+            logp = torch.log_softmax(logits[:, :-1], dim=-1)
+            nll = -logp.gather(-1, x[:, 1:, None])[..., 0]
+            mask = score[:, 1:]
+            total += float(nll[mask].sum())
+            count += int(mask.sum())
+    model.train()
+    return total / max(count, 1), count
+
+
+def trigram_perplexity(train_ids: Sequence[int], eval_ids: Sequence[int], vocab: int) -> float:
+    """Perplexity of an interpolated Kneser-Ney trigram (absolute discount 0.75, continuation
+    unigram mixed with uniform) trained on ``train_ids``, on ``eval_ids[1:]``: a count baseline."""
+    d = TRIGRAM_DISCOUNT
+    c3 = Counter(zip(train_ids, train_ids[1:], train_ids[2:], strict=False))
+    c2 = Counter(itertools.pairwise(train_ids))
+    ctx2: Counter = Counter()  # c(a b .)
+    types2: Counter = Counter()  # N1+(a b .)
+    for (a, b, _), n in c3.items():
+        ctx2[a, b] += n
+        types2[a, b] += 1
+    cont2: Counter = Counter()  # N1+(. b c) over bigram types
+    cont_ctx: Counter = Counter()  # N1+(. b .)
+    for a_b_c in c3:
+        cont2[a_b_c[1], a_b_c[2]] += 1
+        cont_ctx[a_b_c[1]] += 1
+    types_after: Counter = Counter()  # N1+(b . ) among continuation bigrams
+    for b, _ in cont2:
+        types_after[b] += 1
+    cont1: Counter = Counter(c for (_, c) in c2)  # N1+(. c)
+    n_bigram_types = len(c2)
+
+    def p1(c: int) -> float:
+        return 0.99 * cont1[c] / n_bigram_types + 0.01 / vocab
+
+    def p2(b: int, c: int) -> float:
+        denom = cont_ctx[b]
+        if not denom:
+            return p1(c)
+        return max(cont2[b, c] - d, 0) / denom + d * types_after[b] / denom * p1(c)
+
+    total = 0.0
+    for i in range(1, len(eval_ids)):
+        c = eval_ids[i]
+        b = eval_ids[i - 1]
+        a = eval_ids[i - 2] if i >= 2 else None
+        denom = ctx2[a, b] if a is not None else 0
+        if denom:
+            p = max(c3[a, b, c] - d, 0) / denom + d * types2[a, b] / denom * p2(b, c)
+        else:
+            p = p2(b, c)
+        total -= math.log(p)
+    return math.exp(total / max(len(eval_ids) - 1, 1))
+
+
+def build_demo_model(
+    out_dir: Path,
+    *,
+    steps: int = 1800,
+    max_seconds: float = 240,
+    vocab_size: int = 8000,
+    seed: int = 0,
+    corpus: Sequence[str] | None = None,
+    force: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> DemoModel:
+    """Build (or reuse) the demo model under ``out_dir`` and return its paths and metrics.
+
+    ``corpus``: paragraphs to train on instead of the Austen novels (tests; any text).  Training
+    runs ``steps`` optimiser steps or stops at ``max_seconds`` of wall-clock training time,
+    whichever comes first (``steps_done`` and ``completed`` in the metrics say which).  A later
+    call with the same recipe (`demo_recipe`) reuses the files unless ``force``; a run cut short
+    by the cap is reused only under the same cap.
+    """
+    say = log or (lambda _msg: None)
+    out_dir = Path(out_dir)
+    recipe = demo_recipe(steps=steps, vocab_size=vocab_size, seed=seed, corpus=corpus)
+    digest = recipe_hash(recipe)
+    model_dir = out_dir / "model"
+    heldout_path, train_path = out_dir / "heldout.txt", out_dir / "train.txt"
+    if not force:
+        meta = _cached(out_dir, digest, max_seconds)
+        if meta is not None:
+            say(f"reusing the demo model in {model_dir}")
+            return DemoModel(model_dir, heldout_path, train_path, meta, reused=True)
+
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    t_start = time.monotonic()
+    paragraphs = list(corpus) if corpus is not None else fetch_austen(out_dir / "austen")
+    lines = [" ".join(w) for w in map(tokenize_words, paragraphs)]
+    lines = [line for line in lines if line]
+    if len(lines) < 2:
+        raise ValueError("the demo corpus needs at least two non-empty paragraphs")
+    train, heldout = split_heldout(lines, HELDOUT_FRACTION, seed)
+    say(
+        f"corpus: {len(paragraphs)} paragraphs, {sum(len(p.split()) for p in paragraphs)} words, "
+        f"{sum(len(x.split()) for x in lines)} tokens; "
+        f"{len(train)} train, {len(heldout)} held out"
+    )
+
+    tokenizer = train_tokenizer(train, vocab_size)
+    eos = tokenizer.convert_tokens_to_ids(EOS)
+    train_ids = _stream(tokenizer, train, eos)
+    val_ids = _stream(tokenizer, heldout, eos)[:VAL_MAX_TOKENS]
+    data = torch.tensor(train_ids, dtype=torch.long)
+    if len(data) <= CONTEXT:
+        raise ValueError(f"the demo corpus is too small: {len(data)} tokens for context {CONTEXT}")
+
+    torch.manual_seed(seed)
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        bos_token_id=eos,
+        eos_token_id=eos,
+        resid_pdrop=OPTIM["dropout"],
+        embd_pdrop=OPTIM["dropout"],
+        attn_pdrop=OPTIM["dropout"],
+        **MODEL,
+    )
+    model = GPT2LMHeadModel(config)
+    n_params = sum(p.numel() for p in model.parameters())
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": OPTIM["weight_decay"]},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=OPTIM["lr"],
+        betas=tuple(OPTIM["betas"]),
+    )
+    warmup = max(1, round(steps * OPTIM["warmup_fraction"]))
+    floor = OPTIM["min_lr_fraction"]
+
+    def lr_factor(step: int, elapsed: float) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, steps - warmup)
+        # On a slow or busy machine the decay follows the clock instead, so that a run cut by
+        # the cap still ends annealed (it then depends on the machine's speed; see `completed`).
+        if max_seconds > 0:
+            progress = max(progress, elapsed / max_seconds)
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+    val_loss_start, n_val = _eval_loss(model, val_ids, CONTEXT)
+    say(f"model: {n_params:,} parameters; step 0 validation loss {val_loss_start:.3f}")
+
+    gen = torch.Generator().manual_seed(seed)
+    batch = OPTIM["batch_size"]
+    t_train = time.monotonic()
+    steps_done, last_loss = 0, float("nan")
+    model.train()
+    for step in range(steps):
+        elapsed = time.monotonic() - t_train
+        if elapsed > max_seconds:
+            break
+        for group in optimizer.param_groups:
+            group["lr"] = OPTIM["lr"] * lr_factor(step, elapsed)
+        starts = torch.randint(0, len(data) - CONTEXT, (batch,), generator=gen)
+        x = torch.stack([data[s : s + CONTEXT] for s in starts.tolist()])
+        # The model shifts the labels itself: pass the inputs, not inputs[1:].
+        loss = model(input_ids=x, labels=x).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), OPTIM["grad_clip"])
+        optimizer.step()
+        steps_done, last_loss = step + 1, loss.item()
+        if steps_done % 200 == 0:
+            say(
+                f"step {steps_done}/{steps}: train loss {last_loss:.3f} "
+                f"({time.monotonic() - t_train:.0f}s)"
+            )
+    train_seconds = time.monotonic() - t_train
+    val_loss, _ = _eval_loss(model, val_ids, CONTEXT)
+    try:
+        trigram = trigram_perplexity(train_ids, val_ids, len(tokenizer))
+    except Exception:  # a baseline for comparison only
+        trigram = None
+    meta = {
+        "recipe": recipe,
+        "recipe_hash": digest,
+        "max_seconds": max_seconds,
+        "steps_done": steps_done,
+        "completed": steps_done == steps,
+        "train_seconds": round(train_seconds, 2),
+        "total_seconds": round(time.monotonic() - t_start, 2),
+        "parameters": n_params,
+        "vocab_size": len(tokenizer),
+        "corpus_words": sum(len(p.split()) for p in paragraphs),
+        "corpus_tokens": sum(len(x.split()) for x in lines),
+        "train_paragraphs": len(train),
+        "heldout_paragraphs": len(heldout),
+        "train_tokens": len(train_ids),
+        "val_tokens": n_val,
+        "val_loss_start": round(val_loss_start, 5),
+        "val_loss": round(val_loss, 5),
+        "val_perplexity": round(math.exp(val_loss), 3),
+        "trigram_val_perplexity": round(trigram, 3) if trigram is not None else None,
+        "last_train_loss": round(last_loss, 5),
+        "torch_threads": torch.get_num_threads(),
+    }
+    say(
+        f"{steps_done} steps in {train_seconds:.0f}s: validation perplexity "
+        f"{meta['val_perplexity']} (step 0: {math.exp(val_loss_start):.0f}; count trigram: "
+        f"{meta['trigram_val_perplexity']})"
+    )
+
+    # Write into a scratch directory, then move into place; the model directory (with
+    # ebc_demo.json) goes last, so an interrupted build is never taken for a finished one.
+    out_dir.mkdir(parents=True, exist_ok=True)
+    scratch = out_dir / f".build-{os.getpid()}"
+    shutil.rmtree(scratch, ignore_errors=True)
+    (scratch / "model").mkdir(parents=True)
+    model.eval()
+    model.save_pretrained(scratch / "model")
+    tokenizer.save_pretrained(scratch / "model")
+    (scratch / "model" / "ebc_demo.json").write_text(json.dumps(meta, indent=2) + "\n")
+    (scratch / "train.txt").write_text("\n".join(train) + "\n", encoding="utf-8")
+    (scratch / "heldout.txt").write_text("\n".join(heldout) + "\n", encoding="utf-8")
+    shutil.rmtree(model_dir, ignore_errors=True)
+    (scratch / "train.txt").replace(train_path)
+    (scratch / "heldout.txt").replace(heldout_path)
+    (scratch / "model").replace(model_dir)
+    shutil.rmtree(scratch, ignore_errors=True)
+    return DemoModel(model_dir, heldout_path, train_path, meta, reused=False)
+
+
+def top_next_words(model_dir: Path, prefixes: Sequence[str], k: int = 5) -> list[list[str]]:
+    """The ``k`` most probable next words (special tokens excluded) after each prefix, each
+    prefix read after ``<eos>`` as in training: a quick look at what the model learnt."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    special = set(tokenizer.all_special_ids)
+    out = []
+    with torch.inference_mode():
+        for prefix in prefixes:
+            ids = [
+                tokenizer.eos_token_id,
+                *tokenizer(prefix, add_special_tokens=False)["input_ids"],
+            ]
+            ids = ids[-CONTEXT:]
+            logits = model(input_ids=torch.tensor([ids])).logits[0, -1]
+            order = torch.argsort(logits, descending=True).tolist()
+            out.append(tokenizer.convert_ids_to_tokens([i for i in order if i not in special][:k]))
+    return out
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Build the demo model (Austen, word-level GPT-2).")
+    parser.add_argument("out_dir", type=Path, nargs="?", default=Path("var/demo"))
+    parser.add_argument("--steps", type=int, default=1800)
+    parser.add_argument("--max-seconds", type=float, default=240)
+    parser.add_argument("--force", action="store_true")
+    args = parser.parse_args()
+    built = build_demo_model(
+        args.out_dir, steps=args.steps, max_seconds=args.max_seconds, force=args.force, log=print
+    )
+    print(json.dumps({k: v for k, v in built.metrics.items() if k != "recipe"}, indent=2))
+    examples = [
+        "it is a truth universally acknowledged , that a single man in possession of a good",
+        "who for many",
+    ]
+    for prefix, words in zip(examples, top_next_words(built.model_dir, examples), strict=True):
+        print(f"... {' '.join(prefix.split()[-6:])} -> {', '.join(words)}")

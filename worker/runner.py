@@ -1,0 +1,254 @@
+"""The precompute worker loop: claim a shard, make its items, store them, repeat.
+
+Any number of workers on any machines that reach the database may run at once;
+`app.precompute.service` hands each shard to one of them at a time and makes
+re-runs harmless. A heartbeat thread keeps the lease while a shard is made; a
+worker that dies (even by SIGKILL) simply stops renewing it, and another worker
+takes the shard over once the lease lapses.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import Engine
+
+from app.config import Settings
+from app.db import build_engine, make_sessionmaker
+from app.models import PrecomputeShard, Study
+from app.precompute import service
+from worker.datasets import Dataset, DatasetError, check_dataset, load_dataset
+from worker.prefixes import PrefixItem, PrefixSpec, make_items
+
+log = logging.getLogger("ebc.worker")
+
+
+@dataclass
+class WorkerOptions:
+    device: str | None = None  # None: cuda when present, else cpu
+    dtype: str = "float32"
+    batch_size: int | None = None  # None: the per-device default
+    lease_seconds: float = 120.0
+    poll_seconds: float = 2.0
+    once: bool = False  # stop when no shard is claimable instead of waiting
+    study_id: int | None = None  # only this study's shards
+    max_shards: int | None = None
+
+
+def spec_for(study: Study, batch_size: int | None) -> PrefixSpec:
+    decoding = study.decoding
+    return PrefixSpec(
+        top_k=study.top_k,
+        prompt_words=study.prompt_words,
+        temperature=decoding.get("temperature", 1.0),
+        sample_top_k=decoding.get("top_k"),
+        sample_top_p=decoding.get("top_p"),
+        eos_policy="resample" if decoding.get("resample_on_eos", True) else "skip",
+        num_beams=decoding.get("beam_width", 10),
+        special_policy=study.special_top1.value,
+        batch_size=batch_size,
+    )
+
+
+def item_row(item: PrefixItem, *, attention: bool, spec: PrefixSpec) -> dict:
+    """A `PrefixItem` as the columns of `app.models.Item`."""
+    return {
+        "length": item.length,
+        "kind": item.kind,
+        "index": item.index,
+        "is_attention": attention,
+        "words": item.text,
+        "prompt": " ".join(item.prompt_words) or None,
+        "source": item.source,
+        "true_next_word": item.true_next_word,
+        "choices": [{"word": w, "prob": float(p)} for w, p in item.choices],
+        "skip_reason": item.skip_reason if item.skipped else None,
+        "provenance": {**item.provenance, "spec": _spec_record(spec)},
+    }
+
+
+def _spec_record(spec: PrefixSpec) -> dict:
+    from dataclasses import asdict
+
+    record = asdict(spec)
+    record.pop("batch_size")  # a performance knob, not part of what an item is
+    return record
+
+
+def plan_precompute(
+    session, study: Study, *, shard_size: int = service.DEFAULT_SHARD_SIZE
+) -> service.PrecomputeJob:
+    """Check the study's dataset, then plan its precompute job (nothing is written on error).
+
+    Raises `DatasetError` when the dataset cannot give every cell its items.
+    Attention candidates (extra data prefixes) are limited to the lines left over.
+    """
+    dataset = load_dataset(study.dataset_path, study.dataset_format)
+    check_dataset(
+        dataset,
+        study.prefix_lengths,
+        study.items_per_cell,
+        prompt_words=study.prompt_words,
+        task=study.task.value,
+    )
+    spare = min(
+        len(dataset.eligible(study.prompt_words + length + 1)) - study.items_per_cell
+        for length in study.prefix_lengths
+    )
+    return service.plan_job(session, study, shard_size=shard_size, max_attention=spare)
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+class _Heartbeat(threading.Thread):
+    """Renews a shard's lease every lease/4 seconds; notes when the lease is lost."""
+
+    def __init__(self, engine: Engine, shard_id: int, worker_id: str, lease_seconds: float):
+        super().__init__(daemon=True, name=f"heartbeat-{shard_id}")
+        self.sessionmaker = make_sessionmaker(engine)
+        self.shard_id, self.worker_id, self.lease = shard_id, worker_id, lease_seconds
+        self.stop = threading.Event()
+        self.lost = False
+
+    def run(self) -> None:
+        while not self.stop.wait(self.lease / 4):
+            try:
+                with self.sessionmaker() as session, session.begin():
+                    ok = service.heartbeat(
+                        session, self.shard_id, self.worker_id, lease_seconds=self.lease
+                    )
+                if not ok:
+                    self.lost = True
+                    return
+            except Exception:  # a missed beat is not fatal; the lease has slack
+                log.warning("heartbeat for shard %s failed", self.shard_id, exc_info=True)
+
+
+ProgressCallback = Callable[[PrecomputeShard, int], None]
+
+
+class Worker:
+    """Claims and processes shards until none is left (`once`) or forever."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        options: WorkerOptions | None = None,
+        *,
+        engine: Engine | None = None,
+        worker_id: str | None = None,
+    ):
+        self.options = options or WorkerOptions()
+        self._own_engine = engine is None
+        self.engine = engine or build_engine(settings)
+        self.sessionmaker = make_sessionmaker(self.engine)
+        self.worker_id = worker_id or default_worker_id()
+        self._models: dict[tuple, object] = {}
+        self._datasets: dict[tuple[str, str], Dataset] = {}
+
+    def close(self) -> None:
+        if self._own_engine:
+            self.engine.dispose()
+
+    def model_for(self, study: Study):
+        from worker.models import load_model
+
+        key = (study.model_name, study.model_revision, study.task.value)
+        if key not in self._models:
+            log.info("loading model %s", study.model_name)
+            self._models[key] = load_model(
+                study.model_name,
+                task=study.task.value,
+                device=self.options.device,
+                dtype=self.options.dtype,
+                revision=study.model_revision,
+            )
+        return self._models[key]
+
+    def dataset_for(self, study: Study) -> Dataset:
+        key = (study.dataset_path, study.dataset_format)
+        if key not in self._datasets:
+            self._datasets[key] = load_dataset(study.dataset_path, study.dataset_format)
+        dataset = self._datasets[key]
+        if study.dataset_sha256 and study.dataset_sha256 != dataset.sha256:
+            raise DatasetError(
+                f"{study.dataset_path} changed since the study started (sha256 "
+                f"{dataset.sha256[:12]}… instead of {study.dataset_sha256[:12]}…)"
+            )
+        return dataset
+
+    def run(self, on_shard: ProgressCallback | None = None) -> int:
+        """Process shards; returns how many this worker completed."""
+        done = 0
+        while self.options.max_shards is None or done < self.options.max_shards:
+            outcome = self.run_one(on_shard)
+            if outcome is None:
+                if self.options.once:
+                    break
+                time.sleep(self.options.poll_seconds)
+                continue
+            done += outcome
+        return done
+
+    def run_one(self, on_shard: ProgressCallback | None = None) -> int | None:
+        """Claim one shard and process it: 1 if completed, 0 if it failed, None if none."""
+        lease = self.options.lease_seconds
+        with self.sessionmaker() as session, session.begin():
+            shard = service.claim_shard(
+                session, self.worker_id, lease_seconds=lease, study_id=self.options.study_id
+            )
+            if shard is None:
+                return None
+            job = session.get(service.PrecomputeJob, shard.job_id)
+            study = session.get(Study, job.study_id)
+            session.expunge_all()
+        beat = _Heartbeat(self.engine, shard.id, self.worker_id, lease)
+        beat.start()
+        started = time.perf_counter()
+        try:
+            rows = self._make(study, shard)
+        except Exception:
+            beat.stop.set()
+            error = traceback.format_exc()
+            log.error("shard %s failed:\n%s", shard.id, error)
+            with self.sessionmaker() as session, session.begin():
+                service.fail_shard(session, shard.id, self.worker_id, error)
+            return 0
+        finally:
+            beat.stop.set()
+        seconds = time.perf_counter() - started
+        with self.sessionmaker() as session, session.begin():
+            if study.dataset_sha256 is None:
+                fresh = session.get(Study, study.id)
+                fresh.dataset_sha256 = fresh.dataset_sha256 or self.dataset_for(study).sha256
+            service.complete_shard(session, shard.id, self.worker_id, rows, seconds=seconds)
+        if on_shard is not None:
+            on_shard(shard, len(rows))
+        return 1
+
+    def _make(self, study: Study, shard: PrecomputeShard) -> list[dict]:
+        model = self.model_for(study)
+        dataset = self.dataset_for(study)
+        spec = spec_for(study, self.options.batch_size)
+        items = make_items(
+            model,
+            dataset,
+            spec,
+            shard.length,
+            shard.kind,
+            shard.start_index,
+            shard.stop_index,
+            study.seed,
+        )
+        attention = service.is_attention_shard(study, shard)
+        return [item_row(item, attention=attention, spec=spec) for item in items]
