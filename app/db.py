@@ -28,11 +28,34 @@ def build_engine(settings: Settings, **kwargs) -> Engine:
         event.listen(engine, "connect", _sqlite_pragmas)
         # pysqlite's own transaction handling defers BEGIN; emit it ourselves so
         # SERIALIZABLE semantics (and BEGIN IMMEDIATE where asked) hold.
-        event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN"))
+        event.listen(engine, "begin", _sqlite_begin)
         return engine
     kwargs.setdefault("pool_size", settings.db_pool_size)
-    kwargs.setdefault("pool_pre_ping", True)
+    # Recycling beats a pre-ping round trip on every checkout of the hot path.
+    kwargs.setdefault("pool_recycle", 1800)
     return create_engine(url, **kwargs)
+
+
+def _sqlite_begin(conn) -> None:
+    immediate = conn.get_execution_options().get(SQLITE_IMMEDIATE)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+SQLITE_IMMEDIATE = "ebc_sqlite_immediate"
+
+
+def begin_write(session: Session) -> None:
+    """Start `session`'s transaction as a writer on SQLite (BEGIN IMMEDIATE).
+
+    SQLite cannot upgrade a reader to a writer once another writer committed
+    (SQLITE_BUSY without waiting), so a read-then-write transaction that must
+    be serialised takes the write lock first. A no-op on PostgreSQL (row locks
+    serialise there), on a session already in a transaction, and on a session
+    bound to a connection (tests).
+    """
+    bind = session.get_bind()
+    if isinstance(bind, Engine) and bind.dialect.name == "sqlite" and not session.in_transaction():
+        session.connection(execution_options={SQLITE_IMMEDIATE: True})
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:

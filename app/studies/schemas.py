@@ -103,8 +103,15 @@ class PanelSection(_Section):
     redirect_url: str | None = None
 
 
+class MTurkSection(_Section):
+    sandbox: bool = True
+    # Extra origins allowed as `turkSubmitTo` besides MTurk's own (a local stand-in in tests).
+    submit_origins: list[str] = Field(default_factory=list)
+
+
 class ChannelSection(_Section):
     panel: PanelSection = Field(default_factory=PanelSection)
+    mturk: MTurkSection = Field(default_factory=MTurkSection)
 
 
 class StudyConfig(_Section):

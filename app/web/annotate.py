@@ -1,0 +1,332 @@
+"""Annotator pages: invite links, panel links and the MTurk ExternalQuestion page.
+
+Who is asking travels in the URL or the form (a signed token, or the
+platform's ids), never in a cookie: the pages work inside iframes where
+third-party cookies are blocked, and a form cannot be forged across sites
+without the token it carries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Annotated, TypeVar
+from urllib.parse import quote
+
+from fastapi import APIRouter, Form, Request, status
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+
+from app.annotation.schemas import Work, WorkStatus
+from app.annotation.service import (
+    MTURK_FRAME_ANCESTORS,
+    PREVIEW_ASSIGNMENT,
+    AnnotationError,
+    InvalidAnswers,
+    annotator_for_invite,
+    answers_from_form,
+    check_submit_to,
+    crowd_annotator,
+    hit_page,
+    invite_token,
+    next_assignment,
+    read_invite_token,
+    return_assignment,
+    study_by_slug,
+    submit,
+)
+from app.models import Annotator, Channel, Study
+from app.web.templating import templates
+
+router = APIRouter(include_in_schema=False)
+
+T = TypeVar("T")
+
+
+def _in_transaction(request: Request, work: Callable[..., T], *args) -> T:
+    """Run `work(session, *args)` in one transaction, committed before the response is sent.
+
+    The annotator routes manage their session here instead of through `SessionDep`: a sync
+    dependency with a teardown costs two more threadpool hops per request (set-up and
+    teardown run in their own hops), so a route does its whole request, database and
+    template, in the one thread FastAPI runs a sync route in (or, for routes that read the
+    whole form first, in one `run_in_threadpool`). Same rules as `app.db.get_session`: commit
+    on success, roll back on any exception, always close.
+    """
+    session: Session = request.app.state.sessionmaker()
+    try:
+        result = work(session, *args)
+        session.commit()
+        return result
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+_CSP = (
+    "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+    "form-action 'self'{form}; frame-ancestors {frames}; base-uri 'none'; object-src 'none'"
+)
+# Invite and panel pages may be embedded anywhere (a lab's survey tool, a
+# panel's frame): the token in the URL, not the framing site, grants access.
+LINK_HEADERS = {
+    "Content-Security-Policy": _CSP.format(form="", frames="*"),
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+def mturk_headers(submit_origin: str | None = None) -> dict[str, str]:
+    form = f" {submit_origin}" if submit_origin else ""
+    return {
+        "Content-Security-Policy": _CSP.format(form=form, frames=" ".join(MTURK_FRAME_ANCESTORS)),
+        "Referrer-Policy": "no-referrer",
+        "Cache-Control": "no-store",
+    }
+
+
+@dataclass
+class Channelled:
+    """Where the page's forms go and what they carry, per channel."""
+
+    submit_url: str
+    return_url: str | None
+    headers: dict[str, str]
+    hidden: dict[str, str] = field(default_factory=dict)
+    finish: dict[str, str | None] | None = None  # panel completion code / redirect
+
+
+def _panel_finish(study: Study, annotator: Annotator) -> dict[str, str | None] | None:
+    if annotator.channel is not Channel.panel:
+        return None
+    panel = study.channels.get("panel") or {}
+    return {"code": panel.get("completion_code"), "redirect": panel.get("redirect_url")}
+
+
+def _render(
+    request: Request,
+    session,
+    work: Work,
+    ch: Channelled,
+    *,
+    notice: str | None = None,
+    error: str | None = None,
+    answers: dict[int, int] | None = None,
+    status_code: int = 200,
+) -> HTMLResponse:
+    if work.status is not WorkStatus.assigned or work.assignment is None:
+        return templates.TemplateResponse(
+            request,
+            "annotate/message.html",
+            {"kind": work.status.value, "work": work, "ch": ch, "notice": notice},
+            status_code=status_code,
+            headers=ch.headers,
+        )
+    page = hit_page(session, work.assignment)
+    page.answers = answers or {}
+    return templates.TemplateResponse(
+        request,
+        "annotate/hit.html",
+        {"page": page, "work": work, "ch": ch, "notice": notice, "error": error},
+        status_code=status_code,
+        headers=ch.headers,
+    )
+
+
+_NOTICES = {
+    "ok": "Thank you: your answers were saved.",
+    "late": "Your time for that HIT had run out, but your answers were saved.",
+    "returned": "The HIT was returned.",
+}
+
+
+def _invite(request: Request, session, token: str):
+    ref = read_invite_token(request.app.state.settings.secret_key, token)
+    annotator = annotator_for_invite(session, ref)
+    study = session.get(Study, annotator.study_id)
+    ch = Channelled(
+        submit_url=f"/a/{token}/submit",
+        return_url=f"/a/{token}/return",
+        headers=LINK_HEADERS,
+        finish=_panel_finish(study, annotator),
+    )
+    return ref, annotator, ch
+
+
+@router.get("/a/{token}", response_class=HTMLResponse)
+def invite_page(request: Request, token: str, n: str | None = None):
+    return _in_transaction(request, _invite_page, request, token, n)
+
+
+def _invite_page(session: Session, request: Request, token: str, n: str | None) -> Response:
+    ref, annotator, ch = _invite(request, session, token)
+    work = next_assignment(session, annotator, external_session_id=ref.session_id, serve=True)
+    notice = _NOTICES.get(n or "")
+    if work.expired_previous:
+        notice = "Your time for the previous HIT ran out; here is another one."
+    return _render(request, session, work, ch, notice=notice)
+
+
+@router.post("/a/{token}/submit", response_class=HTMLResponse)
+async def invite_submit(request: Request, token: str):
+    form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+    # The form is read on the event loop, the database is used in the threadpool like the sync
+    # routes: on the loop, a wait for a pooled connection (or a row lock) would stall every
+    # request of this process, and the connection it waits for is returned only by a request
+    # whose commit the stalled loop has yet to schedule: the process hangs (benchmarks/
+    # annotate_load.py, capacity scenario). One hop: session, submit, commit, response.
+    return await run_in_threadpool(_in_transaction, request, _invite_submit, request, token, form)
+
+
+def _invite_submit(session: Session, request: Request, token: str, form: dict[str, str]):
+    ref, annotator, ch = _invite(request, session, token)
+    answers, times = answers_from_form(form)
+    try:
+        result = submit(session, annotator, form.get("assignment", ""), answers, times)
+    except InvalidAnswers as exc:
+        work = next_assignment(session, annotator, external_session_id=ref.session_id, serve=True)
+        return _render(
+            request, session, work, ch, error=exc.message, answers=exc.answers, status_code=400
+        )
+    flag = "late" if result.late else "ok"
+    return RedirectResponse(f"/a/{token}?n={flag}", status.HTTP_303_SEE_OTHER, LINK_HEADERS)
+
+
+@router.post("/a/{token}/return")
+def invite_return(
+    request: Request, token: str, assignment: Annotated[str, Form()] = ""
+) -> RedirectResponse:
+    return _in_transaction(request, _invite_return, request, token, assignment)
+
+
+def _invite_return(session: Session, request: Request, token: str, assignment: str):
+    _, annotator, _ = _invite(request, session, token)
+    return_assignment(session, annotator, assignment)
+    return RedirectResponse(f"/a/{token}?n=returned", status.HTTP_303_SEE_OTHER, LINK_HEADERS)
+
+
+@router.get("/p/{slug}")
+def panel_entry(request: Request, slug: str) -> RedirectResponse:
+    """A panel participant arrives with their ids; from here on they use a signed link."""
+    return _in_transaction(request, _panel_entry, request, slug)
+
+
+def _panel_entry(session: Session, request: Request, slug: str) -> RedirectResponse:
+    study = study_by_slug(session, slug)
+    names = study.channels.get("panel") or {}
+    params = request.query_params
+    participant = params.get(names.get("participant_param", "PROLIFIC_PID"), "")
+    session_id = params.get(names.get("session_param", "SESSION_ID")) or None
+    annotator = crowd_annotator(session, study, Channel.panel, participant)
+    token = invite_token(request.app.state.settings.secret_key, annotator, session_id)
+    return RedirectResponse(f"/a/{token}", status.HTTP_303_SEE_OTHER, LINK_HEADERS)
+
+
+@router.get("/mturk/{slug}", response_class=HTMLResponse)
+def mturk_page(
+    request: Request,
+    slug: str,
+    assignmentId: str = "",
+    hitId: str = "",
+    workerId: str = "",
+    turkSubmitTo: str = "",
+):
+    return _in_transaction(
+        request, _mturk_page, request, slug, assignmentId, hitId, workerId, turkSubmitTo
+    )
+
+
+def _mturk_page(
+    session: Session,
+    request: Request,
+    slug: str,
+    assignmentId: str,
+    hitId: str,
+    workerId: str,
+    turkSubmitTo: str,
+) -> Response:
+    study = study_by_slug(session, slug)
+    if not assignmentId or assignmentId == PREVIEW_ASSIGNMENT:
+        return templates.TemplateResponse(
+            request, "annotate/mturk_preview.html", {"study": study}, headers=mturk_headers()
+        )
+    origin = check_submit_to(study, turkSubmitTo)
+    annotator = crowd_annotator(session, study, Channel.mturk, workerId)
+    work = next_assignment(
+        session,
+        annotator,
+        external_assignment_id=assignmentId,
+        external_hit_id=hitId,
+        submit_to=turkSubmitTo,
+        serve=True,
+    )
+    if work.assignment is not None and work.assignment.submitted_at is not None:
+        return _mturk_done(request, work.assignment, study)
+    ch = _mturk_channel(slug, origin, assignmentId, workerId)
+    return _render(request, session, work, ch)
+
+
+def _mturk_channel(slug: str, origin: str, assignment_id: str, worker_id: str) -> Channelled:
+    return Channelled(
+        submit_url=f"/mturk/{quote(slug)}/submit",
+        return_url=None,  # on MTurk, returning is done on MTurk's own page
+        headers=mturk_headers(origin),
+        hidden={"assignmentId": assignment_id, "workerId": worker_id},
+    )
+
+
+@router.post("/mturk/{slug}/submit", response_class=HTMLResponse)
+async def mturk_submit(request: Request, slug: str):
+    form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+    return await run_in_threadpool(  # see invite_submit
+        _in_transaction, request, _mturk_submit, request, slug, form
+    )
+
+
+def _mturk_submit(session: Session, request: Request, slug: str, form: dict[str, str]) -> Response:
+    study = study_by_slug(session, slug)
+    annotator = crowd_annotator(session, study, Channel.mturk, form.get("workerId", ""))
+    answers, times = answers_from_form(form)
+    external = form.get("assignmentId", "")
+    try:
+        result = submit(session, annotator, form.get("assignment", ""), answers, times)
+    except InvalidAnswers as exc:
+        work = next_assignment(session, annotator, external_assignment_id=external, serve=True)
+        origin = check_submit_to(study, work.assignment.submit_to or "")
+        ch = _mturk_channel(slug, origin, external, annotator.external_id or "")
+        return _render(
+            request, session, work, ch, error=exc.message, answers=exc.answers, status_code=400
+        )
+    if result.assignment.external_assignment_id != external:
+        raise AnnotationError("The MTurk assignment does not match this HIT.", 400)
+    return _mturk_done(request, result.assignment, study)
+
+
+def _mturk_done(request: Request, assignment, study: Study) -> HTMLResponse:
+    """Stored; now the browser posts to MTurk (automatically with JS, a button without)."""
+    origin = check_submit_to(study, assignment.submit_to or "")
+    return templates.TemplateResponse(
+        request,
+        "annotate/mturk_done.html",
+        {
+            "action": f"{assignment.submit_to.rstrip('/')}/mturk/externalSubmit",
+            "assignment_id": assignment.external_assignment_id,
+            "late": assignment.late,
+        },
+        headers=mturk_headers(origin),
+    )
+
+
+def annotation_error(request: Request, exc: AnnotationError) -> HTMLResponse:
+    """A refused annotator request: a clear message, framed like the page it came from."""
+    headers = mturk_headers() if request.url.path.startswith("/mturk") else LINK_HEADERS
+    return templates.TemplateResponse(
+        request,
+        "annotate/message.html",
+        {"kind": "error", "message": exc.message, "work": None, "ch": None},
+        status_code=exc.status_code,
+        headers=headers,
+    )
