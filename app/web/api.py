@@ -4,6 +4,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel
 
 from app import __version__
+from app.web import api_results
 from app.web.security import ApiUserDep
 
 router = APIRouter(prefix="/api/v1", tags=["api"])
@@ -27,3 +28,7 @@ def version() -> VersionOut:
 @router.get("/me", response_model=MeOut, summary="The user the token belongs to")
 def me(user: ApiUserDep) -> MeOut:
     return MeOut(username=user.username, is_admin=user.is_admin)
+
+
+# Studies and results (their own module: app/web/api_results.py).
+router.include_router(api_results.router)

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .ebc import percentile_interval, resample_sums
+from .ebc import percentile_interval, resample_sums, unique_inverse
 
 
 def category_counts(
@@ -32,8 +32,7 @@ def category_counts(
     if np.any(cats[by_value][pos] != choice):
         raise ValueError("a choice code is not among `categories`")
     col = by_value[pos]  # column in the caller's category order
-    _, ii = np.unique(item, return_inverse=True)
-    ii = ii.reshape(-1)
+    _, ii = unique_inverse(item)
     n_items = int(ii.max()) + 1 if ii.size else 0
     counts = np.bincount(ii * cats.size + col, minlength=n_items * cats.size).reshape(
         n_items, cats.size

@@ -70,8 +70,8 @@ def plurality_by_item(
     """
     item = np.asarray(item)
     choice = np.asarray(choice)
-    item_ids, ii = np.unique(item, return_inverse=True)
-    choices, cc = np.unique(choice, return_inverse=True)
+    item_ids, ii = unique_inverse(item)
+    choices, cc = unique_inverse(choice)
     n_i, n_c = item_ids.size, choices.size
     counts = np.bincount(ii * n_c + cc, minlength=n_i * n_c).reshape(n_i, n_c)
     modal = counts == counts.max(axis=1, keepdims=True)
@@ -122,22 +122,41 @@ def ebc_ratio(cgd_model: float | np.ndarray, cgd_data: float | np.ndarray) -> np
 
 def _cells(length: np.ndarray, kind: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Cells present, as rows ``(length, kind)`` sorted, and each row's cell index."""
-    lengths, li = np.unique(length, return_inverse=True)
-    kinds, ki = np.unique(kind, return_inverse=True)
-    keys, cell = np.unique(li.reshape(-1) * kinds.size + ki.reshape(-1), return_inverse=True)
+    lengths, li = unique_inverse(length)
+    kinds, ki = unique_inverse(kind)
+    keys, cell = unique_inverse(li * kinds.size + ki)
     cells = np.stack([lengths[keys // kinds.size], kinds[keys % kinds.size]], axis=1)
-    return cells.astype(np.int64), cell.reshape(-1)
+    return cells.astype(np.int64), cell
+
+
+def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(x, return_inverse=True)`` (flat inverse). Integers whose range is not
+    much larger than their number (database ids, lengths, kind and choice codes) take a
+    presence table, O(n) instead of a sort: these columns have a million entries."""
+    x = np.asarray(x).reshape(-1)
+    if x.size and np.issubdtype(x.dtype, np.integer):
+        lo = int(x.min())
+        span = int(x.max()) - lo
+        if span < 4 * x.size + 1024:
+            shifted = x - lo if lo else x
+            present = np.bincount(shifted, minlength=span + 1) > 0
+            uniq = (np.flatnonzero(present) + lo).astype(x.dtype)
+            return uniq, (np.cumsum(present) - 1)[shifted]
+    uniq, inv = np.unique(x, return_inverse=True)
+    return uniq, inv.reshape(-1)
+
+
+def first_index(codes: np.ndarray, n_codes: int) -> np.ndarray:
+    """Index of the first row of each code ``0..n_codes-1`` (as ``return_index``)."""
+    first = np.empty(n_codes, dtype=np.int64)
+    first[codes[::-1]] = np.arange(codes.size - 1, -1, -1)
+    return first
 
 
 def _codes(x: np.ndarray) -> tuple[np.ndarray, int]:
     """Dense codes ``0..G-1`` in sorted order of the values, and ``G``."""
-    x = np.asarray(x)
-    if x.size and np.issubdtype(x.dtype, np.integer) and x.min() >= 0 and x.max() < 4 * x.size:
-        # Database ids: a presence table is O(n), much faster than sorting.
-        present = np.bincount(x) > 0
-        return (np.cumsum(present) - 1)[x], int(present.sum())
-    uniq, inv = np.unique(x, return_inverse=True)
-    return inv.reshape(-1), int(uniq.size)
+    uniq, inv = unique_inverse(x)
+    return inv, int(uniq.size)
 
 
 # --------------------------------------------------------------------------- results

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .ebc import DATA_KIND, MODEL_KIND
+from .ebc import DATA_KIND, MODEL_KIND, first_index, unique_inverse
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,28 @@ class PermutationTest:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``np.unique(a, axis=0, return_inverse=True, return_counts=True)`` by a lexsort of
+    the columns (numeric order; several times faster than sorting rows as bytes)."""
+    order = np.lexsort(a.T[::-1])
+    sa = a[order]
+    new = np.ones(a.shape[0], dtype=bool)
+    new[1:] = (sa[1:] != sa[:-1]).any(axis=1)
+    gid = np.cumsum(new) - 1
+    inverse = np.empty(a.shape[0], dtype=np.int64)
+    inverse[order] = gid
+    return sa[new], inverse, np.bincount(gid)
+
+
+_SMALL_GROUP = 8  # HITs per group below which each HIT draws its own subset
+
+
+@functools.cache
+def _subsets(n: int, m: int) -> np.ndarray:
+    """All m-subsets of range(n), one per row (C(n, m) x m)."""
+    return np.array(list(itertools.combinations(range(n), m)), dtype=np.int64).reshape(-1, m)
 
 
 def permutation_test(
@@ -79,19 +102,20 @@ def permutation_test(
     rng = np.random.default_rng(seed)
 
     # Items: judgment totals, label, stratum (HIT x length).
-    _, first, ii = np.unique(item, return_index=True, return_inverse=True)
-    ii = ii.reshape(-1)
+    item_ids, ii = unique_inverse(item)
+    first = first_index(ii, item_ids.size)
     s_i = np.bincount(ii, weights=d)
     n_i = np.bincount(ii).astype(float)
     model_i = kind[first] == model_kind
     len_i = length[first].astype(np.int64)
-    strata, h_i = np.unique(
-        np.stack([hit[first], len_i], axis=1).astype(np.int64), axis=0, return_inverse=True
-    )
-    h_i = h_i.reshape(-1)
+    # Strata sorted by (HIT, length), as one integer key.
+    _, hit_c = unique_inverse(hit[first])
+    len_ids, len_c = unique_inverse(len_i)
+    _, h_i = unique_inverse(hit_c.astype(np.int64) * len_ids.size + len_c)
     n_h = np.bincount(h_i)
     m_h = np.bincount(h_i, weights=model_i).astype(np.int64)
-    len_h = strata[:, 1]
+    len_h = np.empty(n_h.size, dtype=np.int64)
+    len_h[h_i] = len_i
     lengths = np.unique(len_h)
     li_h = np.searchsorted(lengths, len_h)
 
@@ -105,19 +129,56 @@ def permutation_test(
     s_pad[h_i[order], pos] = s_i[order]
     n_pad[h_i[order], pos] = n_i[order]
     sig = np.column_stack([len_h, n_h, m_h, s_pad, n_pad])
-    groups, g_of_h, g_count = np.unique(sig, axis=0, return_inverse=True, return_counts=True)
-    g_of_h = g_of_h.reshape(-1)
+    groups, _, g_count = _unique_rows(sig)
 
     n_len = lengths.size
     sm_b = np.zeros((b, n_len))
     nm_b = np.zeros((b, n_len))
+    # Small groups (one HIT, or a few: common where items have several judgments, as in
+    # the overlap subset) draw a uniformly random m-subset for each of their HITs per
+    # permutation, all such HITs of one (n, m) at once: the HIT x subset table of model
+    # totals, then one gather. Cheaper than a multinomial over many distinct outcomes.
+    single: dict[tuple[int, int], list[int]] = {}
+    for g, row in enumerate(groups):
+        n, m = int(row[1]), int(row[2])
+        if int(g_count[g]) <= _SMALL_GROUP and math.comb(n, m) <= max_enumerate:
+            single.setdefault((n, m), []).extend([g] * int(g_count[g]))
+    for (n, m), gs in single.items():
+        combos = _subsets(n, m)
+        rows = groups[gs]
+        li_g = np.searchsorted(lengths, rows[:, 0])
+        s_tab = rows[:, 3 : 3 + n][:, combos].sum(axis=2)  # HITs x subsets
+        n_tab = rows[:, 3 + width : 3 + width + n][:, combos].sum(axis=2)
+        # Sums and counts are whole numbers (d is 0/1): pack both into one int64 so one
+        # gather serves both (sums < 2^24 per length and permutation).
+        packed = (np.rint(s_tab).astype(np.int64) << 24) + np.rint(n_tab).astype(np.int64)
+        exact = np.allclose(s_tab, np.rint(s_tab)) and n_tab.max() * s_tab.shape[0] < 1 << 24
+        n_g, n_sub = s_tab.shape
+        chunk = max(1, (1 << 22) // max(b, 1))
+        for st in range(0, n_g, chunk):  # chunks of HITs, to bound memory
+            sl = slice(st, min(st + chunk, n_g))
+            pick = rng.integers(0, n_sub, size=(b, sl.stop - sl.start), dtype=np.int32)
+            flat = pick + (np.arange(sl.start, sl.stop, dtype=np.int32) * n_sub)
+            for li in np.unique(li_g[sl]):
+                on = np.flatnonzero(li_g[sl] == li)
+                idx = flat[:, on] if on.size < flat.shape[1] else flat
+                if exact:
+                    tot = packed.ravel().take(idx).sum(axis=1)
+                    sm_b[:, li] += tot >> 24
+                    nm_b[:, li] += tot & ((1 << 24) - 1)
+                else:
+                    sm_b[:, li] += s_tab.ravel().take(idx).sum(axis=1)
+                    nm_b[:, li] += n_tab.ravel().take(idx).sum(axis=1)
+    done = {g for gs in single.values() for g in gs}
+
     for g, row in enumerate(groups):  # groups of identical HITs, not permutations
+        if g in done:
+            continue
         li = int(np.searchsorted(lengths, row[0]))
         n, m, c = int(row[1]), int(row[2]), int(g_count[g])
         sv, nv = row[3 : 3 + n], row[3 + width : 3 + width + n]
         if math.comb(n, m) <= max_enumerate:
-            combos = np.array(list(itertools.combinations(range(n), m)), dtype=np.int64)
-            combos = combos.reshape(-1, m)
+            combos = _subsets(n, m)
             out = np.stack([sv[combos].sum(axis=1), nv[combos].sum(axis=1)], axis=1)
             outcomes, freq = np.unique(out, axis=0, return_counts=True)
             draws = rng.multinomial(c, freq / freq.sum(), size=b).astype(float)

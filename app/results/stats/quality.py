@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
-from .ebc import DATA_KIND, _cells
+from .ebc import DATA_KIND, _cells, first_index, unique_inverse
 
 ROBUST_Z = 3.5
 """|robust z| above which a per-annotator figure is out of line (Iglewicz & Hoaglin)."""
@@ -146,8 +146,7 @@ def annotator_quality(
     kind, choice = np.asarray(kind), np.asarray(choice)
     position, seconds = np.asarray(position), np.asarray(seconds, dtype=float)
     att = np.zeros(annotator.size, bool) if attention is None else np.asarray(attention, bool)
-    ids, a = np.unique(annotator, return_inverse=True)
-    a = a.reshape(-1)
+    ids, a = unique_inverse(annotator)
     n_a = ids.size
     none = is_none(choice, k)
     reg = ~att
@@ -159,17 +158,16 @@ def annotator_quality(
             return num / den
 
     n_judg = np.bincount(a, minlength=n_a)
-    pairs = np.unique(np.stack([a, np.unique(hit, return_inverse=True)[1].reshape(-1)]), axis=1)
-    n_hits = np.bincount(pairs[0], minlength=n_a)
+    hit_ids, hc = unique_inverse(hit)
+    pair_ids, _ = unique_inverse(a.astype(np.int64) * max(hit_ids.size, 1) + hc)
+    n_hits = np.bincount(pair_ids // max(hit_ids.size, 1), minlength=n_a)
     med_sec = _group_median(a, n_a, seconds)
     share_none = rate(none, reg)
     top1 = {int(kd): rate(choice == 1, reg & (kind == kd)) for kd in np.unique(kind[reg])}
 
     # Agreement with the plurality of the *other* judgments on the same item.
-    _, ii = np.unique(item, return_inverse=True)
-    ii = ii.reshape(-1)
-    cats, cc = np.unique(np.where(none, -1, choice), return_inverse=True)
-    cc = cc.reshape(-1)
+    _, ii = unique_inverse(item)
+    cats, cc = unique_inverse(np.where(none, -1, choice))
     counts = np.bincount(ii * cats.size + cc, minlength=(ii.max() + 1) * cats.size).reshape(
         -1, cats.size
     )
@@ -297,7 +295,8 @@ def sanity(
     item, kind = np.asarray(item), np.asarray(kind)
     choice, true_rank = np.asarray(choice), np.asarray(true_rank)
     on = kind == data_kind
-    _, first = np.unique(item[on], return_index=True)
+    item_ids, codes = unique_inverse(item[on])
+    first = first_index(codes, item_ids.size)
     tr_item = true_rank[on][first]
     shown = on & (true_rank > 0)
     top1_true = on & (true_rank == 1)

@@ -1,0 +1,69 @@
+"""The results plot: CGD(data), CGD(model) and EB-C against prefix length, with error bars.
+
+Drawn with matplotlib's object API on the Agg canvas (no pyplot, no global state, safe
+in a web process); imported lazily so the app starts fast.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Literal
+
+from app.results.schemas import QuantityOut, ResultsOut
+
+
+def _series(rows, pick) -> tuple[list[int], list[float], list[list[float]]]:
+    xs, ys, lo, hi = [], [], [], []
+    for row in rows:
+        q: QuantityOut | None = pick(row)
+        if q is None or q.estimate is None:
+            continue
+        xs.append(row.length)
+        ys.append(q.estimate)
+        lo.append(max(q.estimate - q.low, 0.0) if q.low is not None else 0.0)
+        hi.append(max(q.high - q.estimate, 0.0) if q.high is not None else 0.0)
+    return xs, ys, [lo, hi]
+
+
+def results_plot(results: ResultsOut, fmt: Literal["svg", "png"] = "svg") -> bytes:
+    """Two panels: CGD per kind (left) and EB-C with the line EB-C = 1 (right); error bars
+    are the main figures' intervals (method and level in the title)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    rs = results.results
+    fig = Figure(figsize=(8.0, 3.4), layout="constrained")
+    FigureCanvasAgg(fig)
+    left, right = fig.subplots(1, 2)
+    rows = rs.table if rs else []
+    for label, pick, marker in (
+        ("CGD(M|D)  data prefixes", lambda r: r.cgd_data, "o"),
+        ("CGD(M|M)  model prefixes", lambda r: r.cgd_model, "s"),
+    ):
+        xs, ys, err = _series(rows, pick)
+        if xs:
+            left.errorbar(xs, ys, yerr=err, marker=marker, capsize=4, label=label)
+    xs, ys, err = _series(rows, lambda r: r.ebc)
+    if xs:
+        right.errorbar(xs, ys, yerr=err, marker="D", capsize=4, color="C3", label="EB-C")
+    right.axhline(1.0, color="0.5", linestyle="--", linewidth=1)
+    for ax, ylabel in ((left, "CGD (share of d_GD = 1)"), (right, "EB-C = CGD(M|M) / CGD(M|D)")):
+        ax.set_xlabel("prefix length l (words)")
+        ax.set_ylabel(ylabel)
+        ax.set_xticks(sorted({r.length for r in rows}) or [0])
+        ax.grid(alpha=0.3)
+    if rows:
+        left.legend(fontsize="small")
+    if rs is None:
+        fig.suptitle(f"{results.study}: no judgments yet", fontsize="medium")
+    else:
+        excl = "with" if rs.exclusions_applied else "without"
+        fig.suptitle(
+            f"{results.study}: {rs.n_judgments:,} judgments, {rs.n_annotators} annotators, "
+            f"{excl} exclusions; {rs.level:.0%} {rs.ci} intervals (unit: {rs.unit})",
+            fontsize="medium",
+        )
+    buf = io.BytesIO()
+    metadata = {"Date": None} if fmt == "svg" else {}
+    fig.savefig(buf, format=fmt, dpi=150, metadata=metadata)
+    return buf.getvalue()

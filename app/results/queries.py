@@ -1,0 +1,506 @@
+"""The only SQL of the results module.
+
+- :func:`load_judgments`: a study's judgments as numpy columns, in one query that joins
+  judgments, assignments, HITs and items (the item's kind code and the model rank of its
+  true next word are computed by the database), plus one small query for annotators. On
+  PostgreSQL the rows arrive through ``COPY ... (FORMAT BINARY)`` and are read with one
+  ``numpy.frombuffer`` (fixed-width columns, no Python object per value): 450,000
+  judgments load in a fraction of a second. Other databases (SQLite) fetch tuples.
+- :func:`iter_judgment_rows`, :func:`iter_item_rows`: every field a re-analysis needs,
+  streamed in batches (``yield_per``: a server-side cursor on PostgreSQL), so an export
+  runs in constant memory.
+- :func:`study_counts`, :func:`provenance_examples`: small figures for the study page and
+  the provenance manifest.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from sqlalchemy import (
+    Boolean,
+    Float,
+    Integer,
+    Select,
+    SmallInteger,
+    String,
+    and_,
+    case,
+    cast,
+    func,
+    select,
+    type_coerce,
+)
+from sqlalchemy.orm import Session
+
+from app.models import (
+    Annotator,
+    Assignment,
+    AssignmentStatus,
+    Hit,
+    HitPosition,
+    Item,
+    Judgment,
+    Study,
+)
+
+# Kind codes: data and model first (the stats module's DATA_KIND, MODEL_KIND).
+FIXED_KINDS = ("data", "model")
+ATTENTION_KIND = "attention"  # researcher-supplied attention items (app.hits.service)
+BATCH = 2000  # rows per fetch of a streamed export
+
+
+def kind_codes(study: Study) -> list[str]:
+    """Kind names by code: ``data`` 0, ``model`` 1, the study's other kinds, ``attention``."""
+    others = [k for k in study.kinds if k not in FIXED_KINDS and k != ATTENTION_KIND]
+    return [*FIXED_KINDS, *others, ATTENTION_KIND]
+
+
+@dataclass
+class Judgments:
+    """One entry per judgment, in judgment-id order.
+
+    ``choice`` is the model rank of the chosen word, 1 for the top-1 … k, and 0 for
+    "None of the above" (the stats module's coding); ``option`` is the screen slot
+    (0..k-1 a word, k "none"); ``true_rank`` the model rank (1..k) of the item's true
+    next word when it is among the choices, else 0. ``kind`` is a code into ``kinds``
+    (-1 for a kind the study does not list). Per-annotator columns are indexed like
+    ``annotator_ids``.
+    """
+
+    kinds: list[str]
+    d: np.ndarray
+    length: np.ndarray
+    kind: np.ndarray
+    annotator: np.ndarray
+    hit: np.ndarray
+    item: np.ndarray
+    option: np.ndarray
+    choice: np.ndarray
+    client_ms: np.ndarray  # NaN where the client sent nothing
+    too_fast: np.ndarray
+    attention: np.ndarray
+    true_rank: np.ndarray
+    annotator_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    annotator_blocked: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    annotator_exclude_past: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    annotator_labels: list[str] = field(default_factory=list)
+    annotator_channels: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return int(self.d.shape[0])
+
+    @property
+    def top1_is_true(self) -> np.ndarray:
+        return self.true_rank == 1
+
+    def take(self, mask: np.ndarray) -> Judgments:
+        """The judgments where ``mask`` holds (annotator columns unchanged)."""
+        cols = {
+            name: getattr(self, name)[mask]
+            for name in (
+                "d",
+                "length",
+                "kind",
+                "annotator",
+                "hit",
+                "item",
+                "option",
+                "choice",
+                "client_ms",
+                "too_fast",
+                "attention",
+                "true_rank",
+            )
+        }
+        return Judgments(
+            kinds=self.kinds,
+            annotator_ids=self.annotator_ids,
+            annotator_blocked=self.annotator_blocked,
+            annotator_exclude_past=self.annotator_exclude_past,
+            annotator_labels=self.annotator_labels,
+            annotator_channels=self.annotator_channels,
+            **cols,
+        )
+
+
+# Columns as (name, SQL expression, SQL type to cast to, numpy type of the binary field).
+def _judgment_spec() -> list[tuple]:
+    return [
+        ("id", Judgment.id, Integer, ">i4"),
+        ("item", Judgment.item_id, Integer, ">i4"),
+        ("annotator", Assignment.annotator_id, Integer, ">i4"),
+        ("hit", Assignment.hit_id, Integer, ">i4"),
+        # Screen slot, model rank + 1 (0: none) and the too-fast flag in one integer:
+        # one column fewer to pack and ship per judgment.
+        ("flags", _FLAGS, Integer, ">i4"),
+        ("d", Judgment.d, Float, ">f8"),
+        ("client_ms", func.coalesce(Judgment.client_ms, -1), Integer, ">i4"),
+    ]
+
+
+# option (< 16, top_k <= 10) | (chosen_rank + 1) << 4 | too_fast << 12
+_FLAGS = (
+    Judgment.option
+    + 16 * (func.coalesce(Judgment.chosen_rank, -1) + 1)
+    + 4096 * cast(Judgment.too_fast, Integer)
+)
+
+
+def _unpack_flags(flags: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(option, choice, too_fast)`` from the packed column; ``choice`` is the model rank
+    (1-based) of the chosen word, 0 for none."""
+    flags = flags.astype(np.int64)
+    return flags & 15, (flags >> 4) & 255, (flags >> 12).astype(bool)
+
+
+def _item_spec(codes: dict[str, int], top_k: int) -> list[tuple]:
+    return [
+        ("id", Item.id, Integer, ">i4"),
+        ("length", Item.length, Integer, ">i4"),
+        ("kind", case(codes, value=Item.kind, else_=-1), SmallInteger, ">i2"),
+        ("attention", Item.is_attention, Boolean, "?"),
+        ("true_rank", _true_rank_sql(top_k), SmallInteger, ">i2"),
+    ]
+
+
+def _true_rank_sql(top_k: int):
+    """Model rank (1-based) of the item's true next word among its first `top_k` choices,
+    else 0: ``CASE WHEN choices[0].word = true_next_word THEN 1 ...`` (portable JSON
+    paths; a set-returning JSON function per item costs several times more)."""
+    word = Item.true_next_word
+    whens = [(Item.choices[r]["word"].as_string() == word, r + 1) for r in range(top_k)]
+    return case((word.is_(None), 0), *whens, else_=0)
+
+
+def _select(spec: list[tuple]) -> Select:
+    return select(*(cast(expr, t).label(name) for name, expr, t, _ in spec))
+
+
+def _columns(session: Session, stmt: Select, spec: list[tuple]) -> dict[str, np.ndarray]:
+    """Run `stmt` and return its columns as numpy arrays (native byte order)."""
+    if session.get_bind().dialect.name == "postgresql":
+        return _packed_columns(session, stmt, spec)
+    rows = session.connection().execute(stmt).all()
+    table = np.array(rows, dtype=np.float64).reshape(len(rows), len(spec))
+    out = {}
+    for k, (name, _, _, t) in enumerate(spec):
+        out[name] = table[:, k].astype(np.dtype(t).newbyteorder("="))
+    return out
+
+
+_SEND = {">i4": "int4send", ">i2": "int2send", ">f8": "float8send", "?": "boolsend"}
+
+
+def _packed_columns(session: Session, stmt: Select, spec: list[tuple]) -> dict[str, np.ndarray]:
+    """PostgreSQL: each column packed server-side into one bytea of big-endian values
+    (``string_agg(int4send(x), '')``), fetched in binary and read with
+    ``numpy.frombuffer``: one row crosses the wire, not one message per judgment (a
+    row-per-message COPY costs seconds in the driver for 450,000 rows).
+
+    All aggregates of one query are fed the same rows in the same order, so the columns
+    line up. JIT compilation is turned off for the transaction: for this plain
+    scan-and-join it costs more than the query.
+    """
+    conn = session.connection()
+    sql = str(stmt.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
+    aggs = ", ".join(f"string_agg({_SEND[t]}(s.{name}), ''::bytea)" for name, _, _, t in spec)
+    raw = conn.connection.driver_connection
+    with raw.cursor(binary=True) as cur:
+        cur.execute("SET LOCAL jit = off")
+        row = cur.execute(f"SELECT count(*), {aggs} FROM ({sql}) AS s").fetchone()
+    out = {}
+    for (name, _, _, t), buf in zip(spec, row[1:], strict=True):
+        arr = np.frombuffer(buf or b"", dtype=np.dtype(t))
+        if arr.size != row[0]:
+            raise RuntimeError(f"column {name}: {arr.size} values for {row[0]} rows")
+        out[name] = arr.astype(np.dtype(t).newbyteorder("="))
+    return out
+
+
+# Item columns per study, reused while the study's items are unchanged. Items are made
+# once (choices, true next word, kind and length never change); what can change is
+# which are skipped and which are attention items, and new items can be added: the key
+# (count, largest id, attention count, latest creation time of the shown items, and the
+# study's own creation time against reused ids) catches all of these.
+_ITEM_CACHE: OrderedDict[tuple, dict[str, np.ndarray]] = OrderedDict()
+_ITEM_CACHE_SIZE = 8
+_cache_lock = threading.Lock()
+
+
+def _item_columns(session: Session, study: Study, codes: dict[str, int]) -> dict[str, np.ndarray]:
+    shown = and_(Item.study_id == study.id, Item.skip_reason.is_(None))
+    count = func.count(Item.id)
+    state = session.execute(
+        select(
+            count, func.max(Item.id), count.filter(Item.is_attention), func.max(Item.created_at)
+        ).where(shown)
+    ).one()
+    key = (session.connection().engine.url.render_as_string(), study.id, str(study.created_at))
+    key += (tuple(codes), int(study.top_k), *(str(v) for v in state))
+    with _cache_lock:
+        if key in _ITEM_CACHE:
+            _ITEM_CACHE.move_to_end(key)
+            return _ITEM_CACHE[key]
+    spec = _item_spec(codes, int(study.top_k))
+    cols = _columns(session, _select(spec).where(shown), spec)
+    order = np.argsort(cols["id"], kind="stable")
+    cols = {k: v[order] for k, v in cols.items()}
+    with _cache_lock:
+        _ITEM_CACHE[key] = cols
+        while len(_ITEM_CACHE) > _ITEM_CACHE_SIZE:
+            _ITEM_CACHE.popitem(last=False)
+    return cols
+
+
+def clear_item_cache() -> None:
+    with _cache_lock:
+        _ITEM_CACHE.clear()
+
+
+def load_judgments(session: Session, study: Study) -> Judgments:
+    """All judgments of `study` on shown (not skipped) items, with what every analysis
+    needs, as arrays in judgment-id order.
+
+    Two queries: judgments joined to their assignment and HIT (filtered by study), and
+    the study's items (kind code, length, attention flag, rank of the true next word),
+    the latter reused while the items are unchanged; items are matched to judgments in
+    numpy. On PostgreSQL both come through binary COPY.
+    """
+    names = kind_codes(study)
+    codes = {k: i for i, k in enumerate(names)}
+    spec = _judgment_spec()
+    stmt = (
+        _select(spec)
+        .join(Assignment, Assignment.id == Judgment.assignment_id)
+        .join(Hit, Hit.id == Assignment.hit_id)
+        .where(Hit.study_id == study.id)
+    )
+    cols = _columns(session, stmt, spec)
+    items = _item_columns(session, study, codes)
+    order = np.argsort(cols["id"], kind="stable")
+    if not np.array_equal(order, np.arange(order.size)):
+        cols = {k: v[order] for k, v in cols.items()}
+    at = np.searchsorted(items["id"], cols["item"])
+    at_ok = np.minimum(at, max(items["id"].size - 1, 0))
+    found = (at < items["id"].size) & (items["id"][at_ok] == cols["item"]) if at.size else at > 0
+    if not found.all():  # judgments on skipped items are left out
+        cols = {k: v[found] for k, v in cols.items()}
+        at_ok = at_ok[found]
+    annotators = (
+        session.connection()
+        .execute(
+            select(
+                Annotator.id,
+                Annotator.blocked,
+                Annotator.exclude_past,
+                Annotator.label,
+                Annotator.external_id,
+                Annotator.channel,
+            )
+            .where(Annotator.study_id == study.id)
+            .order_by(Annotator.id)
+        )
+        .all()
+    )
+    option, choice, too_fast = _unpack_flags(cols["flags"])
+    client_ms = cols["client_ms"].astype(float)
+    return Judgments(
+        kinds=names,
+        d=cols["d"].astype(float),
+        length=items["length"][at_ok].astype(np.int64),
+        kind=items["kind"][at_ok].astype(np.int64),
+        annotator=cols["annotator"].astype(np.int64),
+        hit=cols["hit"].astype(np.int64),
+        item=cols["item"].astype(np.int64),
+        option=option,
+        choice=choice,
+        client_ms=np.where(client_ms >= 0, client_ms, np.nan),
+        too_fast=too_fast,
+        attention=items["attention"][at_ok].astype(bool),
+        true_rank=items["true_rank"][at_ok].astype(np.int64),
+        annotator_ids=np.array([a[0] for a in annotators], dtype=np.int64),
+        annotator_blocked=np.array([bool(a[1]) for a in annotators], dtype=bool),
+        annotator_exclude_past=np.array([bool(a[2]) for a in annotators], dtype=bool),
+        annotator_labels=[a[3] or a[4] or f"annotator {a[0]}" for a in annotators],
+        annotator_channels=[getattr(a[5], "value", str(a[5])) for a in annotators],
+    )
+
+
+# --------------------------------------------------------------------------- exports
+
+
+def _raw(col, kind: str):
+    """A column fetched without SQLAlchemy's per-value processing (the export converts):
+    strings for JSON, enums and timestamps, integers for booleans. Exports touch every
+    value of millions of rows; the processors would cost several times the query."""
+    return type_coerce(col, Integer if kind == "bool" else String).label(col.key)
+
+
+def _raw_columns(spec) -> list:
+    return [_raw(col, kind) if kind else col for col, kind in spec]
+
+
+def _stream(session: Session, stmt: Select) -> Iterator[tuple[list[str], list[tuple]]]:
+    # Per statement: Connection.execution_options() would change the connection for good.
+    result = session.connection().execute(stmt.execution_options(yield_per=BATCH))
+    keys = list(result.keys())
+    for part in result.partitions():
+        yield keys, part
+
+
+def iter_judgment_rows(session: Session, study: Study) -> Iterator[tuple[list[str], list[tuple]]]:
+    """Every judgment of `study` with its context: ``(column names, batch of rows)`` in
+    judgment-id order.
+
+    Streamed with ``yield_per`` (a server-side cursor on PostgreSQL, SQLite's own cursor
+    otherwise): memory stays bounded by one batch whatever the study's size. Values are
+    raw (see :func:`_raw`): JSON and timestamps as the driver returns them.
+    """
+    spec = [
+        (Judgment.id.label("judgment_id"), None),
+        (Hit.id.label("hit_id"), None),
+        (Hit.index.label("hit_index"), None),
+        (Hit.is_overlap.label("hit_is_overlap"), "bool"),
+        (Judgment.position, None),
+        (HitPosition.choice_order, "json"),
+        (Item.id.label("item_id"), None),
+        (Item.kind, None),
+        (Item.length, None),
+        (Item.is_attention, "bool"),
+        (Item.choices, "json"),
+        (Item.true_next_word, None),
+        (Judgment.option, None),
+        (Judgment.chosen_rank, None),
+        (Judgment.chosen_word, None),
+        (Judgment.d, None),
+        (Annotator.id.label("annotator_id"), None),
+        (Annotator.label.label("annotator_label"), None),
+        (Annotator.channel, "enum"),
+        (Annotator.external_id.label("worker_id"), None),
+        (Annotator.blocked.label("annotator_blocked"), "bool"),
+        (Annotator.exclude_past.label("annotator_exclude_past"), "bool"),
+        (Assignment.public_id.label("assignment"), None),
+        (Assignment.external_assignment_id, None),
+        (Assignment.external_hit_id, None),
+        (Assignment.external_session_id, None),
+        (Assignment.status.label("assignment_status"), "enum"),
+        (Assignment.review_status, "enum"),
+        (Assignment.leased_at, "time"),
+        (Assignment.page_served_at, "time"),
+        (Assignment.submitted_at, "time"),
+        (Judgment.created_at.label("judged_at"), "time"),
+        (Judgment.client_ms, None),
+        (Judgment.too_fast, "bool"),
+        (Judgment.late, "bool"),
+    ]
+    stmt = (
+        select(*_raw_columns(spec))
+        .join(Assignment, Assignment.id == Judgment.assignment_id)
+        .join(Hit, Hit.id == Assignment.hit_id)
+        .join(Item, Item.id == Judgment.item_id)
+        .join(Annotator, Annotator.id == Assignment.annotator_id)
+        .outerjoin(
+            HitPosition,
+            and_(HitPosition.hit_id == Hit.id, HitPosition.position == Judgment.position),
+        )
+        .where(Hit.study_id == study.id)
+        .order_by(Judgment.id)
+    )
+    yield from _stream(session, stmt)
+
+
+def iter_item_rows(session: Session, study: Study) -> Iterator[tuple[list[str], list[tuple]]]:
+    """Every item of `study` (skipped ones included, with their reason) and where it is
+    shown: ``(column names, batch of rows)`` in item-id order, streamed like
+    :func:`iter_judgment_rows`."""
+    spec = [
+        (Item.id.label("item_id"), None),
+        (Item.kind, None),
+        (Item.length, None),
+        (Item.index, None),
+        (Item.is_attention, "bool"),
+        (Item.skip_reason, None),
+        (Item.prompt, None),
+        (Item.source, None),
+        (Item.words, None),
+        (Item.true_next_word, None),
+        (Item.choices, "json"),
+        (Hit.id.label("hit_id"), None),
+        (Hit.index.label("hit_index"), None),
+        (HitPosition.position, None),
+        (HitPosition.choice_order, "json"),
+        (Item.provenance, "json"),
+    ]
+    stmt = (
+        select(*_raw_columns(spec))
+        .outerjoin(HitPosition, HitPosition.item_id == Item.id)
+        .outerjoin(Hit, Hit.id == HitPosition.hit_id)
+        .where(Item.study_id == study.id)
+        .order_by(Item.id)
+    )
+    yield from _stream(session, stmt)
+
+
+def study_counts(session: Session, study: Study) -> dict[str, int]:
+    """Items, HITs, assignments and judgments of a study, in one query."""
+    sid = study.id
+
+    def count(stmt) -> Any:
+        return stmt.scalar_subquery()
+
+    row = session.execute(
+        select(
+            count(
+                select(func.count(Item.id)).where(
+                    Item.study_id == sid, Item.skip_reason.is_(None), Item.is_attention.is_(False)
+                )
+            ).label("items"),
+            count(
+                select(func.count(Item.id)).where(
+                    Item.study_id == sid, Item.skip_reason.is_(None), Item.is_attention.is_(True)
+                )
+            ).label("attention_items"),
+            count(
+                select(func.count(Item.id)).where(
+                    Item.study_id == sid, Item.skip_reason.is_not(None)
+                )
+            ).label("skipped_items"),
+            count(select(func.count(Hit.id)).where(Hit.study_id == sid)).label("hits"),
+            count(
+                select(func.count(Assignment.id))
+                .join(Hit, Hit.id == Assignment.hit_id)
+                .where(Hit.study_id == sid, Assignment.status == AssignmentStatus.submitted)
+            ).label("assignments_submitted"),
+            count(
+                select(func.count(Judgment.id))
+                .join(Assignment, Assignment.id == Judgment.assignment_id)
+                .join(Hit, Hit.id == Assignment.hit_id)
+                .where(Hit.study_id == sid)
+            ).label("judgments"),
+            count(select(func.count(Annotator.id)).where(Annotator.study_id == sid)).label(
+                "annotators"
+            ),
+        )
+    ).one()
+    return {k: int(v or 0) for k, v in row._mapping.items()}
+
+
+def provenance_examples(session: Session, study: Study) -> dict[str, dict[str, Any]]:
+    """The provenance record of the first item of each kind (how items were made)."""
+    first = (
+        select(func.min(Item.id))
+        .where(Item.study_id == study.id)
+        .group_by(Item.kind, Item.is_attention)
+    )
+    rows = session.execute(
+        select(Item.kind, Item.is_attention, Item.provenance)
+        .where(Item.id.in_(first))
+        .order_by(Item.id)
+    ).all()
+    return {(f"{k} (attention)" if att and k != ATTENTION_KIND else k): p for k, att, p in rows}

@@ -1,0 +1,57 @@
+"""`ebc results STUDY` in every format (in-process, on a committed SQLite database)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from app.cli import cli
+from app.db import build_engine, make_sessionmaker
+from app.migrate import upgrade
+from tests.factories import make_handmade
+
+
+@pytest.fixture
+def db(empty_db, backend, monkeypatch):
+    if backend != "sqlite":
+        pytest.skip("the CLI reads the same service on both backends; SQLite is enough")
+    engine = build_engine(empty_db.settings())
+    with engine.begin() as conn:
+        upgrade(conn)
+    with make_sessionmaker(engine)() as session, session.begin():
+        make_handmade(session)
+    engine.dispose()
+    monkeypatch.setenv("DATABASE_URL", empty_db.url)
+    monkeypatch.setenv("EBC_ENV", "test")
+    return empty_db
+
+
+def run(*args):
+    return CliRunner().invoke(cli, ["results", *args])
+
+
+def test_results_in_every_format(db):
+    out = run("hand", "--b", "200")
+    assert out.exit_code == 0, out.output
+    assert "with exclusions" in out.output and "1.667" in out.output
+    out = run("hand", "--b", "200", "--format", "json", "--exclusions", "off")
+    data = json.loads(out.output)
+    assert data["results"]["table"][0]["ebc"]["estimate"] == pytest.approx(1.2)
+    out = run("hand", "--b", "200", "--format", "csv", "--estimator", "plurality")
+    rows = list(csv.DictReader(io.StringIO(out.output)))
+    assert {r["estimator"] for r in rows} == {"plurality"}
+    out = run("hand", "--b", "200", "--format", "latex", "--unit", "hit")
+    assert "\\begin{tabular}{llccc}" in out.output and "resampling unit: hit" in out.output
+
+
+def test_results_errors(db):
+    out = run("nope")
+    assert out.exit_code == 1 and "no study 'nope'" in out.output
+    out = run("hand", "--unit", "worker")
+    assert out.exit_code == 1 and "unit" in out.output
+    out = run("hand", "--format", "xml")
+    assert out.exit_code == 1 and "unknown format" in out.output

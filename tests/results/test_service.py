@@ -1,0 +1,224 @@
+"""Known answers, worked out by hand, through the database path (see conftest.py's set).
+
+Attention items never enter CGD. Without exclusions (single estimator):
+
+    data  d: A 0,1  C 1,1  F 0,1  B 0,1  E 0,0   -> 5/10 = 0.5
+    model d: A 1,0  C 1,1  F 1,0  B 1,1  E 0,0   -> 6/10 = 0.6     EB-C = 1.2
+
+With the exclusions (C blocked with exclude_past, E failed attention, A's D2 too fast):
+
+    data  d: A 0  F 0,1  B 0,1                   -> 2/5 = 0.4
+    model d: A 1,0  F 1,0  B 1,1                 -> 4/6            EB-C = 5/3
+
+Plurality (per item, DESIGN.md's tie rule), without exclusions:
+    D1 {0,1,0} -> 0; D2 {1,1,1} -> 1; D3 {0,0} -> 0; D4 {none,0} -> 1/2   CGD = 1.5/4
+    M1 {2,1,1} -> 1; M2 {0,1,0} -> 0; M3 {none,0} -> 1/2; M4 {3,0} -> 1/2 CGD = 2/4
+with exclusions:
+    D1 {0,0} -> 0; D2 {1} -> 1; D3 {0} -> 0; D4 {none} -> 1                CGD = 2/4
+    M1 {2,1} -> 1; M2 {0,0} -> 0; M3 {none} -> 1; M4 {3} -> 1              CGD = 3/4
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.results import exports
+from app.results.queries import load_judgments
+from app.results.schemas import ResultQuery, ResultsOut
+from app.results.service import (
+    attention_accuracy,
+    exclusion_mask,
+    plan_for_study,
+    study_plan,
+    study_results,
+)
+from app.results.stats import agreement
+
+FAST = {"b": 200}
+
+
+def _row(rs):
+    (row,) = rs.table
+    return row
+
+
+@pytest.mark.parametrize(
+    ("estimator", "exclusions", "cgd_data", "cgd_model"),
+    [
+        ("single", "off", 0.5, 0.6),
+        ("single", "on", 0.4, 4 / 6),
+        ("plurality", "off", 1.5 / 4, 2 / 4),
+        ("plurality", "on", 2 / 4, 3 / 4),
+    ],
+)
+def test_known_answers(session, handmade, estimator, exclusions, cgd_data, cgd_model):
+    query = ResultQuery(estimator=estimator, exclusions=exclusions, **FAST)
+    res = study_results(session, handmade.study, query)
+    row = _row(res.results)
+    assert row.cgd_data.estimate == pytest.approx(cgd_data)
+    assert row.cgd_model.estimate == pytest.approx(cgd_model)
+    assert row.ebc.estimate == pytest.approx(cgd_model / cgd_data)
+    assert res.results.exclusions_applied is (exclusions == "on")
+    # The other variant sits beside it.
+    assert res.other.exclusions_applied is (exclusions != "on")
+
+
+def test_counts_and_warnings_of_the_single_estimator(session, handmade):
+    res = study_results(session, handmade.study, ResultQuery(exclusions="on", **FAST))
+    row = _row(res.results)
+    assert row.cgd_data.n_judgments == 5 and row.cgd_model.n_judgments == 6
+    assert row.ebc.n_judgments == 11
+    assert row.ebc.n_annotators == 3 and row.ebc.few_annotators
+    assert res.results.n_annotators == 3
+    assert any("only 3 annotators" in m for m in res.messages)
+    other = _row(res.other)
+    assert other.ebc.n_annotators == 5 and other.ebc.n_judgments == 20
+    # Every interval contains its estimate and comes with the delta-method cross-check.
+    for q in (row.cgd_data, row.cgd_model, row.ebc):
+        assert q.low <= q.estimate <= q.high and q.method == "percentile"
+        assert q.delta_low is not None and q.iid_se > 0
+
+
+def test_exclusion_report(session, handmade):
+    j = load_judgments(session, handmade.study)
+    keep, report = exclusion_mask(j, handmade.study.exclusions)
+    assert report.n_judgments == 25 and report.n_kept == 14 == int(keep.sum())
+    assert report.excluded_by_rule == {"blocked": 5, "attention": 5, "too_fast": 1}
+    assert report.annotators_excluded == {"blocked": ["C"], "attention": ["E"]}
+    ids, acc = attention_accuracy(j)
+    by_label = dict(zip(j.annotator_labels, j.annotator_ids.tolist(), strict=True))
+    assert dict(zip(ids.tolist(), acc.tolist(), strict=True))[by_label["E"]] == 0.0
+    # Rules switched off in the study keep everything.
+    off = {"blocked": False, "attention_min_accuracy": None, "too_fast": False}
+    keep, report = exclusion_mask(j, off)
+    assert keep.all() and report.excluded_by_rule == {}
+
+
+def test_blocked_without_exclude_past_keeps_past_work(session, handmade):
+    handmade.annotators["C"].exclude_past = False
+    session.flush()
+    j = load_judgments(session, handmade.study)
+    _, report = exclusion_mask(j, handmade.study.exclusions)
+    assert report.excluded_by_rule["blocked"] == 0
+
+
+def test_quality_sanity_position_and_none(session, handmade):
+    res = study_results(session, handmade.study, ResultQuery(exclusions="off", **FAST))
+    rs = res.results
+    # None share per cell: B chose none once on a data and once on a model item.
+    shares = {(r.kind, r.length): (r.share_none, r.n_judgments) for r in rs.none_share}
+    assert shares == {("data", 10): (0.1, 10), ("model", 10): (0.1, 10)}
+    # Sanity on data items: D1, D3 top-1 true; D2 true at rank 2; D4 not shown.
+    assert rs.sanity.n_items == 4
+    assert rs.sanity.top1_is_true == 0.5 and rs.sanity.true_shown == 0.75
+    assert rs.sanity.people_pick_true == pytest.approx(7 / 8)
+    assert rs.position_bias.counts and sum(rs.position_bias.counts) == 18  # 20 - 2 nones
+    assert rs.position_bias.share_none == pytest.approx(2 / 20)
+    quality = {q.label: q for q in res.quality}
+    assert quality["E"].attention_accuracy == 0.0 and quality["E"].excluded
+    assert quality["C"].excluded and not quality["A"].excluded
+    assert quality["A"].n_hits == 1 and quality["A"].n_judgments == 5
+    assert quality["B"].share_none == 0.5  # 2 of B's 4 regular judgments
+    assert quality["E"].top1_rate == {"data": 1.0, "model": 1.0}
+
+
+def test_agreement_on_the_model_rank(session, handmade):
+    res = study_results(session, handmade.study, ResultQuery(exclusions="off", **FAST))
+    agr = res.results.agreement
+    assert agr.n_items == 8 and agr.min_judgments_per_item == 2
+    assert agr.max_judgments_per_item == 3 and agr.fleiss_kappa is None
+    j = load_judgments(session, handmade.study)
+    reg = ~j.attention
+    direct = agreement(
+        j.item[reg], j.choice[reg], categories=np.array([1, 2, 3, 4, 5, 0]), b=200, seed=0
+    )
+    assert agr.krippendorff_alpha.estimate == pytest.approx(direct.krippendorff_alpha.estimate)
+    # D1 {1,2,1}: 1/3 of ordered pairs agree; D2 {2,2,2}: 1; ... mean over 8 items.
+    per_item = [1 / 3, 1, 1 / 3, 1 / 3, 1, 0, 0, 0]
+    assert agr.percent_agreement.estimate == pytest.approx(np.mean(per_item))
+
+
+def test_permutation_paper_and_trend_over_two_lengths(session):
+    from tests.factories import StudyFactory
+
+    f = StudyFactory(session, "two", lengths=(10, 20))
+    rng = np.random.default_rng(3)
+    annotators = [f.annotator() for _ in range(6)]
+    for length in (10, 20):
+        for h in range(6):
+            items = [f.item("data", length) for _ in range(3)]
+            items += [f.item("model", length) for _ in range(3)]
+            hit = f.hit(items)
+            ranks = [int(r) for r in rng.integers(0, 3, size=6)]
+            f.answer(annotators[h], hit, ranks)
+    res = study_results(session, f.study, ResultQuery(**FAST))
+    rs = res.results
+    assert [r.length for r in rs.table] == [10, 20]
+    assert rs.trend is not None and rs.trend.name == "trend"
+    pooled = [p for p in rs.permutation if p.length is None]
+    assert len(pooled) == 1 and 0 < pooled[0].p_value <= 1
+    for row in rs.table:
+        assert row.permutation.n_hits == 6 and row.permutation.n_permutations == 200
+        assert set(row.paper) == {"cgd_data", "cgd_model", "ebc"}
+        assert len(row.paper["ebc"].parts) == 5
+    assert res.plan is not None and res.plan.design_effect_measured
+
+
+def test_units_and_bca_run_through_the_service(session, handmade):
+    for unit in ("hit", "item", "twoway"):
+        res = study_results(session, handmade.study, ResultQuery(unit=unit, **FAST))
+        assert res.results.unit == unit
+    res = study_results(session, handmade.study, ResultQuery(ci="bca", **FAST))
+    assert res.results.ci == "bca"
+
+
+def test_empty_study_has_no_figures_but_a_plan(session):
+    from tests.factories import StudyFactory
+
+    f = StudyFactory(session, "nothing")
+    res = study_results(session, f.study, ResultQuery(**FAST))
+    assert res.results is None and res.other is None and res.messages
+    plan = study_plan(session, f.study)
+    assert not plan.design_effect_measured and plan.cgd_data == 0.73
+    # DESIGN.md: about 14,300 judgments per cell for 1.02 vs 1.00 at CGD 0.73.
+    assert 14_000 < plan.judgments_per_cell_iid < 14_600
+
+
+def test_plan_uses_the_study_layout_and_payment(session, handmade):
+    study = handmade.study
+    study.reward_cents, study.platform_fee, study.per_annotator_cap = 50, 0.2, 100
+    plan = plan_for_study(study, design_effect=2.0)
+    assert plan.judgments_per_cell == pytest.approx(2 * plan.judgments_per_cell_iid, abs=2)
+    assert plan.hits_per_length == -(-plan.judgments_per_cell // 5)
+    assert plan.cost == pytest.approx(plan.assignments * 0.5 * 1.2)
+    assert plan.annotators_needed == -(-plan.assignments // 100)
+    measured = study_plan(session, study)
+    assert measured.cgd_data_measured and measured.judgments_per_cell_now == 5
+
+
+def test_results_json_round_trips(session, handmade):
+    res = study_results(session, handmade.study, ResultQuery(**FAST))
+    again = ResultsOut.model_validate_json(res.model_dump_json())
+    assert again.results.table[0].ebc.estimate == res.results.table[0].ebc.estimate
+
+
+def test_terminal_table_lists_both_variants(session, handmade):
+    res = study_results(session, handmade.study, ResultQuery(**FAST))
+    text = exports.results_table(res)
+    assert "with exclusions" in text and "without exclusions" in text
+    assert "1.667" in text and "1.200" in text
+
+
+def test_when_nothing_is_excluded_both_variants_agree(session, handmade):
+    handmade.study.exclusions = {
+        "blocked": False,
+        "attention_min_accuracy": None,
+        "too_fast": False,
+    }
+    session.flush()
+    res = study_results(session, handmade.study, ResultQuery(**FAST))
+    assert res.exclusions.n_kept == 25
+    assert res.results.exclusions_applied and not res.other.exclusions_applied
+    assert res.results.table == res.other.table
+    assert _row(res.results).ebc.estimate == pytest.approx(1.2)
