@@ -22,22 +22,31 @@ study_cli = typer.Typer(help="Studies.")
 cli.add_typer(db_cli, name="db")
 cli.add_typer(admin_cli, name="admin")
 cli.add_typer(study_cli, name="study")
+hits_cli = typer.Typer(help="HITs: build them from a study's items.")
+annotators_cli = typer.Typer(help="Annotators: invite links.")
+cli.add_typer(hits_cli, name="hits")
+cli.add_typer(annotators_cli, name="annotators")
+
+# `ebc results` lives with the results module.
+from app.results.cli import register as _register_results  # noqa: E402
+
+_register_results(cli)
 
 
-def _settings() -> Settings:
+def load_settings() -> Settings:
     try:
         return Settings()
     except ValueError as exc:  # pydantic's ValidationError is a ValueError
-        _fail(f"configuration error: {exc}")
+        fail(f"configuration error: {exc}")
 
 
-def _fail(message: str, code: int = 1):
+def fail(message: str, code: int = 1):
     typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
     raise typer.Exit(code)
 
 
 @contextmanager
-def _session(settings: Settings) -> Iterator[Session]:
+def session_scope(settings: Settings) -> Iterator[Session]:
     from app.db import build_engine, make_sessionmaker
 
     engine = build_engine(settings)
@@ -48,7 +57,7 @@ def _session(settings: Settings) -> Iterator[Session]:
         engine.dispose()
 
 
-def _migrate(settings: Settings, revision: str = "head") -> None:
+def migrate_database(settings: Settings, revision: str = "head") -> None:
     from app.db import build_engine
     from app.migrate import upgrade
 
@@ -69,8 +78,8 @@ def version() -> None:
 @db_cli.command("upgrade")
 def db_upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
     """Migrate the database to REVISION (default: the latest)."""
-    settings = _settings()
-    _migrate(settings, revision)
+    settings = load_settings()
+    migrate_database(settings, revision)
     typer.echo(f"database at {revision}: {_redacted(settings.database_url)}")
 
 
@@ -80,7 +89,7 @@ def db_downgrade(revision: str) -> None:
     from app.db import build_engine
     from app.migrate import downgrade
 
-    engine = build_engine(_settings())
+    engine = build_engine(load_settings())
     try:
         with engine.begin() as conn:
             downgrade(conn, revision)
@@ -95,7 +104,7 @@ def db_current() -> None:
     from app.db import build_engine
     from app.migrate import current_revisions, head_revisions
 
-    engine = build_engine(_settings())
+    engine = build_engine(load_settings())
     try:
         with engine.connect() as conn:
             current = current_revisions(conn)
@@ -115,9 +124,9 @@ def serve(
     """Migrate the database, then serve the web app with uvicorn."""
     import uvicorn
 
-    settings = _settings()
+    settings = load_settings()
     if migrate:
-        _migrate(settings)
+        migrate_database(settings)
     typer.echo(f"serving on http://{host}:{port}  (database: {_redacted(settings.database_url)})")
     uvicorn.run(
         "app.main:create_app",
@@ -128,12 +137,6 @@ def serve(
         log_level=settings.log_level,
         proxy_headers=True,
     )
-
-
-@cli.command()
-def worker() -> None:
-    """Run the precompute worker (not built yet: see the worker issue)."""
-    _fail("the precompute worker is not implemented yet (worker issue #3)", code=2)
 
 
 @admin_cli.command("create-user")
@@ -149,12 +152,12 @@ def create_user(
     from app.auth.service import create_user as _create
 
     password = _read_password(password)
-    settings = _settings()
+    settings = load_settings()
     try:
-        with _session(settings) as session:
+        with session_scope(settings) as session:
             _create(session, username, password, is_admin=admin)
     except AuthError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     typer.echo(f"created user {username}{' (admin)' if admin else ''}")
 
 
@@ -170,13 +173,13 @@ def set_password(
 
     password = _read_password(password)
     try:
-        with _session(_settings()) as session:
+        with session_scope(load_settings()) as session:
             user = session.scalar(select(User).where(User.username == username))
             if user is None:
-                _fail(f"no user {username!r}")
+                fail(f"no user {username!r}")
             _set(session, user, password)
     except AuthError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     typer.echo(f"password set for {username}")
 
 
@@ -188,10 +191,10 @@ def create_token(
     from app.auth.service import create_api_token
     from app.models import User
 
-    with _session(_settings()) as session:
+    with session_scope(load_settings()) as session:
         user = session.scalar(select(User).where(User.username == username))
         if user is None:
-            _fail(f"no user {username!r}")
+            fail(f"no user {username!r}")
         new = create_api_token(session, user, name)
     typer.echo(new.secret)
 
@@ -202,10 +205,10 @@ def revoke_token(prefix: Annotated[str, typer.Argument(help="the token's first 1
     from app.auth.service import revoke_api_token
     from app.models import ApiToken
 
-    with _session(_settings()) as session:
+    with session_scope(load_settings()) as session:
         tokens = session.scalars(select(ApiToken).where(ApiToken.prefix == prefix[:12])).all()
         if len(tokens) != 1:
-            _fail(f"{len(tokens)} tokens start with {prefix!r}; give the 12-character prefix")
+            fail(f"{len(tokens)} tokens start with {prefix!r}; give the 12-character prefix")
         revoke_api_token(session, tokens[0])
     typer.echo(f"revoked {prefix[:12]}…")
 
@@ -219,11 +222,11 @@ def study_create(
 
     try:
         cfg = load_config(config)
-        with _session(_settings()) as session:
+        with session_scope(load_settings()) as session:
             study = create_study(session, cfg)
             slug = study.slug
     except StudyError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     typer.echo(f"created study {slug}")
 
 
@@ -232,32 +235,74 @@ def study_list() -> None:
     """List the studies."""
     from app.studies.service import list_studies
 
-    with _session(_settings()) as session:
+    with session_scope(load_settings()) as session:
         for s in list_studies(session):
             lengths = ",".join(map(str, s.prefix_lengths))
             typer.echo(f"{s.slug}\t{s.status.value}\t{s.task.value}\tl={lengths}\t{s.title}")
 
 
-@cli.command()
-def demo(
-    host: Annotated[str, typer.Option()] = "127.0.0.1",
-    port: Annotated[int, typer.Option()] = 8000,
-    serve_: Annotated[bool, typer.Option("--serve/--no-serve", help="start the web app")] = True,
+@hits_cli.command("build")
+def hits_build(
+    study: Annotated[str, typer.Argument(help="the study's slug")],
+    attention: Annotated[
+        Path | None, typer.Option(help="attention items to add first (JSON lines)")
+    ] = None,
+    open_: Annotated[
+        bool, typer.Option("--open/--no-open", help="open the study to annotators")
+    ] = True,
 ) -> None:
-    """Set up the embedded demo (SQLite): migrate, seed a study and an admin, serve."""
-    from app.demo import seed_demo
+    """Place the study's unplaced items into HITs; report what is left over."""
+    import json
 
-    settings = _settings()
-    _migrate(settings)
-    with _session(settings) as session:
-        seeded = seed_demo(session, settings)
-    typer.echo("")
-    typer.echo(f"  demo study:  {seeded.study_slug}")
-    typer.echo(f"  dashboard:   http://{host}:{port}/dashboard")
-    typer.echo(f"  admin login: {seeded.username} / {seeded.password}")
-    typer.echo("")
-    if serve_:
-        serve(host=host, port=port, workers=1, migrate=False)
+    from app.hits.service import HitBuildError, build_hits, load_attention_items
+    from app.models import StudyStatus
+    from app.studies.service import get_study
+
+    try:
+        with session_scope(load_settings()) as session:
+            found = get_study(session, study)
+            if found is None:
+                fail(f"no study {study!r}")
+            if attention is not None:
+                lines = attention.read_text(encoding="utf-8").splitlines()
+                rows = [json.loads(line) for line in lines if line.strip()]
+                typer.echo(f"added {load_attention_items(session, found, rows)} attention items")
+            report = build_hits(session, found)
+            if open_ and found.status is not StudyStatus.closed:
+                found.status = StudyStatus.collecting
+    except (HitBuildError, ValueError) as exc:
+        fail(str(exc))
+    for line in report.lines():
+        typer.echo(line)
+
+
+@annotators_cli.command("invite")
+def annotators_invite(
+    study: Annotated[str, typer.Argument(help="the study's slug")],
+    count: Annotated[int, typer.Option(help="how many annotators to create")] = 1,
+    label: Annotated[str | None, typer.Option(help="a name for them (numbered)")] = None,
+    csv_out: Annotated[Path | None, typer.Option("--csv", help="write label,link here")] = None,
+) -> None:
+    """Create invited annotators and print (or write) their signed links."""
+    from app.annotation.admin import invite, links_csv
+    from app.annotation.service import AnnotationError
+    from app.studies.service import get_study
+
+    settings = load_settings()
+    try:
+        with session_scope(settings) as session:
+            found = get_study(session, study)
+            if found is None:
+                fail(f"no study {study!r}")
+            made = invite(session, found, count, label)
+            table = links_csv(settings.base_url, settings.secret_key, made)
+    except AnnotationError as exc:
+        fail(str(exc))
+    if csv_out is not None:
+        csv_out.write_text(table, encoding="utf-8")
+        typer.echo(f"wrote {count} links to {csv_out}")
+    else:
+        typer.echo(table, nl=False)
 
 
 def _read_password(password: str | None) -> str:
@@ -274,5 +319,25 @@ def _redacted(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
+_plugins_loaded = False
+
+
+def load_plugins() -> None:
+    """Commands from other packages (the worker's), found through entry points.
+
+    `app` never imports `worker`; the worker registers `ebc worker` and
+    `ebc precompute` under the `ebc.cli` entry-point group instead.
+    """
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="ebc.cli"):
+        ep.load()(cli)
+    _plugins_loaded = True
+
+
 def main() -> None:
+    load_plugins()
     cli()

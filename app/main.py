@@ -10,14 +10,26 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy import Connection
+from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.sessions import SessionMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
-from app.config import ROOT, Settings
+from app.annotation.service import AnnotationError
+from app.config import ROOT, Environment, Settings
 from app.db import build_engine, make_sessionmaker
 from app.migrate import head_revisions
-from app.web import api, dashboard, health
+from app.web import (
+    annotate,
+    api,
+    dashboard,
+    dashboard_annotators,
+    dashboard_results,
+    dashboard_studies,
+    dashboard_users,
+    health,
+)
 from app.web.security import LoginRequired
 from app.web.templating import templates
 
@@ -70,6 +82,8 @@ def create_app(settings: Settings | None = None, *, bind: Connection | None = No
         lifespan=lifespan,
     )
     app.state.settings = settings
+    # Checking every template file on disk per render only helps while editing them.
+    templates.env.auto_reload = settings.env is Environment.development
     app.add_middleware(
         SessionMiddleware,
         secret_key=settings.secret_key,
@@ -79,19 +93,49 @@ def create_app(settings: Settings | None = None, *, bind: Connection | None = No
         https_only=settings.base_url.startswith("https://"),
     )
 
-    @app.middleware("http")
-    async def security_headers(request: Request, call_next) -> Response:
-        response = await call_next(request)
-        for name, value in DEFAULT_SECURITY_HEADERS.items():
-            response.headers.setdefault(name, value)
-        return response
-
+    app.add_middleware(SecurityHeaders)
     app.mount("/static", StaticFiles(directory=ROOT / "static"), name="static")
     app.include_router(health.router)
     app.include_router(api.router)
     app.include_router(dashboard.router)
+    app.include_router(dashboard.pages)
+    app.include_router(dashboard_users.router)
+    app.include_router(dashboard_studies.router)
+    app.include_router(dashboard_annotators.router)
+    app.include_router(dashboard_results.router)
+    app.include_router(annotate.router)
+    app.add_exception_handler(AnnotationError, annotate.annotation_error)
     _install_error_handlers(app)
     return app
+
+
+class SecurityHeaders:
+    """Adds DEFAULT_SECURITY_HEADERS to every response that does not set its own.
+
+    A plain ASGI middleware: Starlette's `@app.middleware("http")` costs a task
+    group and memory streams per request, a fifth of the annotator hot path.
+    A route that sets its own CSP decides its framing with frame-ancestors
+    (annotator pages in iframes, MTurk), so X-Frame-Options is left off there.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                own_csp = "content-security-policy" in headers
+                for name, value in DEFAULT_SECURITY_HEADERS.items():
+                    if not (own_csp and name == "X-Frame-Options"):
+                        headers.setdefault(name, value)
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
 
 
 def _wants_json(request: Request) -> bool:

@@ -114,3 +114,32 @@ def user_for_token(session: Session, secret: str) -> User | None:
         return None
     token.last_used_at = utcnow()
     return user
+
+
+def list_users(session: Session) -> list[User]:
+    return list(session.scalars(select(User).order_by(User.username)))
+
+
+def get_user(session: Session, user_id: int) -> User | None:
+    return session.get(User, user_id)
+
+
+def set_active(session: Session, user: User, active: bool, *, by: User) -> None:
+    if user.id == by.id and not active:
+        raise AuthError("you cannot deactivate your own account")
+    user.is_active = active
+    session.flush()
+
+
+def list_tokens(session: Session, user: User) -> list[ApiToken]:
+    return list(
+        session.scalars(
+            select(ApiToken).where(ApiToken.user_id == user.id).order_by(ApiToken.created_at.desc())
+        )
+    )
+
+
+def get_token(session: Session, user: User, token_id: int) -> ApiToken | None:
+    """One of `user`'s own tokens (None for anybody else's)."""
+    token = session.get(ApiToken, token_id)
+    return token if token is not None and token.user_id == user.id else None

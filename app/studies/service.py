@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import tomllib
 from pathlib import Path
 
@@ -9,7 +10,10 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.models import Study, User
+from app.hits.schemas import BuildReport
+from app.hits.service import build_hits
+from app.models import Hit, Item, PrecomputeJob, Study, StudyStatus, User, utcnow
+from app.precompute.service import active_job, cancel_job, plan_job
 from app.studies.schemas import (
     AnnotatorSection,
     ChannelSection,
@@ -30,15 +34,22 @@ class StudyError(ValueError):
 def load_config(path: Path) -> StudyConfig:
     """Read and validate a study file (TOML)."""
     try:
-        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise StudyError(f"study file not found: {path}") from None
+    return parse_config(text, str(path))
+
+
+def parse_config(text: str, source: str = "study file") -> StudyConfig:
+    """Validate the text of a study file (TOML)."""
+    try:
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise StudyError(f"{path}: not valid TOML: {exc}") from None
+        raise StudyError(f"{source}: not valid TOML: {exc}") from None
     try:
         return StudyConfig.model_validate(raw)
     except ValidationError as exc:
-        raise StudyError(f"{path}: {format_validation_error(exc)}") from None
+        raise StudyError(f"{source}: {format_validation_error(exc)}") from None
 
 
 def format_validation_error(exc: ValidationError) -> str:
@@ -47,8 +58,12 @@ def format_validation_error(exc: ValidationError) -> str:
     )
 
 
+def slug_taken(session: Session, slug: str) -> bool:
+    return session.scalar(select(Study.id).where(Study.slug == slug)) is not None
+
+
 def create_study(session: Session, config: StudyConfig, created_by: User | None = None) -> Study:
-    if session.scalar(select(Study.id).where(Study.slug == config.slug)) is not None:
+    if slug_taken(session, config.slug):
         raise StudyError(f"a study named {config.slug!r} already exists")
     study = Study(
         slug=config.slug,
@@ -131,3 +146,74 @@ def list_studies(session: Session) -> list[Study]:
 
 def get_study(session: Session, slug: str) -> Study | None:
     return session.scalar(select(Study).where(Study.slug == slug))
+
+
+def save_dataset(data_dir: Path, slug: str, filename: str, content: bytes) -> tuple[Path, str]:
+    """Store an uploaded dataset under `data_dir/uploads/<slug>/`; returns (path, sha256).
+
+    Only the file name's last component is kept, so an upload cannot write elsewhere.
+    """
+    name = Path(filename.replace("\\", "/")).name.strip() or "dataset.txt"
+    if name.startswith("."):
+        name = "dataset" + name
+    folder = (Path(data_dir) / "uploads" / slug).resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_bytes(content)
+    return path, hashlib.sha256(content).hexdigest()
+
+
+def close_study(session: Session, study: Study) -> None:
+    """Stop collection (annotators see "closed"); an unfinished precompute job is cancelled."""
+    if study.status is StudyStatus.closed:
+        raise StudyError("the study is already closed")
+    job = active_job(session, study)
+    if job is not None:
+        cancel_job(session, job)
+    study.status = StudyStatus.closed
+    study.closed_at = utcnow()
+    session.flush()
+
+
+def reopen_study(session: Session, study: Study) -> None:
+    """Back to where the study was: collecting if it has HITs, ready with items, else draft."""
+    if study.status is not StudyStatus.closed:
+        raise StudyError("only a closed study can be reopened")
+    has_hits = session.scalar(select(Hit.id).where(Hit.study_id == study.id).limit(1))
+    has_items = session.scalar(select(Item.id).where(Item.study_id == study.id).limit(1))
+    if has_hits is not None:
+        study.status = StudyStatus.collecting
+    elif has_items is not None:
+        study.status = StudyStatus.ready
+    else:
+        study.status = StudyStatus.draft
+    study.closed_at = None
+    session.flush()
+
+
+def plan_precompute(session: Session, study: Study) -> PrecomputeJob:
+    """Create the precompute job of a draft study (workers then run it)."""
+    if study.status is not StudyStatus.draft:
+        raise StudyError(
+            f"the study is {study.status.value}: precompute is planned for draft studies"
+        )
+    return plan_job(session, study)
+
+
+def build_and_open(session: Session, study: Study) -> BuildReport:
+    """Place the study's unplaced items into HITs and open the study to annotators."""
+    if study.status not in (StudyStatus.ready, StudyStatus.collecting):
+        raise StudyError(
+            f"the study is {study.status.value}: HITs are built once its items are ready"
+        )
+    report = build_hits(session, study)
+    study.status = StudyStatus.collecting
+    session.flush()
+    return report
+
+
+def set_study_cap(session: Session, study: Study, cap: int) -> None:
+    if cap < 1:
+        raise StudyError("the cap must be at least 1 HIT")
+    study.per_annotator_cap = cap
+    session.flush()

@@ -1,0 +1,62 @@
+"""The results page and its downloads (figures from app.results.service)."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+
+from app.models import AuditEvent
+from tests.factories import StudyFactory
+
+
+def _study_with_judgments(session):
+    f = StudyFactory(session, "r1", lengths=(10, 20))
+    for a in range(4):
+        who = f.annotator(f"ann{a}")
+        for length in (10, 20):
+            items = [f.item("data", length) for _ in range(2)] + [
+                f.item("model", length) for _ in range(2)
+            ]
+            f.answer(who, f.hit(items), [0, (a + 1) % 5, None, a % 5])
+    session.commit()
+    return f.study
+
+
+def test_results_page_table_plot_planner_and_selectors(logged_in, session):
+    _study_with_judgments(session)
+    r = logged_in.get("/dashboard/studies/r1/results?b=1000&unit=hit&estimator=plurality")
+    assert r.status_code == 200 and r.template.name == "results.html"
+    res = r.context["res"]
+    assert [row.length for row in res.results.table] == [10, 20]
+    assert res.options.unit == "hit" and res.options.estimator == "plurality"
+    assert "resampling unit hit" in r.text and "CGD(M|D) data" in r.text
+    assert 'src="data:image/svg+xml;base64,' in r.text
+    assert "Power and budget planner" in r.text and r.context["plan"] is not None
+    planned = logged_in.get("/dashboard/studies/r1/results?b=1000&target_ebc=1.05&power=0.9")
+    assert planned.context["plan"].target_ebc == 1.05
+    assert logged_in.get("/dashboard/studies/r1/results?unit=nope").status_code == 400
+
+
+def test_downloads_are_served_and_audited(logged_in, session):
+    study = _study_with_judgments(session)
+    base = "/dashboard/studies/r1/results"
+    csv = logged_in.get(f"{base}/results.csv?b=1000")
+    assert (
+        csv.headers["content-type"].startswith("text/csv")
+        and "attachment" in csv.headers["content-disposition"]
+    )
+    assert logged_in.get(f"{base}/plot.svg?b=1000").content.lstrip().startswith(b"<?xml")
+    assert logged_in.get(f"{base}/judgments.jsonl").text.count("\n") == 32
+    assert logged_in.get(f"{base}/manifest.json").json()["study"] == "r1"
+    assert "\\begin{tabular}" in logged_in.get(f"{base}/results.tex?b=1000&paper=true").text
+    assert logged_in.get(f"{base}/secrets.txt").status_code == 404
+    session.expire_all()
+    exports = session.scalars(
+        select(AuditEvent).where(AuditEvent.study_id == study.id, AuditEvent.action == "export")
+    ).all()
+    assert [e.detail["what"] for e in exports] == [
+        "results.csv",
+        "plot.svg",
+        "judgments.jsonl",
+        "manifest.json",
+        "results.tex",
+    ]
