@@ -1,0 +1,1 @@
+"""Annotators: invite links, assignments, submissions, crowd channels."""

@@ -1,0 +1,1 @@
+"""HITs: building them from a study's items."""
