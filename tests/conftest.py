@@ -49,6 +49,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if metafunc.definition.get_closest_marker("postgres"):
             # Concurrency that SQLite serialises by design is tested on PostgreSQL.
             backends = [b for b in backends if b == "postgres"]
+        if metafunc.definition.get_closest_marker("sqlite"):
+            # Backend-independent code paths that are slow to set up run once.
+            backends = [b for b in backends if b == "sqlite"]
         metafunc.parametrize("backend", backends, scope="session")
 
 

@@ -14,11 +14,12 @@ from app.db import build_engine, make_sessionmaker
 from app.migrate import upgrade
 from tests.factories import make_handmade
 
+# The CLI reads the same service on both backends; SQLite is enough.
+pytestmark = pytest.mark.sqlite
+
 
 @pytest.fixture
-def db(empty_db, backend, monkeypatch):
-    if backend != "sqlite":
-        pytest.skip("the CLI reads the same service on both backends; SQLite is enough")
+def db(empty_db, monkeypatch):
     engine = build_engine(empty_db.settings())
     with engine.begin() as conn:
         upgrade(conn)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import torch
-from conftest import bpe_tokenizer, sp_tokenizer, word_tokenizer
 
+from tests.worker.conftest import bpe_tokenizer, sp_tokenizer, word_tokenizer
 from worker.words import decode_word, segment_words, token_classes, top_words
 
 
