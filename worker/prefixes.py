@@ -94,6 +94,9 @@ class PrefixSpec:
     ``special_policy``: ``"renormalise"`` or ``"skip"`` when a special token is the top-1.
     ``batch_size``: rows per batch (None: per-device default).  ``max_expansions``: word-search
     budget per context.  ``punctuation_splits``: the punctuation rule of `worker.words`.
+    ``max_word_tokens``: longest choice word in tokens (None: no limit, the exact search; a limit
+    bounds the search's sequential forwards on a degenerate model, flagged inexact when a longer
+    word could have been among the choices).
     """
 
     top_k: int = 5
@@ -109,6 +112,7 @@ class PrefixSpec:
     max_expansions: int = 256
     punctuation_splits: bool = True
     max_tokens_per_word: int = 8
+    max_word_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.temperature <= 0:
@@ -350,6 +354,7 @@ def _search(model, state, root, classes, spec) -> list[NextWords]:
         k=spec.top_k,
         special_policy=spec.special_policy,
         max_expansions=spec.max_expansions,
+        max_word_tokens=spec.max_word_tokens,
     )
 
 

@@ -335,6 +335,7 @@ def top_words(
     rows_per_round: int = 64,
     children_per_node: int = 64,
     merge_tail: float = 0.05,
+    max_word_tokens: int | None = None,
 ) -> list[NextWords]:
     """Top-k next words for a batch of contexts.
 
@@ -343,9 +344,11 @@ def top_words(
     expands at most ``max_expansions`` partial words per context and, per round, up to
     ``nodes_per_round`` (default ``k``) per context in one batched call, more when fewer than
     ``rows_per_round // nodes_per_round`` contexts are still searching (each then gets an equal
-    share of ``rows_per_round``).  After the k-th distinct
-    word it goes on while the best open entry is at least ``merge_tail`` times the k-th word's
-    probability, to collect other tokenisations of the same strings.
+    share of ``rows_per_round``).  ``max_word_tokens`` (None: no limit) leaves out words of more
+    tokens than that (a degenerate model can make a partial word that never ends, one forward per
+    token); the result is flagged inexact when such a word could have beaten the k-th.  After the
+    k-th distinct word it goes on while the best open entry is at least ``merge_tail`` times the
+    k-th word's probability, to collect other tokenisations of the same strings.
     """
     if special_policy not in SPECIAL_POLICIES:
         raise ValueError(f"special_policy must be one of {SPECIAL_POLICIES}")
@@ -388,6 +391,7 @@ def top_words(
         rows_per_round=rows_per_round,
         children_per_node=children_per_node,
         merge_tail=merge_tail,
+        max_word_tokens=max_word_tokens,
     )
 
 
@@ -469,6 +473,7 @@ def _best_first(
     rows_per_round: int,
     children_per_node: int,
     merge_tail: float,
+    max_word_tokens: int | None,
 ) -> list[NextWords]:
     batch, vocab = root.shape
     root_ok = classes.starts & ~classes.blank & ~classes.special
@@ -540,9 +545,16 @@ def _best_first(
         for n, (b, seq, prob) in enumerate(jobs):
             s = searches[b]
             s.push(prob * bnd[n], 1, seq)
+            if max_word_tokens is not None and len(seq) >= max_word_tokens:
+                # Longer words are left out; one of them may beat the k-th word.
+                if c_lps[n] and c_lps[n][0] > -1e30:
+                    s.bound = max(s.bound, prob * math.exp(c_lps[n][0]))
+                continue
             pairs = [(lp, i) for lp, i in zip(c_lps[n], c_ids[n], strict=True) if lp > -1e30]
             s.add_children(prob, [p[0] for p in pairs], [p[1] for p in pairs], seq, more_child)
 
+    method = f"best-first(merge_tail={merge_tail:g}"
+    method += f", max_word_tokens={max_word_tokens})" if max_word_tokens else ")"
     results = []
     for b, s in enumerate(searches):
         budget_hit = s.expansions >= max_expansions and any(e[2] == 0 for e in s.heap)
@@ -560,7 +572,7 @@ def _best_first(
                 probs,
                 root[b],
                 classes,
-                method=f"best-first(merge_tail={merge_tail:g})",
+                method=method,
                 exact=exact,
                 expansions=s.expansions,
                 policy=policy,
