@@ -100,6 +100,8 @@ def test_demo_runs_the_whole_loop_and_is_fast_the_second_time(tmp_path, corpus):
             r = c.post("/login", data={"username": username, "password": password,
                                        "csrf_token": token, "next": "/dashboard"})  # fmt: skip
             assert r.status_code == 200 and "demo-austen" in r.text
+            results = c.get("/dashboard/studies/demo-austen/results", params={"b": 200})
+            assert results.status_code == 200 and "Power and budget planner" in results.text
     finally:
         proc.terminate()
         proc.wait(timeout=30)
