@@ -16,7 +16,7 @@ from starlette.middleware.sessions import SessionMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
-from app.annotation.service import AnnotationError
+from app.annotation.service import HIT_CACHE, AnnotationError, HitContentCache
 from app.config import ROOT, Environment, Settings
 from app.db import build_engine, make_sessionmaker
 from app.migrate import head_revisions
@@ -58,15 +58,17 @@ def create_app(settings: Settings | None = None, *, bind: Connection | None = No
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.migration_heads = head_revisions()
+        # Each app keeps its own cache of immutable HIT content, tied to its database.
+        info = {HIT_CACHE: HitContentCache()}
         if bind is not None:
             app.state.sessionmaker = make_sessionmaker(
-                bind, join_transaction_mode="create_savepoint"
+                bind, join_transaction_mode="create_savepoint", info=info
             )
             yield
             return
         engine = build_engine(settings)
         app.state.engine = engine
-        app.state.sessionmaker = make_sessionmaker(engine)
+        app.state.sessionmaker = make_sessionmaker(engine, info=info)
         try:
             yield
         finally:

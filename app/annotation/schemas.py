@@ -8,9 +8,11 @@ learn an item's kind, the model's ranking or probabilities").
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
-from app.models import Assignment
+from app.models import AssignmentStatus, Channel, StudyStatus, Task
 
 
 class WorkStatus(StrEnum):
@@ -22,12 +24,65 @@ class WorkStatus(StrEnum):
     not_open = "not_open"
 
 
+@dataclass(slots=True)
+class StudyRef:
+    """A study's settings as the annotator pages use them, read in the request's transaction."""
+
+    id: int
+    slug: str
+    task: Task
+    status: StudyStatus
+    per_annotator_cap: int
+    max_cell_share: float | None
+    lease_seconds: int
+    min_ms_per_item: int
+    channels: dict[str, Any]
+    top_k: int
+
+
+@dataclass(slots=True)
+class AnnotatorRef:
+    """An annotator as locked by the annotation service, with their study's settings."""
+
+    id: int
+    study_id: int
+    channel: Channel
+    external_id: str | None
+    invite_nonce: str | None
+    hit_cap: int | None
+    blocked: bool
+    study: StudyRef | None = None
+
+
+@dataclass(slots=True)
+class Lease:
+    """An assignment (one annotator's lease on one replica slot of a HIT) as the pages use it."""
+
+    id: int
+    public_id: str
+    hit_id: int
+    annotator_id: int
+    status: AssignmentStatus
+    leased_at: datetime
+    expires_at: datetime
+    page_served_at: datetime | None
+    submitted_at: datetime | None
+    late: bool
+    external_assignment_id: str | None
+    submit_to: str | None
+
+
+ANNOTATOR_COLUMNS = tuple(f for f in AnnotatorRef.__dataclass_fields__ if f != "study")
+STUDY_COLUMNS = tuple(StudyRef.__dataclass_fields__)
+LEASE_COLUMNS = tuple(Lease.__dataclass_fields__)
+
+
 @dataclass
 class Work:
     """The answer to "what should this annotator do now?"."""
 
     status: WorkStatus
-    assignment: Assignment | None = None
+    assignment: Lease | None = None
     done: int = 0  # HITs this annotator submitted in this study
     cap: int = 0
     expired_previous: bool = False  # their previous lease ran out unanswered
@@ -53,7 +108,7 @@ class HitPage:
 
 @dataclass
 class Submission:
-    assignment: Assignment
+    assignment: Lease
     late: bool
     repeated: bool  # the same assignment was already submitted: nothing was written
     too_fast: int  # judgments flagged as faster than the study's minimum

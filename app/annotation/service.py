@@ -23,20 +23,41 @@ from __future__ import annotations
 
 import hmac
 import secrets
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
 from itsdangerous import BadSignature, URLSafeSerializer
-from sqlalchemy import and_, bindparam, case, exists, func, null, or_, select, update
+from sqlalchemy import (
+    and_,
+    bindparam,
+    case,
+    exists,
+    func,
+    insert,
+    null,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import Session
 
 from app.annotation.schemas import (
+    ANNOTATOR_COLUMNS,
+    LEASE_COLUMNS,
+    STUDY_COLUMNS,
+    AnnotatorRef,
     HitPage,
     InviteRef,
+    Lease,
     PositionView,
+    StudyRef,
     Submission,
     Work,
     WorkStatus,
@@ -143,32 +164,62 @@ def create_local_annotators(
     return made
 
 
-def _lock_annotator(session: Session, annotator_id: int, now: datetime) -> Annotator | None:
-    """Lock the annotator's row (one statement); their study is loaded alongside.
+_annotators = Annotator.__table__
+_studies = Study.__table__
+_assignments = Assignment.__table__
+_hits = Hit.__table__
+_TIME = UTCDateTime()
 
-    On PostgreSQL the UPDATE also returns the study's row (UPDATE ... FROM), so
-    `session.get(Study, annotator.study_id)` costs nothing afterwards.
+# The hot path (an invite page and its submit) runs SQLAlchemy Core statements built once
+# here: their cache keys are memoised on the objects, so executing one costs neither
+# statement construction nor compilation, and the rows come back as plain tuples (no ORM
+# identity map, no unit of work). The ORM models stay the schema and serve everything else.
+_ANNOTATOR_COLS = tuple(_annotators.c[name] for name in ANNOTATOR_COLUMNS)
+_STUDY_COLS = tuple(_studies.c[name] for name in STUDY_COLUMNS)
+_N_ANNOTATOR = len(_ANNOTATOR_COLS)
+_LOCK = (
+    update(_annotators)
+    .where(_annotators.c.id == bindparam("annotator_id"))
+    .values(last_seen_at=bindparam("now", type_=_TIME))
+    .returning(*_ANNOTATOR_COLS)
+)
+# PostgreSQL also returns the study's row (UPDATE ... FROM): one statement for both.
+_LOCK_WITH_STUDY = (
+    update(_annotators)
+    .where(_annotators.c.id == bindparam("annotator_id"), _annotators.c.study_id == _studies.c.id)
+    .values(last_seen_at=bindparam("now", type_=_TIME))
+    .returning(*_ANNOTATOR_COLS, *(c.label(f"study_{c.name}") for c in _STUDY_COLS))
+)
+_STUDY = select(*_STUDY_COLS).where(_studies.c.id == bindparam("study_id"))
+
+
+def study_ref(session: Session, study_id: int) -> StudyRef:
+    """The study's settings the annotator pages need, read now (they may change while it runs)."""
+    row = session.execute(_STUDY, {"study_id": study_id}).one()
+    return StudyRef(*row)
+
+
+def _lock_annotator(session: Session, annotator_id: int, now: datetime) -> AnnotatorRef | None:
+    """Lock the annotator's row; their study's settings are read alongside.
+
+    SQLite cannot return columns of an UPDATE's FROM table, so it reads the study next.
     """
     begin_write(session)
+    session.flush()  # the Core statements below do not autoflush pending ORM changes
     if session.get_bind().dialect.name == "postgresql":
         row = session.execute(_LOCK_WITH_STUDY, {"annotator_id": annotator_id, "now": now}).first()
         if row is None:
             return None
-        annotator, study = row
-        # The identity map holds unmodified objects weakly: keep the study for the session.
-        session.info.setdefault("ebc_studies", {})[study.id] = study
-        return annotator
-    annotator = session.execute(
-        _LOCK, {"annotator_id": annotator_id, "now": now}
-    ).scalar_one_or_none()
-    if annotator is not None:
-        session.get(Study, annotator.study_id, populate_existing=True)
-    return annotator
+        return AnnotatorRef(*row[:_N_ANNOTATOR], study=StudyRef(*row[_N_ANNOTATOR:]))
+    row = session.execute(_LOCK, {"annotator_id": annotator_id, "now": now}).first()
+    if row is None:
+        return None
+    return AnnotatorRef(*row, study=study_ref(session, row.study_id))
 
 
 def annotator_for_invite(
     session: Session, ref: InviteRef, now: datetime | None = None
-) -> Annotator:
+) -> AnnotatorRef:
     """The annotator a signed link names, locked for this transaction (404 if revoked)."""
     annotator = _lock_annotator(session, ref.annotator_id, now or utcnow())
     if (
@@ -182,7 +233,7 @@ def annotator_for_invite(
 
 def crowd_annotator(
     session: Session, study: Study, channel: Channel, external_id: str, now: datetime | None = None
-) -> Annotator:
+) -> AnnotatorRef:
     """The study's annotator for a platform id (MTurk workerId, panel participant), made once."""
     now = now or utcnow()
     external_id = external_id.strip()
@@ -212,6 +263,11 @@ def crowd_annotator(
     assert annotator is not None
     if annotator.invite_nonce is None:
         annotator.invite_nonce = secrets.token_urlsafe(16)
+        session.execute(
+            update(_annotators)
+            .where(_annotators.c.id == annotator.id)
+            .values(invite_nonce=annotator.invite_nonce)
+        )
     return annotator
 
 
@@ -242,24 +298,7 @@ def _active(now):
     )
 
 
-_TIME = UTCDateTime()
-
-# The hot statements are built once: their cache keys are memoised on the objects, so
-# executing one costs no statement construction and no cache-key traversal.
-_LOCK = (
-    update(Annotator)
-    .where(Annotator.id == bindparam("annotator_id"))
-    .values(last_seen_at=bindparam("now", type_=_TIME))
-    .returning(Annotator)
-    .execution_options(populate_existing=True, synchronize_session=False)
-)
-_LOCK_WITH_STUDY = (
-    update(Annotator)
-    .where(Annotator.id == bindparam("annotator_id"), Annotator.study_id == Study.id)
-    .values(last_seen_at=bindparam("now", type_=_TIME))
-    .returning(Annotator, Study)
-    .execution_options(populate_existing=True, synchronize_session=False)
-)
+_LEASE_COLS = tuple(_assignments.c[name] for name in LEASE_COLUMNS)
 
 
 def _annotator_state(by_external: bool):
@@ -269,38 +308,47 @@ def _annotator_state(by_external: bool):
     request may resume: the annotator's open leases without an external id, in
     lease order; or (MTurk) the assignment with the given external id, whoever holds it.
     """
+    a = _assignments.c
+    active = or_(
+        a.status == AssignmentStatus.submitted,
+        and_(a.status == AssignmentStatus.leased, a.expires_at > bindparam("now", type_=_TIME)),
+    )
     counts = (
         select(
             func.coalesce(
-                func.sum(case((Assignment.status == AssignmentStatus.submitted, 1), else_=0)), 0
+                func.sum(case((a.status == AssignmentStatus.submitted, 1), else_=0)), 0
             ).label("done"),
-            func.coalesce(
-                func.sum(case((_active(bindparam("now", type_=_TIME)), 1), else_=0)), 0
-            ).label("held"),
+            func.coalesce(func.sum(case((active, 1), else_=0)), 0).label("held"),
         )
-        .where(Assignment.annotator_id == bindparam("annotator_id"))
+        .where(a.annotator_id == bindparam("annotator_id"))
         .subquery("counts")
     )
     if by_external:
-        resumable = Assignment.external_assignment_id == bindparam("external")
+        resumable = a.external_assignment_id == bindparam("external")
     else:
         resumable = and_(
-            Assignment.annotator_id == bindparam("annotator_id"),
-            Assignment.status == AssignmentStatus.leased,
-            Assignment.external_assignment_id.is_(None),
+            a.annotator_id == bindparam("annotator_id"),
+            a.status == AssignmentStatus.leased,
+            a.external_assignment_id.is_(None),
         )
     return (
-        select(counts.c.done, counts.c.held, Assignment)
+        select(counts.c.done, counts.c.held, *_LEASE_COLS)
         .select_from(counts)
-        .outerjoin(Assignment, resumable)
-        .order_by(Assignment.leased_at)
+        .outerjoin(_assignments, resumable)
+        .order_by(a.leased_at)
     )
 
 
 _STATE = {False: _annotator_state(False), True: _annotator_state(True)}
+_EXPIRE_ONE = (
+    update(_assignments)
+    .where(_assignments.c.id == bindparam("assignment_id"))
+    .values(status=AssignmentStatus.expired)
+)
+_NEW_LEASE = insert(_assignments).returning(_assignments.c.id)
 
 
-def annotator_cap(annotator: Annotator, study: Study) -> int:
+def annotator_cap(annotator: Annotator | AnnotatorRef, study: Study | StudyRef) -> int:
     return annotator.hit_cap if annotator.hit_cap is not None else study.per_annotator_cap
 
 
@@ -313,9 +361,18 @@ def submitted_count(session: Session, annotator: Annotator) -> int:
     )
 
 
+def _study_for(session: Session, annotator: Annotator | AnnotatorRef) -> StudyRef:
+    """The study read with the annotator's lock, else read now (callers with an ORM annotator)."""
+    study = getattr(annotator, "study", None)
+    if isinstance(study, StudyRef):
+        return study
+    session.flush()  # the Core statements of this module do not autoflush pending ORM changes
+    return study_ref(session, annotator.study_id)
+
+
 def next_assignment(
     session: Session,
-    annotator: Annotator,
+    annotator: Annotator | AnnotatorRef,
     *,
     now: datetime | None = None,
     external_assignment_id: str | None = None,
@@ -333,15 +390,14 @@ def next_assignment(
     the HIT's page is about to be shown, so a new lease records it as served.
     """
     now = now or utcnow()
-    study = session.get(Study, annotator.study_id)
-    assert study is not None
+    study = _study_for(session, annotator)
     cap = annotator_cap(annotator, study)
     by_external = external_assignment_id is not None
     rows = session.execute(
         _STATE[by_external],
         {"annotator_id": annotator.id, "now": now, "external": external_assignment_id},
     ).all()
-    done, held_count = int(rows[0].done), int(rows[0].held)
+    done, held_count = int(rows[0][0]), int(rows[0][1])
     work = Work(WorkStatus.no_work, done=done, cap=cap)
     if annotator.blocked:
         work.status = WorkStatus.blocked
@@ -353,7 +409,7 @@ def next_assignment(
         work.status = WorkStatus.not_open
         return work
 
-    leases = [r.Assignment for r in rows if r.Assignment is not None]
+    leases = [Lease(*r[2:]) for r in rows if r[2] is not None]
     if by_external:
         if leases:
             held = leases[0]
@@ -369,7 +425,7 @@ def next_assignment(
                 break
             lapsed.append(lease)
         for lease in sorted(lapsed, key=lambda a: a.hit_id):  # HIT locks in id order
-            lease.status = AssignmentStatus.expired  # its slot is back in the pool
+            session.execute(_EXPIRE_ONE, {"assignment_id": lease.id})  # its slot is back
             _leave_slot(session, lease.hit_id, was_leased=True, submitted=False)
             work.expired_previous = True
         if work.status is WorkStatus.assigned:
@@ -383,21 +439,38 @@ def next_assignment(
     hit_id = _claim_slot(session, study, annotator, now, expires_at)
     if hit_id is None:
         return work
-    assignment = Assignment(
+    lease = Lease(
+        id=0,
         public_id=secrets.token_urlsafe(24),
         hit_id=hit_id,
         annotator_id=annotator.id,
+        status=AssignmentStatus.leased,
         leased_at=now,
         expires_at=expires_at,
         page_served_at=now if serve else None,
+        submitted_at=None,
+        late=False,
         external_assignment_id=external_assignment_id,
-        external_hit_id=external_hit_id,
-        external_session_id=external_session_id,
         submit_to=submit_to,
     )
-    session.add(assignment)
-    session.flush()
-    work.status, work.assignment = WorkStatus.assigned, assignment
+    lease.id = session.execute(
+        _NEW_LEASE,
+        {
+            "public_id": lease.public_id,
+            "hit_id": hit_id,
+            "annotator_id": annotator.id,
+            "status": AssignmentStatus.leased,
+            "leased_at": now,
+            "expires_at": expires_at,
+            "page_served_at": lease.page_served_at,
+            "late": False,
+            "external_assignment_id": external_assignment_id,
+            "external_hit_id": external_hit_id,
+            "external_session_id": external_session_id,
+            "submit_to": submit_to,
+        },
+    ).scalar_one()
+    work.status, work.assignment = WorkStatus.assigned, lease
     return work
 
 
@@ -416,7 +489,6 @@ def _leave_slot(session: Session, hit_id: int, *, was_leased: bool, submitted: b
     session.execute(stmt, {"hit_id": hit_id})
 
 
-_hits = Hit.__table__
 _LEAVE = (
     update(_hits)
     .where(_hits.c.id == bindparam("hit_id"))
@@ -471,9 +543,9 @@ def _candidates(lengths: list[int] | None, seen: list[int]):
     By the counters a HIT has a free slot, or a lease that may have lapsed
     (`next_expiry` passed); the annotator never had it. A walk of `ix_hits_claim`.
     """
-    c = aliased(Hit, name="candidate")
+    c = _hits.alias("candidate").c
     mine = exists().where(
-        Assignment.hit_id == c.id, Assignment.annotator_id == bindparam("annotator_id")
+        _assignments.c.hit_id == c.id, _assignments.c.annotator_id == bindparam("annotator_id")
     )
     query = select(c.id).where(
         c.study_id == bindparam("p_study"),
@@ -561,17 +633,28 @@ def _claim_slot(
     return None
 
 
+_OWN = select(*_LEASE_COLS).where(_assignments.c.public_id == bindparam("public_id"))
+_OWN_LOCKED = _OWN.with_for_update()
+_RETURN = (
+    update(_assignments)
+    .where(_assignments.c.id == bindparam("assignment_id"))
+    .values(status=AssignmentStatus.returned, returned_at=bindparam("now", type_=_TIME))
+)
+
+
 def return_assignment(
-    session: Session, annotator: Annotator, public_id: str, now: datetime | None = None
-) -> Assignment:
+    session: Session,
+    annotator: Annotator | AnnotatorRef,
+    public_id: str,
+    now: datetime | None = None,
+) -> Lease:
     """Give a leased HIT back: its slot returns to the pool; the annotator won't get it again."""
-    assignment = _own_assignment(session, annotator, public_id)
+    assignment = _own_assignment(session, annotator, public_id, lock=True)
     if assignment.status is AssignmentStatus.submitted:
         raise AnnotationError("This HIT was already submitted.", 409)
     if assignment.status is AssignmentStatus.leased:
         assignment.status = AssignmentStatus.returned
-        assignment.returned_at = now or utcnow()
-        session.flush()
+        session.execute(_RETURN, {"assignment_id": assignment.id, "now": now or utcnow()})
         _leave_slot(session, assignment.hit_id, was_leased=True, submitted=False)
     return assignment
 
@@ -610,63 +693,140 @@ def expire_leases(session: Session, study: Study, now: datetime | None = None) -
 
 
 def _own_assignment(
-    session: Session, annotator: Annotator, public_id: str, *, lock: bool = False
-) -> Assignment:
-    query = select(Assignment).where(Assignment.public_id == public_id)
-    if lock:
-        query = query.with_for_update()
-    assignment = session.scalar(query.execution_options(populate_existing=True))
+    session: Session, annotator: Annotator | AnnotatorRef, public_id: str, *, lock: bool = False
+) -> Lease:
+    session.flush()  # Core statements do not autoflush pending ORM changes
+    row = session.execute(_OWN_LOCKED if lock else _OWN, {"public_id": public_id}).first()
     # Someone else's assignment gets the same answer as a made-up one: no oracle.
-    if assignment is None or assignment.annotator_id != annotator.id:
+    if row is None or row.annotator_id != annotator.id:
         raise AnnotationError("This HIT is not one of yours. Reload the page to continue.", 404)
-    return assignment
+    return Lease(*row)
+
+
+# -- a HIT's content --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    """What a submit needs of one position: the screen order and the words by model rank."""
+
+    item_id: int
+    choice_order: tuple[int | str, ...]
+    words: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HitContent:
+    """A HIT as built: what its page shows and how its answers resolve. Immutable."""
+
+    positions: tuple[PositionView, ...]
+    slots: dict[int, _Slot]
+
+
+class HitContentCache:
+    """A bounded, thread-safe cache of `HitContent` by HIT id, for one database.
+
+    A HIT's positions, their screen orders and their items' words never change
+    once built (app.hits writes them once; nothing updates or deletes them), so
+    a web process may keep them: correctness never depends on the cache, which
+    only saves reading and decoding the same ten items on every page and submit.
+    Whatever is mutable (counters, leases, the study's settings) is always read.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._data: OrderedDict[int, HitContent] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, hit_id: int) -> HitContent | None:
+        with self._lock:
+            content = self._data.get(hit_id)
+            if content is not None:
+                self._data.move_to_end(hit_id)
+            return content
+
+    def put(self, hit_id: int, content: HitContent) -> None:
+        with self._lock:
+            self._data[hit_id] = content
+            self._data.move_to_end(hit_id)
+            while len(self._data) > self.size:
+                self._data.popitem(last=False)
+
+
+HIT_CACHE = "ebc_hit_cache"  # key of a session's `info` (set by the web app's sessionmaker)
+
+_positions = HitPosition.__table__
+_items = Item.__table__
+_PAGE = (
+    select(
+        _positions.c.position,
+        _positions.c.choice_order,
+        _positions.c.item_id,
+        _items.c.words,
+        _items.c.prompt,
+        _items.c.source,
+        _items.c.choices,
+    )
+    .join(_items, _items.c.id == _positions.c.item_id)
+    .where(_positions.c.hit_id == bindparam("hit_id"))
+    .order_by(_positions.c.position)
+)
+
+
+def hit_content(session: Session, hit_id: int) -> HitContent:
+    """The HIT's positions, from the session's cache when it has one (see HitContentCache)."""
+    cache: HitContentCache | None = session.info.get(HIT_CACHE)
+    content = cache.get(hit_id) if cache is not None else None
+    if content is not None:
+        return content
+    positions, slots = [], {}
+    for r in session.execute(_PAGE, {"hit_id": hit_id}):
+        words = tuple(choice["word"] for choice in r.choices)
+        positions.append(
+            PositionView(
+                number=r.position,
+                prompt=r.prompt,
+                words=r.words,
+                source=r.source,
+                options=[words[rank] for rank in r.choice_order if rank != "none"],
+            )
+        )
+        slots[r.position] = _Slot(r.item_id, tuple(r.choice_order), words)
+    content = HitContent(tuple(positions), slots)
+    if cache is not None and slots:
+        cache.put(hit_id, content)
+    return content
 
 
 # -- the page ---------------------------------------------------------------------------
 
-_PAGE = (
-    select(
-        HitPosition.position,
-        HitPosition.choice_order,
-        Item.words,
-        Item.prompt,
-        Item.source,
-        Item.choices,
-    )
-    .join(Item, Item.id == HitPosition.item_id)
-    .where(HitPosition.hit_id == bindparam("hit_id"))
-    .order_by(HitPosition.position)
+_SERVED = (
+    update(_assignments)
+    .where(_assignments.c.id == bindparam("assignment_id"))
+    .values(page_served_at=bindparam("now", type_=_TIME))
 )
 
 
-def _study_of(session: Session, assignment: Assignment) -> Study:
-    """The assignment's study, from the session when the request already loaded it."""
-    annotator = session.get(Annotator, assignment.annotator_id)
-    study = session.get(Study, annotator.study_id) if annotator is not None else None
-    assert study is not None
-    return study
-
-
-def hit_page(session: Session, assignment: Assignment, now: datetime | None = None) -> HitPage:
+def hit_page(
+    session: Session,
+    assignment: Lease,
+    now: datetime | None = None,
+    *,
+    study: StudyRef | None = None,
+) -> HitPage:
     """The HIT as shown: contexts and their words in the stored screen order."""
     if assignment.page_served_at is None:
         assignment.page_served_at = now or utcnow()
-    study_task = _study_of(session, assignment).task
-    rows = session.execute(_PAGE, {"hit_id": assignment.hit_id}).all()
-    positions = [
-        PositionView(
-            number=r.position,
-            prompt=r.prompt,
-            words=r.words,
-            source=r.source,
-            options=[r.choices[rank]["word"] for rank in r.choice_order if rank != "none"],
+        session.execute(_SERVED, {"assignment_id": assignment.id, "now": assignment.page_served_at})
+    if study is None:
+        annotator_study = select(_annotators.c.study_id).where(
+            _annotators.c.id == assignment.annotator_id
         )
-        for r in rows
-    ]
+        study = study_ref(session, session.execute(annotator_study).scalar_one())
     return HitPage(
         public_id=assignment.public_id,
-        positions=positions,
-        task=str(study_task),
+        positions=list(hit_content(session, assignment.hit_id).positions),
+        task=str(study.task),
         expires_at_iso=assignment.expires_at.isoformat(timespec="seconds"),
     )
 
@@ -679,39 +839,83 @@ def answers_from_form(form: Mapping[str, str]) -> tuple[dict[int, int], dict[int
     answers: dict[int, int] = {}
     times: dict[int, int] = {}
     for name, value in form.items():
-        for prefix, target in (("o", answers), ("ms", times)):
-            rest = name[len(prefix) :]
-            if name.startswith(prefix) and rest.isdigit() and len(rest) <= 3:
-                if value == "" and target is times:
-                    continue
-                try:
-                    target[int(rest)] = int(value)
-                except ValueError:
-                    raise AnnotationError(f"The answer field {name} is not valid.", 400) from None
+        if name.startswith("o"):
+            target, rest = answers, name[1:]
+        elif name.startswith("ms"):
+            target, rest = times, name[2:]
+        else:
+            continue
+        if rest.isdigit() and len(rest) <= 3:
+            if value == "" and target is times:
+                continue
+            try:
+                target[int(rest)] = int(value)
+            except ValueError:
+                raise AnnotationError(f"The answer field {name} is not valid.", 400) from None
     return answers, times
 
 
-_SUBMIT_ROWS = (
-    select(
-        Assignment,
-        HitPosition.position,
-        HitPosition.choice_order,
-        HitPosition.item_id,
-        Item.choices,
-    )
-    .join(HitPosition, HitPosition.hit_id == Assignment.hit_id)
-    .join(Item, Item.id == HitPosition.item_id)
-    .where(Assignment.public_id == bindparam("public_id"))
-    .order_by(HitPosition.position)
-    .with_for_update(of=Assignment)
-    .execution_options(populate_existing=True)
+_judgments = Judgment.__table__
+_INSERT_JUDGMENTS = insert(_judgments)
+# PostgreSQL: the HIT's judgments in one statement of fixed text (one array per column),
+# so both its compiled form and the server's prepared statement are reused; SQLite, in
+# process, takes the rows as an executemany.
+_PG_INSERT_JUDGMENTS = text(
+    """
+    INSERT INTO judgments (assignment_id, position, item_id, "option", chosen_rank,
+                           chosen_word, d, client_ms, too_fast, late, created_at)
+    SELECT :assignment_id, u.position, u.item_id, u.option, u.chosen_rank,
+           u.chosen_word, u.d, u.client_ms, u.too_fast, :late, :now
+    FROM unnest(CAST(:position AS integer[]), CAST(:item_id AS integer[]),
+                CAST(:option AS integer[]), CAST(:chosen_rank AS integer[]),
+                CAST(:chosen_word AS varchar[]), CAST(:d AS float8[]),
+                CAST(:client_ms AS integer[]), CAST(:too_fast AS boolean[]))
+         AS u(position, item_id, option, chosen_rank, chosen_word, d, client_ms, too_fast)
+    """
+).bindparams(bindparam("now", type_=_TIME))
+_JUDGMENT_COLUMNS = (
+    "position",
+    "item_id",
+    "option",
+    "chosen_rank",
+    "chosen_word",
+    "d",
+    "client_ms",
+    "too_fast",
 )
-_INSERT_JUDGMENTS = Judgment.__table__.insert()
+
+
+def _insert_judgments(
+    session: Session, assignment_id: int, late: bool, now: datetime, rows: list[tuple]
+) -> None:
+    """Store a HIT's judgments; `rows` hold the values of `_JUDGMENT_COLUMNS`, in order."""
+    if session.get_bind().dialect.name == "postgresql":
+        columns = [list(column) for column in zip(*rows, strict=True)]
+        params: dict[str, object] = dict(zip(_JUDGMENT_COLUMNS, columns, strict=True))
+        params.update(assignment_id=assignment_id, late=late, now=now)
+        session.execute(_PG_INSERT_JUDGMENTS, params)
+        return
+    common = {"assignment_id": assignment_id, "late": late, "created_at": now}
+    session.execute(
+        _INSERT_JUDGMENTS,
+        [{**common, **dict(zip(_JUDGMENT_COLUMNS, row, strict=True))} for row in rows],
+    )
+
+
+_SUBMITTED = (
+    update(_assignments)
+    .where(_assignments.c.id == bindparam("assignment_id"))
+    .values(
+        status=AssignmentStatus.submitted,
+        submitted_at=bindparam("now", type_=_TIME),
+        late=bindparam("late"),
+    )
+)
 
 
 def submit(
     session: Session,
-    annotator: Annotator,
+    annotator: Annotator | AnnotatorRef,
     public_id: str,
     answers: Mapping[int, int],
     client_ms: Mapping[int, int] | None = None,
@@ -725,23 +929,19 @@ def submit(
     """
     now = now or utcnow()
     client_ms = client_ms or {}
-    # The assignment, locked, and its HIT's positions: one statement.
-    rows = session.execute(_SUBMIT_ROWS, {"public_id": public_id}).all()
-    assignment = rows[0].Assignment if rows else None
-    # Someone else's assignment gets the same answer as a made-up one: no oracle.
-    if assignment is None or assignment.annotator_id != annotator.id:
-        raise AnnotationError("This HIT is not one of yours. Reload the page to continue.", 404)
+    # The assignment, locked: a concurrent duplicate waits here, then sees it submitted.
+    assignment = _own_assignment(session, annotator, public_id, lock=True)
     if assignment.status is AssignmentStatus.submitted:
         return Submission(assignment, assignment.late, repeated=True, too_fast=0)
-    study = _study_of(session, assignment)
-    valid = {r.position: len(r.choice_order) for r in rows}
-    kept = {p: o for p, o in answers.items() if p in valid and 0 <= o < valid[p]}
-    if set(answers) - set(valid):
+    study = _study_for(session, annotator)
+    slots = hit_content(session, assignment.hit_id).slots
+    kept = {p: o for p, o in answers.items() if p in slots and 0 <= o < len(slots[p].choice_order)}
+    if any(p not in slots for p in answers):
         raise AnnotationError("The form names a text that is not in this HIT.", 400)
     if len(kept) != len(answers):
         raise InvalidAnswers("One of the answers is not a valid option.", kept)
-    if len(kept) != len(valid):
-        missing = len(valid) - len(kept)
+    if len(kept) != len(slots):
+        missing = len(slots) - len(kept)
         raise InvalidAnswers(
             f"Please choose an answer for every text ({missing} still open).", kept
         )
@@ -751,35 +951,26 @@ def submit(
     # No client time (no JavaScript): the server's time since the page was
     # served, spread over the items, is the best evidence of haste.
     served = assignment.page_served_at or assignment.leased_at
-    server_ms_per_item = (now - served).total_seconds() * 1000 / max(1, len(rows))
+    server_ms_per_item = (now - served).total_seconds() * 1000 / max(1, len(slots))
     too_fast = 0
-    judgments = []
-    for r in rows:
-        option = kept[r.position]
-        rank = r.choice_order[option]
-        ms = client_ms.get(r.position)
+    rows = []
+    for position, slot in sorted(slots.items()):
+        option = kept[position]
+        rank = slot.choice_order[option]
+        ms = client_ms.get(position)
         ms = None if ms is None else min(max(ms, 0), MAX_CLIENT_MS)
         fast = (ms if ms is not None else server_ms_per_item) < study.min_ms_per_item
         too_fast += fast
-        judgments.append(
-            {
-                "assignment_id": assignment.id,
-                "position": r.position,
-                "item_id": r.item_id,
-                "option": option,
-                "chosen_rank": None if rank == "none" else int(rank),
-                "chosen_word": None if rank == "none" else r.choices[int(rank)]["word"],
-                "d": 0.0 if rank == 0 else 1.0,
-                "client_ms": ms,
-                "too_fast": fast,
-                "late": late,
-                "created_at": now,
-            }
-        )
-    session.execute(_INSERT_JUDGMENTS, judgments)
+        if rank == "none":
+            rows.append((position, slot.item_id, option, None, None, 1.0, ms, fast))
+        else:
+            word = slot.words[int(rank)]
+            d = 0.0 if rank == 0 else 1.0
+            rows.append((position, slot.item_id, option, int(rank), word, d, ms, fast))
+    _insert_judgments(session, assignment.id, late, now, rows)
+    session.execute(_SUBMITTED, {"assignment_id": assignment.id, "now": now, "late": late})
+    _leave_slot(session, assignment.hit_id, was_leased=was_leased, submitted=True)
     assignment.status = AssignmentStatus.submitted
     assignment.submitted_at = now
     assignment.late = late
-    session.flush()
-    _leave_slot(session, assignment.hit_id, was_leased=was_leased, submitted=True)
     return Submission(assignment, late, repeated=False, too_fast=too_fast)

@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, TypeVar
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote
 
 from fastapi import APIRouter, Form, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from app.annotation.schemas import Work, WorkStatus
+from app.annotation.schemas import AnnotatorRef, StudyRef, Work, WorkStatus
 from app.annotation.service import (
     MTURK_FRAME_ANCESTORS,
     PREVIEW_ASSIGNMENT,
@@ -36,7 +36,7 @@ from app.annotation.service import (
     study_by_slug,
     submit,
 )
-from app.models import Annotator, Channel, Study
+from app.models import Channel, Study
 from app.web.templating import templates
 
 router = APIRouter(include_in_schema=False)
@@ -99,7 +99,7 @@ class Channelled:
     finish: dict[str, str | None] | None = None  # panel completion code / redirect
 
 
-def _panel_finish(study: Study, annotator: Annotator) -> dict[str, str | None] | None:
+def _panel_finish(study: StudyRef, annotator: AnnotatorRef) -> dict[str, str | None] | None:
     if annotator.channel is not Channel.panel:
         return None
     panel = study.channels.get("panel") or {}
@@ -109,6 +109,7 @@ def _panel_finish(study: Study, annotator: Annotator) -> dict[str, str | None] |
 def _render(
     request: Request,
     session,
+    study: StudyRef,
     work: Work,
     ch: Channelled,
     *,
@@ -125,7 +126,7 @@ def _render(
             status_code=status_code,
             headers=ch.headers,
         )
-    page = hit_page(session, work.assignment)
+    page = hit_page(session, work.assignment, study=study)
     page.answers = answers or {}
     return templates.TemplateResponse(
         request,
@@ -146,12 +147,11 @@ _NOTICES = {
 def _invite(request: Request, session, token: str):
     ref = read_invite_token(request.app.state.settings.secret_key, token)
     annotator = annotator_for_invite(session, ref)
-    study = session.get(Study, annotator.study_id)
     ch = Channelled(
         submit_url=f"/a/{token}/submit",
         return_url=f"/a/{token}/return",
         headers=LINK_HEADERS,
-        finish=_panel_finish(study, annotator),
+        finish=_panel_finish(annotator.study, annotator),
     )
     return ref, annotator, ch
 
@@ -167,12 +167,24 @@ def _invite_page(session: Session, request: Request, token: str, n: str | None) 
     notice = _NOTICES.get(n or "")
     if work.expired_previous:
         notice = "Your time for the previous HIT ran out; here is another one."
-    return _render(request, session, work, ch, notice=notice)
+    return _render(request, session, annotator.study, work, ch, notice=notice)
+
+
+async def _read_form(request: Request) -> dict[str, str]:
+    """The posted fields (the last value of a repeated name), files ignored.
+
+    A plain urlencoded form, what the page posts, is decoded with `parse_qsl`: several
+    times cheaper than the streaming multipart parser behind `request.form()`.
+    """
+    if request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        body = (await request.body()).decode("utf-8", "replace")
+        return dict(parse_qsl(body, keep_blank_values=True))
+    return {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
 
 
 @router.post("/a/{token}/submit", response_class=HTMLResponse)
 async def invite_submit(request: Request, token: str):
-    form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+    form = await _read_form(request)
     # The form is read on the event loop, the database is used in the threadpool like the sync
     # routes: on the loop, a wait for a pooled connection (or a row lock) would stall every
     # request of this process, and the connection it waits for is returned only by a request
@@ -189,7 +201,14 @@ def _invite_submit(session: Session, request: Request, token: str, form: dict[st
     except InvalidAnswers as exc:
         work = next_assignment(session, annotator, external_session_id=ref.session_id, serve=True)
         return _render(
-            request, session, work, ch, error=exc.message, answers=exc.answers, status_code=400
+            request,
+            session,
+            annotator.study,
+            work,
+            ch,
+            error=exc.message,
+            answers=exc.answers,
+            status_code=400,
         )
     flag = "late" if result.late else "ok"
     return RedirectResponse(f"/a/{token}?n={flag}", status.HTTP_303_SEE_OTHER, LINK_HEADERS)
@@ -266,7 +285,7 @@ def _mturk_page(
     if work.assignment is not None and work.assignment.submitted_at is not None:
         return _mturk_done(request, work.assignment, study)
     ch = _mturk_channel(slug, origin, assignmentId, workerId)
-    return _render(request, session, work, ch)
+    return _render(request, session, annotator.study, work, ch)
 
 
 def _mturk_channel(slug: str, origin: str, assignment_id: str, worker_id: str) -> Channelled:
@@ -280,7 +299,7 @@ def _mturk_channel(slug: str, origin: str, assignment_id: str, worker_id: str) -
 
 @router.post("/mturk/{slug}/submit", response_class=HTMLResponse)
 async def mturk_submit(request: Request, slug: str):
-    form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+    form = await _read_form(request)
     return await run_in_threadpool(  # see invite_submit
         _in_transaction, request, _mturk_submit, request, slug, form
     )
@@ -298,7 +317,14 @@ def _mturk_submit(session: Session, request: Request, slug: str, form: dict[str,
         origin = check_submit_to(study, work.assignment.submit_to or "")
         ch = _mturk_channel(slug, origin, external, annotator.external_id or "")
         return _render(
-            request, session, work, ch, error=exc.message, answers=exc.answers, status_code=400
+            request,
+            session,
+            annotator.study,
+            work,
+            ch,
+            error=exc.message,
+            answers=exc.answers,
+            status_code=400,
         )
     if result.assignment.external_assignment_id != external:
         raise AnnotationError("The MTurk assignment does not match this HIT.", 400)

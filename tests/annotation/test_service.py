@@ -3,7 +3,7 @@
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from app.annotation.schemas import WorkStatus
 from app.annotation.service import (
@@ -30,6 +30,11 @@ def _answers(session, assignment, rank=0):
     ).all()
     target = "none" if rank is None else rank
     return {p: order.index(target) for p, order in rows}
+
+
+def _status(session, assignment):
+    """The assignment's status as stored (the service hands out snapshots, not ORM objects)."""
+    return session.scalar(select(Assignment.status).where(Assignment.id == assignment.id))
 
 
 def _judgments(session, assignment):
@@ -66,7 +71,7 @@ def test_a_reload_resumes_the_lease_and_expiry_returns_the_slot(session):
     assert work_b.status is WorkStatus.assigned and work_b.assignment.hit_id == first.hit_id
     again = next_assignment(session, a, now=later)
     assert again.expired_previous and again.status is WorkStatus.no_work  # never the same HIT
-    assert first.status is AssignmentStatus.expired
+    assert _status(session, first) is AssignmentStatus.expired
     # a's late answers are still kept, flagged
     result = submit(session, a, first.public_id, _answers(session, first), now=later)
     assert result.late and all(j.late for j in _judgments(session, first))
@@ -101,7 +106,8 @@ def test_d_comes_from_the_stored_permutation(session):
     assert js[0].chosen_rank == 3 and js[1].chosen_rank is None and js[1].chosen_word is None
     assert js[2].chosen_rank == 0 and js[2].option == answers[2]
     assert js[2].chosen_word == session.get(Judgment, js[2].id).chosen_word
-    assert work.status is AssignmentStatus.submitted
+    assert result.assignment.status is AssignmentStatus.submitted
+    assert _status(session, work) is AssignmentStatus.submitted
 
 
 def test_repeated_submission_writes_nothing_and_returns_the_stored_result(session):
@@ -126,7 +132,9 @@ def test_too_fast_is_flagged_from_client_time_or_server_time(session):
     assert result.too_fast == 3 and [j.too_fast for j in js[:4]] == [True, True, True, False]
     assert js[5].client_ms == 3_600_000  # bounded
     work = next_assignment(session, a).assignment  # no client time: the server's clock
-    work.page_served_at = utcnow()
+    session.execute(
+        update(Assignment).where(Assignment.id == work.id).values(page_served_at=utcnow())
+    )
     result = submit(session, a, work.public_id, _answers(session, work))
     assert result.too_fast == len(answers)
 
@@ -152,7 +160,7 @@ def test_bad_answers_change_nothing(session):
     with pytest.raises(AnnotationError):
         answers_from_form({"o1": "x"})
     assert session.scalar(select(func.count()).select_from(Judgment)) == 0
-    assert work.status is AssignmentStatus.leased
+    assert _status(session, work) is AssignmentStatus.leased
 
 
 def test_blocked_closed_and_not_open(session):
