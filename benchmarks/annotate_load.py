@@ -13,7 +13,9 @@ What it does:
    invited annotator (``create_local_annotators`` + ``invite_token``) per simulated annotator;
 2. starts the service as a subprocess, ``ebc serve --workers N --no-migrate`` (uvicorn, as many
    workers as cores by default; ``EBC_ENV=production``, ``EBC_LOG_LEVEL=warning``);
-3. drives simulated annotators with asyncio + one ``httpx.AsyncClient``: each fetches its invite
+3. drives simulated annotators with asyncio (uvloop) + one ``aiohttp.ClientSession`` (several
+   times cheaper per request than httpx, which matters as the client shares the cores with
+   the server): each fetches its invite
    link ``/a/{token}``, parses the form (the ``assignment`` handle and the ``o{n}`` radio groups),
    waits, posts an answer for every text to ``/a/{token}/submit``, follows the 303 to its next
    HIT, and so on until the scenario's time is up (or it sees "no work" / "cap reached");
@@ -58,7 +60,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import aiohttp
 import httpx
+import uvloop
 from sqlalchemy import create_engine, func, insert, select, text
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session
@@ -84,6 +88,7 @@ MAX_CLIENTS = 5000  # simulated annotators per scenario
 MAX_SECONDS = 600  # per scenario
 MAX_RATE = 250  # submissions/s the capacity study is sized for
 GRACE = 30.0  # seconds given to requests in flight when a scenario's time is up
+CLIENT_ERRORS = (aiohttp.ClientError, TimeoutError)
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 TURKLE = "Turkle (issue 4's reference: Django, gunicorn, 4 workers)"
 
@@ -461,7 +466,7 @@ def parse_hit(html: str) -> tuple[str, dict[int, int]] | None:
 
 
 async def annotator(
-    client: httpx.AsyncClient,
+    client: aiohttp.ClientSession,
     token: str,
     stats: Stats,
     stop_at: float,
@@ -477,19 +482,20 @@ async def annotator(
     while loop.time() < stop_at:
         t0 = loop.time()
         try:
-            page = await client.get(url)
-        except httpx.HTTPError as exc:
+            async with client.get(url) as page:
+                status, html = page.status, await page.text()
+        except CLIENT_ERRORS as exc:
             stats.error("page: " + type(exc).__name__, str(exc))
             return
         t1 = loop.time()
         if stats.window[0] <= t0 < stats.window[1]:
             stats.page_ms.append((t1 - t0) * 1000)
-        if page.status_code != 200:
-            stats.error(f"page: HTTP {page.status_code}", page.text)
+        if status != 200:
+            stats.error(f"page: HTTP {status}", html)
             return
-        hit = parse_hit(page.text)
+        hit = parse_hit(html)
         if hit is None:
-            kind = KIND.search(page.text)
+            kind = KIND.search(html)
             stats.finished[kind.group(1) if kind else "unparsed page"] += 1
             return
         public_id, options = hit
@@ -505,14 +511,15 @@ async def annotator(
             form[f"ms{pos}"] = str(per_item)
         t2 = loop.time()
         try:
-            sent = await client.post(f"{link}/submit", data=form)
-        except httpx.HTTPError as exc:
+            async with client.post(f"{link}/submit", data=form, allow_redirects=False) as sent:
+                status, location = sent.status, sent.headers.get("location", "")
+                body = "" if status == 303 else await sent.text()
+        except CLIENT_ERRORS as exc:
             stats.error("submit: " + type(exc).__name__, str(exc))
             return
         t3 = loop.time()
-        location = sent.headers.get("location", "")
-        if sent.status_code != 303 or not location.endswith(("?n=ok", "?n=late")):
-            stats.error(f"submit: HTTP {sent.status_code}", location or sent.text)
+        if status != 303 or not location.endswith(("?n=ok", "?n=late")):
+            stats.error(f"submit: HTTP {status}", location or body)
             return
         stats.acked[public_id] = len(options)
         stats.late += location.endswith("?n=late")
@@ -565,11 +572,13 @@ async def run_scenario(
     loop = asyncio.get_running_loop()
     n = len(tokens)
     stats = Stats()
-    limits = httpx.Limits(
-        max_connections=n + 10, max_keepalive_connections=n + 10, keepalive_expiry=2.0
-    )  # expire idle connections well before uvicorn does (5 s): no request races a close
-    async with httpx.AsyncClient(
-        base_url=server.base_url, limits=limits, timeout=httpx.Timeout(GRACE)
+    # Expire idle connections well before uvicorn does (5 s): no request races a close.
+    connector = aiohttp.TCPConnector(limit=n + 10, keepalive_timeout=2.0)
+    async with aiohttp.ClientSession(
+        base_url=server.base_url,
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=GRACE),
+        cookie_jar=aiohttp.DummyCookieJar(),  # annotators carry no cookies
     ) as client:
         start = loop.time()
         stats.window = (start + warmup, start + warmup + seconds)
@@ -740,7 +749,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# annotate_load: {' '.join(sys.argv)}")
     print(
         f"machine: {os.cpu_count()} CPUs, shared by the server ({args.workers} uvicorn workers), "
-        f"PostgreSQL and this load generator (one Python process, asyncio + httpx); "
+        f"PostgreSQL and this load generator (one Python process, asyncio + aiohttp on uvloop); "
         f"other processes may be running too"
     )
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -798,7 +807,7 @@ def main(argv: list[str] | None = None) -> int:
         pg = PgBackends(dbname)
         if "capacity" in seeded:
             results.append(
-                asyncio.run(
+                uvloop.run(
                     run_scenario(
                         "capacity",
                         server,
@@ -814,7 +823,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         if "crowd" in seeded:
             results.append(
-                asyncio.run(
+                uvloop.run(
                     run_scenario(
                         "crowd",
                         server,
