@@ -97,6 +97,9 @@ def create_app(settings: Settings | None = None, *, bind: Connection | None = No
 
     app.add_middleware(SecurityHeaders)
     app.mount("/static", StaticFiles(directory=ROOT / "static"), name="static")
+    # The annotator pages come first: the router tries routes in order, and these are
+    # the ones a crowd hits at high rates (no other route matches their paths).
+    app.include_router(annotate.router)
     app.include_router(health.router)
     app.include_router(api.router)
     app.include_router(dashboard.router)
@@ -105,7 +108,6 @@ def create_app(settings: Settings | None = None, *, bind: Connection | None = No
     app.include_router(dashboard_studies.router)
     app.include_router(dashboard_annotators.router)
     app.include_router(dashboard_results.router)
-    app.include_router(annotate.router)
     app.add_exception_handler(AnnotationError, annotate.annotation_error)
     _install_error_handlers(app)
     return app

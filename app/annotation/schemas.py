@@ -104,6 +104,9 @@ class HitPage:
     task: str  # "lm" or "seq2seq": decides the page's wording only
     expires_at_iso: str
     answers: dict[int, int] = field(default_factory=dict)  # to refill a rejected form
+    # Rendered pieces of this HIT's page that depend only on the HIT, kept with the HIT's
+    # cached content (shared by every page of the HIT in this process; see HitContentCache).
+    fragments: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -27,7 +27,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
@@ -721,6 +721,7 @@ class HitContent:
 
     positions: tuple[PositionView, ...]
     slots: dict[int, _Slot]
+    fragments: dict[str, str] = field(default_factory=dict)  # the web layer's, see HitPage
 
 
 class HitContentCache:
@@ -823,11 +824,13 @@ def hit_page(
             _annotators.c.id == assignment.annotator_id
         )
         study = study_ref(session, session.execute(annotator_study).scalar_one())
+    content = hit_content(session, assignment.hit_id)
     return HitPage(
         public_id=assignment.public_id,
-        positions=list(hit_content(session, assignment.hit_id).positions),
+        positions=list(content.positions),
         task=str(study.task),
         expires_at_iso=assignment.expires_at.isoformat(timespec="seconds"),
+        fragments=content.fragments,
     )
 
 

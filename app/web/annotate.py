@@ -15,10 +15,11 @@ from urllib.parse import parse_qsl, quote
 
 from fastapi import APIRouter, Form, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from markupsafe import Markup
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from app.annotation.schemas import AnnotatorRef, StudyRef, Work, WorkStatus
+from app.annotation.schemas import AnnotatorRef, HitPage, StudyRef, Work, WorkStatus
 from app.annotation.service import (
     MTURK_FRAME_ANCESTORS,
     PREVIEW_ASSIGNMENT,
@@ -131,10 +132,33 @@ def _render(
     return templates.TemplateResponse(
         request,
         "annotate/hit.html",
-        {"page": page, "work": work, "ch": ch, "notice": notice, "error": error},
+        {
+            "page": page,
+            "items": _items_html(page),
+            "work": work,
+            "ch": ch,
+            "notice": notice,
+            "error": error,
+        },
         status_code=status_code,
         headers=ch.headers,
     )
+
+
+def _items_html(page: HitPage) -> Markup:
+    """The HIT's texts and options: rendered once per HIT and process, unless refilled.
+
+    They depend on the HIT alone (its positions are immutable), and were most of the
+    page's rendering time. Templates edited in development are picked up (no reuse then).
+    """
+    html = None if page.answers else page.fragments.get("items")
+    if html is None:
+        html = templates.get_template("annotate/_items.html").render(
+            positions=page.positions, answers=page.answers
+        )
+        if not page.answers and not templates.env.auto_reload:
+            page.fragments["items"] = html
+    return Markup(html)
 
 
 _NOTICES = {
@@ -157,7 +181,10 @@ def _invite(request: Request, session, token: str):
 
 
 @router.get("/a/{token}", response_class=HTMLResponse)
-def invite_page(request: Request, token: str, n: str | None = None):
+def invite_page(request: Request):
+    # Parameters read from the request directly: FastAPI's validation of declared
+    # parameters was a tenth of this page's CPU, for two plain strings.
+    token, n = request.path_params["token"], request.query_params.get("n")
     return _in_transaction(request, _invite_page, request, token, n)
 
 
@@ -183,7 +210,8 @@ async def _read_form(request: Request) -> dict[str, str]:
 
 
 @router.post("/a/{token}/submit", response_class=HTMLResponse)
-async def invite_submit(request: Request, token: str):
+async def invite_submit(request: Request):
+    token = request.path_params["token"]  # see invite_page
     form = await _read_form(request)
     # The form is read on the event loop, the database is used in the threadpool like the sync
     # routes: on the loop, a wait for a pooled connection (or a row lock) would stall every
