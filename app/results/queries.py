@@ -29,6 +29,7 @@ from sqlalchemy import (
     Select,
     SmallInteger,
     String,
+    Text,
     and_,
     case,
     cast,
@@ -159,23 +160,44 @@ def _unpack_flags(flags: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return flags & 15, (flags >> 4) & 255, (flags >> 12).astype(bool)
 
 
-def _item_spec(codes: dict[str, int], top_k: int) -> list[tuple]:
+def _item_spec(codes: dict[str, int], top_k: int, dialect: str) -> list[tuple]:
+    pg = dialect == "postgresql"
     return [
         ("id", Item.id, Integer, ">i4"),
         ("length", Item.length, Integer, ">i4"),
         ("kind", case(codes, value=Item.kind, else_=-1), SmallInteger, ">i2"),
         ("attention", Item.is_attention, Boolean, "?"),
-        ("true_rank", _true_rank_sql(top_k), SmallInteger, ">i2"),
+        ("true_rank", _true_rank_sql(top_k, prefilter=pg), SmallInteger, ">i2"),
     ]
 
 
-def _true_rank_sql(top_k: int):
+# Printable ASCII that every JSON writer leaves unescaped (no quote, backslash or slash,
+# none of the <>& that HTML-safe encoders escape; no %, which the driver doubles): a true
+# next word made only of these appears verbatim in the JSON text of `choices` whenever
+# it is one of the words.
+_PLAIN_WORD = "^[-A-Za-z0-9 ,.;:!?'@#$*()_+=|~]*$"
+
+
+def _true_rank_sql(top_k: int, *, prefilter: bool = False):
     """Model rank (1-based) of the item's true next word among its first `top_k` choices,
     else 0: ``CASE WHEN choices[0].word = true_next_word THEN 1 ...`` (portable JSON
-    paths; a set-returning JSON function per item costs several times more)."""
+    paths; a set-returning JSON function per item costs several times more).
+
+    With ``prefilter`` (PostgreSQL): each ``->`` on a ``json`` value parses the whole
+    text, so up to `top_k` parses per item dominate the load. A plain word (see
+    ``_PLAIN_WORD``) that does not occur in the text of ``choices`` cannot be one of the
+    choices: rank 0 from one substring search, no parse. Any other word, or one that
+    does occur, takes the exact JSON comparison.
+    """
     word = Item.true_next_word
     whens = [(Item.choices[r]["word"].as_string() == word, r + 1) for r in range(top_k)]
-    return case((word.is_(None), 0), *whens, else_=0)
+    if not prefilter:
+        return case((word.is_(None), 0), *whens, else_=0)
+    absent = and_(
+        func.strpos(cast(Item.choices, Text), word) == 0,
+        word.regexp_match(_PLAIN_WORD),
+    )
+    return case((word.is_(None), 0), (absent, 0), *whens, else_=0)
 
 
 def _select(spec: list[tuple]) -> Select:
@@ -198,29 +220,29 @@ _SEND = {">i4": "int4send", ">i2": "int2send", ">f8": "float8send", "?": "boolse
 
 
 def _packed_columns(session: Session, stmt: Select, spec: list[tuple]) -> dict[str, np.ndarray]:
-    """PostgreSQL: each column packed server-side into one bytea of big-endian values
-    (``string_agg(int4send(x), '')``), fetched in binary and read with
-    ``numpy.frombuffer``: one row crosses the wire, not one message per judgment (a
-    row-per-message COPY costs seconds in the driver for 450,000 rows).
+    """PostgreSQL: each row packed server-side into one fixed-width bytea of big-endian
+    values (``int4send(a) || float8send(b) || ...``), all rows aggregated into one bytea
+    (``string_agg``), fetched in binary and read with one ``numpy.frombuffer`` as a
+    structured array: one row crosses the wire, not one message per judgment (a
+    row-per-message COPY costs seconds in the driver for 450,000 rows), and one
+    aggregate call per row instead of one per column.
 
-    All aggregates of one query are fed the same rows in the same order, so the columns
-    line up. JIT compilation is turned off for the transaction: for this plain
-    scan-and-join it costs more than the query.
+    JIT compilation is turned off for the transaction: for this plain scan-and-join it
+    costs more than the query.
     """
     conn = session.connection()
     sql = str(stmt.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
-    aggs = ", ".join(f"string_agg({_SEND[t]}(s.{name}), ''::bytea)" for name, _, _, t in spec)
+    row = " || ".join(f"{_SEND[t]}(s.{name})" for name, _, _, t in spec)
+    dtype = np.dtype([(name, t) for name, _, _, t in spec])
     raw = conn.connection.driver_connection
     with raw.cursor(binary=True) as cur:
         cur.execute("SET LOCAL jit = off")
-        row = cur.execute(f"SELECT count(*), {aggs} FROM ({sql}) AS s").fetchone()
-    out = {}
-    for (name, _, _, t), buf in zip(spec, row[1:], strict=True):
-        arr = np.frombuffer(buf or b"", dtype=np.dtype(t))
-        if arr.size != row[0]:
-            raise RuntimeError(f"column {name}: {arr.size} values for {row[0]} rows")
-        out[name] = arr.astype(np.dtype(t).newbyteorder("="))
-    return out
+        query = f"SELECT count(*), string_agg({row}, ''::bytea) FROM ({sql}) AS s"
+        n, buf = cur.execute(query).fetchone()
+    rows = np.frombuffer(buf or b"", dtype=dtype)
+    if rows.size != n:
+        raise RuntimeError(f"{rows.size} packed rows for {n} rows")
+    return {name: rows[name].astype(np.dtype(t).newbyteorder("=")) for name, _, _, t in spec}
 
 
 # Item columns per study, reused while the study's items are unchanged. Items are made
@@ -247,7 +269,7 @@ def _item_columns(session: Session, study: Study, codes: dict[str, int]) -> dict
         if key in _ITEM_CACHE:
             _ITEM_CACHE.move_to_end(key)
             return _ITEM_CACHE[key]
-    spec = _item_spec(codes, int(study.top_k))
+    spec = _item_spec(codes, int(study.top_k), session.get_bind().dialect.name)
     cols = _columns(session, _select(spec).where(shown), spec)
     order = np.argsort(cols["id"], kind="stable")
     cols = {k: v[order] for k, v in cols.items()}

@@ -58,7 +58,8 @@ def test_judgments_come_in_judgment_id_order_and_skip_skipped_items(session, han
 @pytest.mark.postgres
 def test_packed_and_fetched_columns_agree(session, handmade, backend):
     codes = {k: i for i, k in enumerate(kind_codes(handmade.study))}
-    for spec in (queries._judgment_spec(), queries._item_spec(codes, 5)):
+    dialect = session.get_bind().dialect.name
+    for spec in (queries._judgment_spec(), queries._item_spec(codes, 5, dialect)):
         stmt = (
             queries._select(spec)
             .join_from(Judgment, Assignment, Assignment.id == Judgment.assignment_id)
@@ -76,6 +77,48 @@ def test_packed_and_fetched_columns_agree(session, handmade, backend):
             np.testing.assert_array_equal(
                 fetched[name][order_f], copied[name][order_c].astype(float), err_msg=name
             )
+
+
+# Words the JSON writer escapes (non-ASCII, quote, slash, <>), plain words that occur in the
+# JSON text without being a choice (a key, part of a word), and words that do not occur.
+CHOICE_WORDS = ["café", "the", 'a"b', "x/y", "<unk>"]
+TRUE_RANKS = {
+    "café": 1,
+    "the": 2,
+    'a"b': 3,
+    "x/y": 4,
+    "<unk>": 5,
+    "there": 0,
+    "th": 0,
+    "word": 0,
+    "prob": 0,
+    "caf": 0,
+    "100%": 0,
+    None: 0,
+}
+
+
+def test_true_rank_of_escaped_and_plain_words(session, handmade):
+    """The rank of the true next word among the choices, with PostgreSQL's substring
+    prefilter and without it (SQLite), equals the rank found in Python."""
+    f = handmade.factory
+    ids = {}
+    for word in TRUE_RANKS:
+        item = f.item("data")
+        item.choices = [{"word": w, "prob": 0.1} for w in CHOICE_WORDS]
+        item.true_next_word = word
+        ids[word] = item.id
+    session.flush()
+    codes = {k: i for i, k in enumerate(kind_codes(handmade.study))}
+    dialect = session.get_bind().dialect.name
+    for spec in (
+        queries._item_spec(codes, 5, dialect),
+        queries._item_spec(codes, 5, "sqlite"),  # the portable CASE, no prefilter
+    ):
+        stmt = queries._select(spec).where(Item.id.in_(list(ids.values())))
+        cols = queries._columns(session, stmt, spec)
+        got = dict(zip(cols["id"].tolist(), cols["true_rank"].tolist(), strict=True))
+        assert {w: got[i] for w, i in ids.items()} == TRUE_RANKS
 
 
 def test_item_columns_are_reused_until_the_items_change(session, handmade):
