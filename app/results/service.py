@@ -237,7 +237,7 @@ def _result_set(
         keep=mask,
     )
     kinds = j.kinds
-    sub = j.take(mask)
+    sub = j if mask.all() else j.take(mask)
     perms = permutation_test(
         sub.d, sub.length, sub.kind, sub.hit, sub.item, b=query.b, seed=query.seed
     )

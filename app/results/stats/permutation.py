@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .ebc import DATA_KIND, MODEL_KIND, first_index, unique_inverse
+from .ebc import DATA_KIND, MODEL_KIND, first_index, unique_inverse, unique_rows
 
 
 @dataclass(frozen=True)
@@ -34,19 +34,6 @@ class PermutationTest:
         return asdict(self)
 
 
-def _unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``np.unique(a, axis=0, return_inverse=True, return_counts=True)`` by a lexsort of
-    the columns (numeric order; several times faster than sorting rows as bytes)."""
-    order = np.lexsort(a.T[::-1])
-    sa = a[order]
-    new = np.ones(a.shape[0], dtype=bool)
-    new[1:] = (sa[1:] != sa[:-1]).any(axis=1)
-    gid = np.cumsum(new) - 1
-    inverse = np.empty(a.shape[0], dtype=np.int64)
-    inverse[order] = gid
-    return sa[new], inverse, np.bincount(gid)
-
-
 _SMALL_GROUP = 8  # HITs per group below which each HIT draws its own subset
 
 
@@ -54,6 +41,103 @@ _SMALL_GROUP = 8  # HITs per group below which each HIT draws its own subset
 def _subsets(n: int, m: int) -> np.ndarray:
     """All m-subsets of range(n), one per row (C(n, m) x m)."""
     return np.array(list(itertools.combinations(range(n), m)), dtype=np.int64).reshape(-1, m)
+
+
+_TAIL = 1e-20
+"""Mass the exact null of the lattice HITs may lose to wrap-around (Hoeffding bound)."""
+
+
+def _subset_sum_pmf(values: np.ndarray, m: int) -> np.ndarray:
+    """``P[sum of a uniformly random m-subset of values = v]`` for ``v = 0..sum(values)``
+    (non-negative integers): counts of m-subsets by sum, one item at a time (0/1
+    knapsack: ``N_j(v) += N_(j-1)(v - value)``), normalised."""
+    total = int(values.sum())
+    counts = np.zeros((m + 1, total + 1))
+    counts[0, 0] = 1.0
+    for v in values.astype(np.int64):  # items of one HIT (e.g. 10), not permutations
+        if v == 0:
+            counts[1:] += counts[:-1].copy()
+        else:
+            counts[1:, v:] += counts[:-1, : total + 1 - v].copy()
+    return counts[m] / counts[m].sum()
+
+
+def _lattice_pmfs(rows: np.ndarray, n: int, m: int, max_enumerate: int) -> np.ndarray:
+    """Per HIT signature (rows of integer item sums), the pmf of the model-labelled sum
+    (``G x W``, value ``v`` at column ``v``): all ``C(n, m)`` subsets at once when
+    there are at most ``max_enumerate``, else :func:`_subset_sum_pmf` per row."""
+    vals = np.rint(rows[:, :n]).astype(np.int64)
+    width = int(np.sort(vals, axis=1)[:, n - m :].sum(axis=1).max()) + 1 if m else 1
+    if math.comb(n, m) <= max_enumerate:
+        sums = vals[:, _subsets(n, m)].sum(axis=2)  # HITs x subsets
+        flat = sums + (np.arange(vals.shape[0]) * width)[:, None]
+        pmf = np.bincount(flat.ravel(), minlength=vals.shape[0] * width).reshape(-1, width)
+        return pmf / sums.shape[1]
+    out = np.zeros((vals.shape[0], width))
+    for g, row in enumerate(vals):  # signatures too big to enumerate (rare)
+        p = _subset_sum_pmf(row, m)
+        out[g, : min(p.size, width)] = p[:width]
+    return out
+
+
+def _int_power(f: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``f ** c`` row-wise for integer ``c >= 1``, by repeated squaring (a general
+    complex power costs several times more)."""
+    out = np.ones_like(f)
+    base = f.copy()
+    e = c.astype(np.int64).copy()
+    with np.errstate(under="ignore", over="ignore", invalid="ignore"):
+        while True:
+            odd = (e & 1).astype(bool)
+            if odd.any():
+                out[odd] *= base[odd]
+            e >>= 1
+            if not e.any():
+                return out
+            base *= base
+
+
+def _draw_sums(pmf: np.ndarray, count: np.ndarray, b: int, rng: np.random.Generator):
+    """``b`` independent draws of ``sum_g (X_g1 + ... + X_g,count_g)`` with independent
+    ``X_gc ~ pmf[g]`` (values ``0..W-1``), drawn by inversion from the exact
+    distribution of the sum.
+
+    The distribution is the product of the groups' characteristic functions on ``N``
+    points (``rfft``, an integer power per group, one ``irfft``). ``N`` covers the
+    whole support when it is small; otherwise a window of ``2t`` around the mean, with
+    ``t`` from Bernstein's inequality ``P[|S - E S| >= t] <= 2 exp(-t^2 / (2 (V + R t /
+    3)))`` (``V`` the variance of the sum, ``R`` the largest range of one ``X``) such
+    that less than ``1e-20`` of the mass lies outside (it would wrap around).
+    Floating-point rounding leaves errors near 1e-16 on each probability.
+    """
+    values = np.arange(pmf.shape[1])
+    nz = pmf > 0
+    top = pmf.shape[1] - 1 - np.argmax(nz[:, ::-1], axis=1)
+    low = np.argmax(nz, axis=1)
+    span = int(count @ top)
+    mean_g = pmf @ values
+    var = float(count @ (pmf @ values**2 - mean_g**2))
+    big = float((top - low).max())
+    lg = math.log(2 / _TAIL)
+    half = math.ceil(lg * big / 3 + math.sqrt((lg * big / 3) ** 2 + 2 * lg * max(var, 0.0)))
+    size = span + 1 if span + 1 <= 2 * half + 2 else 2 * half + 2
+    n = 1 << max(int(size - 1).bit_length(), 1)
+    offset = 0
+    if size < span + 1:  # a window centred on the mean
+        offset = round(float(count @ mean_g)) - n // 2
+    spec = np.ones(n // 2 + 1, dtype=complex)
+    chunk = max(1, (1 << 20) // (n // 2 + 1))
+    for st in range(0, pmf.shape[0], chunk):  # bounded memory; groups, not permutations
+        f = np.fft.rfft(pmf[st : st + chunk], n=n, axis=1)
+        with np.errstate(under="ignore"):
+            spec *= np.prod(_int_power(f, count[st : st + chunk]), axis=0)
+    if offset:
+        turns = (np.arange(n // 2 + 1) * offset) % n
+        spec *= np.exp(2j * np.pi * turns / n)
+    q = np.clip(np.fft.irfft(spec, n), 0.0, None)
+    cdf = np.cumsum(q)
+    at = np.searchsorted(cdf, rng.random(b) * cdf[-1], side="right")
+    return np.minimum(at, n - 1) + offset
 
 
 def permutation_test(
@@ -98,7 +182,8 @@ def permutation_test(
         mask &= ~np.asarray(attention, dtype=bool)
     if keep is not None:
         mask &= np.asarray(keep, dtype=bool)
-    d, length, kind, hit, item = d[mask], length[mask], kind[mask], hit[mask], item[mask]
+    if not mask.all():
+        d, length, kind, hit, item = d[mask], length[mask], kind[mask], hit[mask], item[mask]
     rng = np.random.default_rng(seed)
 
     # Items: judgment totals, label, stratum (HIT x length).
@@ -129,11 +214,35 @@ def permutation_test(
     s_pad[h_i[order], pos] = s_i[order]
     n_pad[h_i[order], pos] = n_i[order]
     sig = np.column_stack([len_h, n_h, m_h, s_pad, n_pad])
-    groups, _, g_count = _unique_rows(sig)
+    groups, _, g_count = unique_rows(sig)
 
     n_len = lengths.size
     sm_b = np.zeros((b, n_len))
     nm_b = np.zeros((b, n_len))
+    # Lattice HITs: integer item sums (d is 0/1) and the same number of judgments on every
+    # item, so the model-labelled count is fixed (m x judgments per item) and only the
+    # sum varies. Their total per length is drawn from its exact distribution.
+    n_g, m_g = groups[:, 1].astype(np.int64), groups[:, 2].astype(np.int64)
+    s_rows, n_rows = groups[:, 3 : 3 + width], groups[:, 3 + width :]
+    real = np.arange(width) < n_g[:, None]
+    lattice = np.all(
+        ~real | ((n_rows == n_rows[:, :1]) & (s_rows == np.rint(s_rows)) & (s_rows >= 0)),
+        axis=1,
+    )
+    li_g = np.searchsorted(lengths, groups[:, 0])
+    for li in range(n_len):
+        on = np.flatnonzero(lattice & (li_g == li))
+        if on.size == 0:
+            continue
+        parts = []
+        for n, m in sorted(set(zip(n_g[on].tolist(), m_g[on].tolist(), strict=True))):
+            gs = on[(n_g[on] == n) & (m_g[on] == m)]
+            parts.append((gs, _lattice_pmfs(s_rows[gs], n, m, max_enumerate)))
+        w = max(p.shape[1] for _, p in parts)
+        pmf = np.vstack([np.pad(p, ((0, 0), (0, w - p.shape[1]))) for _, p in parts])
+        gs = np.concatenate([g for g, _ in parts])
+        sm_b[:, li] += _draw_sums(pmf, g_count[gs].astype(np.int64), b, rng)
+        nm_b[:, li] += float(np.sum(g_count[gs] * m_g[gs] * n_rows[gs, 0]))
     # Small groups (one HIT, or a few: common where items have several judgments, as in
     # the overlap subset) draw a uniformly random m-subset for each of their HITs per
     # permutation, all such HITs of one (n, m) at once: the HIT x subset table of model
@@ -141,6 +250,8 @@ def permutation_test(
     single: dict[tuple[int, int], list[int]] = {}
     for g, row in enumerate(groups):
         n, m = int(row[1]), int(row[2])
+        if lattice[g]:
+            continue
         if int(g_count[g]) <= _SMALL_GROUP and math.comb(n, m) <= max_enumerate:
             single.setdefault((n, m), []).extend([g] * int(g_count[g]))
     for (n, m), gs in single.items():
@@ -169,7 +280,7 @@ def permutation_test(
                 else:
                     sm_b[:, li] += s_tab.ravel().take(idx).sum(axis=1)
                     nm_b[:, li] += n_tab.ravel().take(idx).sum(axis=1)
-    done = {g for gs in single.values() for g in gs}
+    done = {g for gs in single.values() for g in gs} | set(np.flatnonzero(lattice).tolist())
 
     for g, row in enumerate(groups):  # groups of identical HITs, not permutations
         if g in done:

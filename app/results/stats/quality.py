@@ -41,8 +41,13 @@ def robust_z(x: np.ndarray) -> np.ndarray:
 
 
 def _group_median(group: np.ndarray, n_groups: int, x: np.ndarray) -> np.ndarray:
-    """Median of ``x`` per group (vectorised: sort by group then value)."""
-    order = np.lexsort((x, group))
+    """Median of ``x`` per group (vectorised: sort by value, then stably by group; a
+    stable sort of small integer codes is a radix sort). NaN sorts last within a group
+    and makes that group's median NaN only when it falls in the middle."""
+    order = np.argsort(x, kind="stable")
+    g = group[order]
+    code = np.uint16 if n_groups <= 1 << 16 else np.int64
+    order = order[np.argsort(g.astype(code), kind="stable")]
     xs, n = x[order], np.bincount(group, minlength=n_groups)
     start = np.concatenate([[0], np.cumsum(n)[:-1]])
     out = np.full(n_groups, np.nan)
@@ -165,16 +170,21 @@ def annotator_quality(
     share_none = rate(none, reg)
     top1 = {int(kd): rate(choice == 1, reg & (kind == kd)) for kd in np.unique(kind[reg])}
 
-    # Agreement with the plurality of the *other* judgments on the same item.
+    # Agreement with the plurality of the *other* judgments on the same item: the others'
+    # counts are the item's counts less one on the judgment's own choice, so their
+    # largest count is the item's largest, unless the own choice is its unique largest
+    # (then the larger of that count less one and the second largest).
     _, ii = unique_inverse(item)
     cats, cc = unique_inverse(np.where(none, -1, choice))
     counts = np.bincount(ii * cats.size + cc, minlength=(ii.max() + 1) * cats.size).reshape(
         -1, cats.size
     )
-    others = counts[ii].copy()
-    others[np.arange(ii.size), cc] -= 1
-    mx = others.max(axis=1)
-    agree = (others[np.arange(ii.size), cc] == mx) & (mx > 0)
+    top2 = np.sort(counts, axis=1)[:, -2:] if cats.size > 1 else np.c_[counts * 0, counts]
+    first, second = top2[:, 1], top2[:, 0]
+    own = counts.ravel()[ii * cats.size + cc]
+    unique_top = (own == first[ii]) & (second[ii] < own)
+    mx = np.where(unique_top, np.maximum(own - 1, second[ii]), first[ii])
+    agree = (own - 1 == mx) & (mx > 0)
     plur = rate(agree, reg & (mx > 0))
 
     if attention_correct is None:
