@@ -155,10 +155,129 @@ def _cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(layer.keys, layer.values) for layer in cache.layers]
 
 
-def _make_cache(tensors: list[tuple[torch.Tensor, torch.Tensor]]):
+def _grow_cache_classes():
+    """A ``DynamicCache`` whose layers write into preallocated buffers (built on first use, so
+    that importing this module does not import ``transformers``)."""
+    global _GROW
+    if _GROW is not None:
+        return _GROW
     from transformers import DynamicCache
+    from transformers.cache_utils import Cache, DynamicLayer
 
-    return DynamicCache(ddp_cache_data=tensors)
+    class GrowLayer(DynamicLayer):
+        """Keys and values [B, H, T, D] as views of buffers with spare columns: appending a
+        token writes in place instead of ``torch.cat`` copying the whole cache every step
+        (quadratic in the sequence length).  Capacity doubles when full."""
+
+        def __init__(self, keys=None, values=None, spare: int = 32):
+            super().__init__()
+            self.spare = spare
+            self.n = 0
+            if keys is not None:
+                self._alloc(keys, values, keys.shape[-2] + spare)
+
+        def _alloc(self, keys, values, capacity):
+            b, h, t, d = keys.shape
+            kbuf = keys.new_empty((b, h, capacity, d))
+            vbuf = values.new_empty((b, h, capacity, values.shape[-1]))
+            kbuf[:, :, :t] = keys
+            vbuf[:, :, :t] = values
+            self.kbuf, self.vbuf, self.n = kbuf, vbuf, t
+            self.dtype, self.device = keys.dtype, keys.device
+            self.keys, self.values = kbuf[:, :, :t], vbuf[:, :, :t]
+            self.is_initialized = True
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            q = key_states.shape[-2]
+            if not self.is_initialized:
+                self._alloc(key_states, value_states, q + self.spare)
+                return self.keys, self.values
+            if self.n + q > self.kbuf.shape[-2]:
+                self._alloc(self.keys, self.values, max(2 * self.kbuf.shape[-2], self.n + q))
+            self.kbuf[:, :, self.n : self.n + q] = key_states
+            self.vbuf[:, :, self.n : self.n + q] = value_states
+            self.n += q
+            self.keys, self.values = self.kbuf[:, :, : self.n], self.vbuf[:, :, : self.n]
+            return self.keys, self.values
+
+        @classmethod
+        def from_buffers(cls, kbuf, vbuf, n: int, spare: int = 32):
+            layer = cls(spare=spare)
+            layer.kbuf, layer.vbuf, layer.n = kbuf, vbuf, n
+            layer.dtype, layer.device = kbuf.dtype, kbuf.device
+            layer.keys, layer.values = kbuf[:, :, :n], vbuf[:, :, :n]
+            layer.is_initialized = True
+            return layer
+
+        def get_seq_length(self) -> int:
+            return self.n
+
+        def crop(self, tokens_to_remove: int) -> None:
+            raise NotImplementedError
+
+    class GrowCache(DynamicCache):
+        layer_class = GrowLayer
+
+        def __init__(self, tensors=(), spare: int = 32, layers=None):
+            layers = layers or [GrowLayer(k, v, spare) for k, v in tensors]
+            if layers:
+                Cache.__init__(self, layers=layers)
+            else:
+                Cache.__init__(self, layer_class_to_replicate=lambda: GrowLayer(spare=spare))
+
+    _GROW = GrowCache
+    return _GROW
+
+
+_GROW = None
+
+
+def _make_cache(tensors: list[tuple[torch.Tensor, torch.Tensor]], spare: int = 32):
+    return _grow_cache_classes()(tensors, spare)
+
+
+def _gather_cache(parts: list[tuple[Any, list[int], int]], spare: int = 32):
+    """One cache holding, in order, rows ``rows`` of each part's cache from column ``first`` on,
+    right-aligned (left padding zeroed), with ``spare`` free columns: one copy of each kept
+    element, where index_select + slicing + concatenation cost two or three."""
+    grow = _grow_cache_classes()
+    per_part = [(_cache_tensors(c), rows, first) for c, rows, first in parts]
+    width = max(layers[0][0].shape[2] - first for layers, _, first in per_part)
+    n_rows = sum(len(rows) for _, rows, _ in per_part)
+    out_layers = []
+    for li in range(len(per_part[0][0])):
+        k0, v0 = per_part[0][0][li]
+        _, h, _, d = k0.shape
+        kbuf = k0.new_empty((n_rows, h, width + spare, d))
+        vbuf = v0.new_empty((n_rows, h, width + spare, v0.shape[-1]))
+        i = 0
+        for layers, rows, first in per_part:
+            k, v = layers[li]
+            w = k.shape[2] - first
+            if w < width:
+                kbuf[i : i + len(rows), :, : width - w] = 0
+                vbuf[i : i + len(rows), :, : width - w] = 0
+            if rows == list(range(k.shape[0])):
+                kbuf[i : i + len(rows), :, width - w : width] = k[:, :, first:]
+                vbuf[i : i + len(rows), :, width - w : width] = v[:, :, first:]
+            else:
+                for j, r in enumerate(rows):
+                    kbuf[i + j, :, width - w : width] = k[r, :, first:]
+                    vbuf[i + j, :, width - w : width] = v[r, :, first:]
+            i += len(rows)
+        out_layers.append(grow.layer_class.from_buffers(kbuf, vbuf, width, spare))
+    return grow(layers=out_layers, spare=spare)
+
+
+def _share_cache(cache, spare: int = 32):
+    """A cache over the same buffers (no copy): appending to it writes into the spare columns of
+    ``cache``, which ``cache`` itself overwrites if it is appended to later."""
+    grow = _grow_cache_classes()
+    layers = [
+        grow.layer_class.from_buffers(layer.kbuf, layer.vbuf, layer.n, spare)
+        for layer in cache.layers
+    ]
+    return grow(layers=layers, spare=spare)
 
 
 @dataclass
@@ -168,6 +287,50 @@ class CausalState:
     cache: Any
     mask: torch.Tensor
     lengths: torch.Tensor
+    tree: Any = None  # the word search's memo of partial words (`_Tree`), built by ``extend``
+
+
+# Model types whose logits are a plain linear map of the base model's last hidden state, so that
+# the head can be applied to the few positions that are read.
+_PLAIN_HEAD = ("gpt2", "llama", "mistral", "qwen2")
+
+
+class _Tree:
+    """KV cache of partial words on top of the contexts of some rows of a `CausalState`.
+
+    Each row's cache holds its context's columns (a copy) followed by one column per partial word
+    (a continuation) scored so far; a continuation's token attends to the context, to the columns
+    of its own prefixes and to itself (a tree attention mask), at position context length + depth
+    - 1.  Expanding a partial word is then one token, whatever its length, instead of re-running
+    the whole continuation on a fresh copy of the context's cache.
+    """
+
+    def __init__(self, lm: HFCausalLM, state: CausalState, rows: list[int]):
+        self.source_width = state.mask.shape[1]
+        index = torch.tensor(rows, dtype=torch.long, device=lm.device)
+        if rows == list(range(state.mask.shape[0])) and hasattr(state.cache.layers[0], "kbuf"):
+            # Extending the state afterwards changes its width, which discards this tree.
+            self.cache = _share_cache(state.cache, spare=64)
+        else:
+            self.cache = _gather_cache([(state.cache, rows, 0)], spare=64)
+        self.ctx_mask = state.mask.index_select(0, index).bool()
+        self.lengths = state.lengths.index_select(0, index)
+        self.row_of = {r: i for i, r in enumerate(rows)}
+        self.nodes: list[dict[tuple[int, ...], int]] = [{} for _ in rows]
+
+    @property
+    def width(self) -> int:
+        return self.cache.get_seq_length()
+
+    def keep(self, tree_rows: list[int]) -> None:
+        """Drop the other rows (their partial words are forgotten)."""
+        index = torch.tensor(tree_rows, dtype=torch.long, device=self.ctx_mask.device)
+        self.cache = _gather_cache([(self.cache, tree_rows, 0)], spare=64)
+        self.ctx_mask = self.ctx_mask.index_select(0, index)
+        self.lengths = self.lengths.index_select(0, index)
+        back = {t: r for r, t in self.row_of.items()}
+        self.row_of = {back[t]: i for i, t in enumerate(tree_rows)}
+        self.nodes = [self.nodes[t] for t in tree_rows]
 
 
 class HFCausalLM:
@@ -180,12 +343,22 @@ class HFCausalLM:
 
     task = "lm"
 
-    def __init__(self, model, tokenizer, *, name: str | None = None, max_rows: int = 512):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        name: str | None = None,
+        max_rows: int = 512,
+        cached_extend: bool = True,
+    ):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
         self.device = next(model.parameters()).device
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.cached_extend = cached_extend
+        self._plain_head = getattr(model.config, "model_type", None) in _PLAIN_HEAD
         start = tokenizer.bos_token_id
         if start is None:
             start = tokenizer.eos_token_id
@@ -247,6 +420,122 @@ class HFCausalLM:
     def extend(
         self, state: CausalState, rows: Sequence[int], continuations: Sequence[Sequence[int]]
     ) -> torch.Tensor:
+        """See `CausalLM.extend`.  With ``cached_extend`` (the default) the partial words scored
+        so far are kept in a `_Tree` on the state (a memo: the state's own cache, mask and
+        lengths are not changed), so each call runs one token per new continuation; without it,
+        every continuation is re-run in full on a copy of its context's cache."""
+        if not self.cached_extend:
+            return self._extend_uncached(state, rows, continuations)
+        tree = state.tree
+        if tree is None or tree.source_width != state.mask.shape[1]:
+            tree = state.tree = _Tree(self, state, sorted(set(rows)))
+        in_tree = [r in tree.row_of for r in rows]
+        called = sorted({tree.row_of[r] for r, ok in zip(rows, in_tree, strict=True) if ok})
+        if called and len(called) < 0.75 * len(tree.nodes):
+            # Contexts whose search has ended would cost padding columns in every forward.
+            tree.keep(called)
+        out: torch.Tensor | None = None
+        tree_jobs = [i for i, ok in enumerate(in_tree) if ok]
+        if tree_jobs:
+            tree_out = self._extend_tree(
+                tree, [rows[i] for i in tree_jobs], [continuations[i] for i in tree_jobs]
+            )
+            if len(tree_jobs) == len(rows):
+                return tree_out
+            out = tree_out.new_empty((len(rows), tree_out.shape[-1]))
+            out[tree_jobs] = tree_out
+        # Rows dropped from the tree earlier: the uncached path (correct, slower).
+        rest = [i for i, ok in enumerate(in_tree) if not ok]
+        rest_out = self._extend_uncached(
+            state, [rows[i] for i in rest], [continuations[i] for i in rest]
+        )
+        if out is None:
+            return rest_out
+        out[rest] = rest_out
+        return out
+
+    def _extend_tree(
+        self, tree: _Tree, rows: Sequence[int], continuations: Sequence[Sequence[int]]
+    ) -> torch.Tensor:
+        width, n_rows = tree.width, len(tree.nodes)
+        slots: list[list[tuple[int, ...]]] = [[] for _ in range(n_rows)]
+        pending: list[dict[tuple[int, ...], int]] = [{} for _ in range(n_rows)]
+        targets: list[tuple[int, int]] = []
+        for r, cont in zip(rows, continuations, strict=True):
+            cont = tuple(int(t) for t in cont)
+            if not cont:
+                raise ValueError("empty continuation")
+            t = tree.row_of[r]
+            for d in range(1, len(cont)):
+                head = cont[:d]
+                if head not in tree.nodes[t] and head not in pending[t]:
+                    pending[t][head] = len(slots[t])
+                    slots[t].append(head)
+            # The scored continuation always gets a fresh column: its output is what is read.
+            targets.append((t, len(slots[t])))
+            slots[t].append(cont)
+        depth = max(len(s) for s in slots)
+        ids = torch.full((n_rows, depth), self.pad_id, dtype=torch.long)
+        positions = torch.zeros((n_rows, depth), dtype=torch.long)
+        lengths = tree.lengths.tolist()
+        mr, mq, mc = [], [], []  # allowed (row, query, column) pairs beyond the context
+        for t in range(n_rows):
+            nodes, pend = tree.nodes[t], pending[t]
+            for q in range(depth):
+                mr.append(t)
+                mq.append(q)
+                mc.append(width + q)
+                if q >= len(slots[t]):
+                    continue  # padding: attends to the context and itself only
+                cont = slots[t][q]
+                ids[t, q] = cont[-1]
+                positions[t, q] = lengths[t] + len(cont) - 1
+                for d in range(1, len(cont)):
+                    head = cont[:d]
+                    col = nodes.get(head)
+                    mr.append(t)
+                    mq.append(q)
+                    mc.append(col if col is not None else width + pend[head])
+        if self.max_positions:
+            positions.clamp_(max=self.max_positions - 1)
+        ctx = tree.ctx_mask.shape[1]
+        dev = self.device
+        allowed = torch.zeros((n_rows, depth, width + depth), dtype=torch.bool, device=dev)
+        allowed[:, :, :ctx] = tree.ctx_mask[:, None, :]
+        allowed[
+            torch.tensor(mr, device=dev), torch.tensor(mq, device=dev), torch.tensor(mc, device=dev)
+        ] = True
+        dtype = next(self.model.parameters()).dtype
+        # An additive mask: a 4D mask is passed to the attention as it is.
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=dev).masked_fill_(
+            ~allowed, torch.finfo(dtype).min
+        )[:, None]
+        ids, positions = ids.to(dev), positions.to(dev)
+        trow = torch.tensor([t for t, _ in targets], device=self.device)
+        tcol = torch.tensor([q for _, q in targets], device=self.device)
+        kwargs = {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": positions,
+            "past_key_values": tree.cache,
+            "use_cache": True,
+        }
+        if self._plain_head:
+            hidden = self.model.base_model(**kwargs).last_hidden_state[trow, tcol]
+            logits = self.model.get_output_embeddings()(hidden)
+        else:
+            logits = self.model(**kwargs).logits[trow, tcol]
+        # Every new continuation stays in the cache as a partial word.
+        for t in range(n_rows):
+            for head, q in pending[t].items():
+                tree.nodes[t][head] = width + q
+        for t, q in targets:
+            tree.nodes[t].setdefault(slots[t][q], width + q)
+        return torch.log_softmax(logits.float(), dim=-1)
+
+    def _extend_uncached(
+        self, state: CausalState, rows: Sequence[int], continuations: Sequence[Sequence[int]]
+    ) -> torch.Tensor:
         outs = []
         for lo in range(0, len(rows), self.max_rows):
             chunk_rows = list(rows[lo : lo + self.max_rows])
@@ -276,35 +565,21 @@ class HFCausalLM:
         # Drop the columns no selected row attends to (left padding, placeholders of others).
         used = mask.any(dim=0).nonzero()
         first = int(used[0]) if used.numel() else mask.shape[1] - 1
-        tensors = [
-            (k.index_select(0, index)[:, :, first:], v.index_select(0, index)[:, :, first:])
-            for k, v in _cache_tensors(state.cache)
-        ]
+        cache = _gather_cache([(state.cache, list(rows), first)])
         lengths = state.lengths.index_select(0, index)
-        return CausalState(_make_cache(tensors), mask[:, first:], lengths)
+        return CausalState(cache, mask[:, first:], lengths)
 
     def concat(self, states: Sequence[CausalState]) -> CausalState:
         width = max(s.mask.shape[1] for s in states)
 
-        def left_pad(t: torch.Tensor, dim: int) -> torch.Tensor:
-            missing = width - t.shape[dim]
-            if not missing:
-                return t
-            shape = list(t.shape)
-            shape[dim] = missing
-            return torch.cat([t.new_zeros(shape), t], dim=dim)
+        def left_pad(t: torch.Tensor) -> torch.Tensor:
+            missing = width - t.shape[1]
+            return t if not missing else torch.cat([t.new_zeros((t.shape[0], missing)), t], 1)
 
-        per_state = [_cache_tensors(s.cache) for s in states]
-        tensors = [
-            (
-                torch.cat([left_pad(layers[i][0], 2) for layers in per_state]),
-                torch.cat([left_pad(layers[i][1], 2) for layers in per_state]),
-            )
-            for i in range(len(per_state[0]))
-        ]
-        mask = torch.cat([left_pad(s.mask, 1) for s in states])
+        cache = _gather_cache([(s.cache, list(range(s.mask.shape[0])), 0) for s in states])
+        mask = torch.cat([left_pad(s.mask) for s in states])
         lengths = torch.cat([s.lengths for s in states])
-        return CausalState(_make_cache(tensors), mask, lengths)
+        return CausalState(cache, mask, lengths)
 
 
 @dataclass

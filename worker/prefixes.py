@@ -505,10 +505,11 @@ def _sample_lm(
                 d.skip = "eos_before_l" if status == "eos" else "too_long"
                 d.words = [decode_word(model.tokenizer, g) for g in groups]
         if search and ok_rows:
-            state, root = outcome.finished([r for r, _ in ok_rows])
+            state, root, order = outcome.finished([r for r, _ in ok_rows])
             found = _search(model, state, root, classes, spec)
-            for (_, d), res in zip(ok_rows, found, strict=True):
-                results[d.index] = res
+            by_row = dict(ok_rows)
+            for row, res in zip(order, found, strict=True):
+                results[by_row[row].index] = res
     return [results.get(d.index) for d in drafts]
 
 
@@ -518,20 +519,21 @@ class _Outcome:
     saved: list[tuple[list[int], object, torch.Tensor]]  # (original rows, state, root logprobs)
     model: object
 
-    def finished(self, wanted: list[int]) -> tuple[object, torch.Tensor]:
-        """One state and root log-probs [len(wanted), V] for the wanted rows, in that order."""
+    def finished(self, wanted: list[int]) -> tuple[object, torch.Tensor, list[int]]:
+        """One state and root log-probs [len(wanted), V] for the wanted rows, and the rows in
+        the state's order (the order in which they finished: reordering would copy the cache)."""
         order = [r for rows, _, _ in self.saved for r in rows]
         if len(self.saved) == 1:
             state = self.saved[0][1]
         else:
             state = self.model.concat([s for _, s, _ in self.saved])
         root = torch.cat([x for _, _, x in self.saved])
-        position = {r: i for i, r in enumerate(order)}
-        perm = [position[r] for r in wanted]
-        if perm != list(range(len(order))):
+        if sorted(order) != sorted(wanted):
+            position = {r: i for i, r in enumerate(order)}
+            perm = [position[r] for r in wanted]
             state = self.model.select(state, perm)
-            root = root[perm]
-        return state, root
+            root, order = root[perm], list(wanted)
+        return state, root, order
 
 
 def _sample_batch(model, classes, contexts, rngs, length, spec, after_prompt) -> _Outcome:
