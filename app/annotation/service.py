@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 from itsdangerous import BadSignature, URLSafeSerializer
 from sqlalchemy import (
+    Boolean,
     and_,
     bindparam,
     case,
@@ -860,22 +861,48 @@ def answers_from_form(form: Mapping[str, str]) -> tuple[dict[int, int], dict[int
 
 _judgments = Judgment.__table__
 _INSERT_JUDGMENTS = insert(_judgments)
-# PostgreSQL: the HIT's judgments in one statement of fixed text (one array per column),
-# so both its compiled form and the server's prepared statement are reused; SQLite, in
-# process, takes the rows as an executemany.
-_PG_INSERT_JUDGMENTS = text(
+_SUBMITTED = (
+    update(_assignments)
+    .where(_assignments.c.id == bindparam("assignment_id"))
+    .values(
+        status=AssignmentStatus.submitted,
+        submitted_at=bindparam("now", type_=_TIME),
+        late=bindparam("late"),
+    )
+)
+# PostgreSQL stores a submission in one statement of fixed text: the judgments (one array
+# per column, unnested), the assignment's new status and the HIT's counters (as
+# `_leave_slot` counts them), so its compiled form and the server's prepared statement
+# are reused and the three writes cost one round trip. The locks are those of the
+# separate statements, in the same order: the assignment (already held), then the HIT.
+_PG_STORE_SUBMISSION = text(
     """
-    INSERT INTO judgments (assignment_id, position, item_id, "option", chosen_rank,
-                           chosen_word, d, client_ms, too_fast, late, created_at)
-    SELECT :assignment_id, u.position, u.item_id, u.option, u.chosen_rank,
-           u.chosen_word, u.d, u.client_ms, u.too_fast, :late, :now
-    FROM unnest(CAST(:position AS integer[]), CAST(:item_id AS integer[]),
-                CAST(:option AS integer[]), CAST(:chosen_rank AS integer[]),
-                CAST(:chosen_word AS varchar[]), CAST(:d AS float8[]),
-                CAST(:client_ms AS integer[]), CAST(:too_fast AS boolean[]))
-         AS u(position, item_id, option, chosen_rank, chosen_word, d, client_ms, too_fast)
+    WITH judged AS (
+        INSERT INTO judgments (assignment_id, position, item_id, "option", chosen_rank,
+                               chosen_word, d, client_ms, too_fast, late, created_at)
+        SELECT :assignment_id, u.position, u.item_id, u.option, u.chosen_rank,
+               u.chosen_word, u.d, u.client_ms, u.too_fast, :late, :now
+        FROM unnest(CAST(:position AS integer[]), CAST(:item_id AS integer[]),
+                    CAST(:option AS integer[]), CAST(:chosen_rank AS integer[]),
+                    CAST(:chosen_word AS varchar[]), CAST(:d AS float8[]),
+                    CAST(:client_ms AS integer[]), CAST(:too_fast AS boolean[]))
+             AS u(position, item_id, option, chosen_rank, chosen_word, d, client_ms, too_fast)
+    ), submitted AS (
+        UPDATE assignments SET status = :status, submitted_at = :now, late = :late
+        WHERE id = :assignment_id
+    )
+    UPDATE hits
+    SET leased_count = leased_count - CASE WHEN :was_leased THEN 1 ELSE 0 END,
+        submitted_count = submitted_count + 1,
+        next_expiry = CASE WHEN :was_leased AND leased_count <= 1 THEN NULL
+                           ELSE next_expiry END
+    WHERE id = :hit_id
     """
-).bindparams(bindparam("now", type_=_TIME))
+).bindparams(
+    bindparam("now", type_=_TIME),
+    bindparam("status", type_=_assignments.c.status.type),
+    bindparam("was_leased", type_=Boolean()),
+)
 _JUDGMENT_COLUMNS = (
     "position",
     "item_id",
@@ -888,32 +915,36 @@ _JUDGMENT_COLUMNS = (
 )
 
 
-def _insert_judgments(
-    session: Session, assignment_id: int, late: bool, now: datetime, rows: list[tuple]
+def _store_submission(
+    session: Session,
+    assignment: Lease,
+    *,
+    was_leased: bool,
+    late: bool,
+    now: datetime,
+    rows: list[tuple],
 ) -> None:
-    """Store a HIT's judgments; `rows` hold the values of `_JUDGMENT_COLUMNS`, in order."""
+    """Write a HIT's judgments (`rows` hold `_JUDGMENT_COLUMNS`), its status and counters."""
     if session.get_bind().dialect.name == "postgresql":
         columns = [list(column) for column in zip(*rows, strict=True)]
         params: dict[str, object] = dict(zip(_JUDGMENT_COLUMNS, columns, strict=True))
-        params.update(assignment_id=assignment_id, late=late, now=now)
-        session.execute(_PG_INSERT_JUDGMENTS, params)
+        params.update(
+            assignment_id=assignment.id,
+            hit_id=assignment.hit_id,
+            status=AssignmentStatus.submitted,
+            was_leased=was_leased,
+            late=late,
+            now=now,
+        )
+        session.execute(_PG_STORE_SUBMISSION, params)
         return
-    common = {"assignment_id": assignment_id, "late": late, "created_at": now}
+    common = {"assignment_id": assignment.id, "late": late, "created_at": now}
     session.execute(
         _INSERT_JUDGMENTS,
         [{**common, **dict(zip(_JUDGMENT_COLUMNS, row, strict=True))} for row in rows],
     )
-
-
-_SUBMITTED = (
-    update(_assignments)
-    .where(_assignments.c.id == bindparam("assignment_id"))
-    .values(
-        status=AssignmentStatus.submitted,
-        submitted_at=bindparam("now", type_=_TIME),
-        late=bindparam("late"),
-    )
-)
+    session.execute(_SUBMITTED, {"assignment_id": assignment.id, "now": now, "late": late})
+    _leave_slot(session, assignment.hit_id, was_leased=was_leased, submitted=True)
 
 
 def submit(
@@ -970,9 +1001,7 @@ def submit(
             word = slot.words[int(rank)]
             d = 0.0 if rank == 0 else 1.0
             rows.append((position, slot.item_id, option, int(rank), word, d, ms, fast))
-    _insert_judgments(session, assignment.id, late, now, rows)
-    session.execute(_SUBMITTED, {"assignment_id": assignment.id, "now": now, "late": late})
-    _leave_slot(session, assignment.hit_id, was_leased=was_leased, submitted=True)
+    _store_submission(session, assignment, was_leased=was_leased, late=late, now=now, rows=rows)
     assignment.status = AssignmentStatus.submitted
     assignment.submitted_at = now
     assignment.late = late
