@@ -11,7 +11,8 @@ What it does:
    ``model`` + 1 attention item per HIT, the default layout), HITs built with
    ``app.hits.service.build_hits`` (default replicas and 5 % overlap), the study opened, and one
    invited annotator (``create_local_annotators`` + ``invite_token``) per simulated annotator;
-2. starts the service as a subprocess, ``ebc serve --workers N --no-migrate`` (uvicorn, as many
+2. counts the SQL statements of one annotator cycle (page, then submit) with the app run in
+   process on the same database (``count_statements``); then starts the service as a subprocess, ``ebc serve --workers N --no-migrate`` (uvicorn, as many
    workers as cores by default; ``EBC_ENV=production``, ``EBC_LOG_LEVEL=warning``);
 3. drives simulated annotators with asyncio (uvloop) + one ``aiohttp.ClientSession`` (several
    times cheaper per request than httpx, which matters as the client shares the cores with
@@ -63,7 +64,7 @@ from pathlib import Path
 import aiohttp
 import httpx
 import uvloop
-from sqlalchemy import create_engine, func, insert, select, text
+from sqlalchemy import create_engine, event, func, insert, select, text
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session
 
@@ -140,6 +141,7 @@ class Seeded:
     positions: int  # per HIT
     tokens: list[str]
     cap: int
+    probe_token: str  # one more annotator, for the statement count (see count_statements)
 
 
 def seed_study(
@@ -201,13 +203,52 @@ def seed_study(
             session.execute(insert(Item), rows[start : start + 5000])
         build_hits(session, study)
         study.status = StudyStatus.collecting
-        annotators = create_local_annotators(session, study, n_annotators, label="bench")
+        annotators = create_local_annotators(session, study, n_annotators + 1, label="bench")
         session.commit()
-        tokens = [invite_token(secret, a) for a in annotators]
+        *tokens, probe = [invite_token(secret, a) for a in annotators]
         hits = session.scalar(select(func.count()).where(Hit.study_id == study.id))
         first = session.scalar(select(func.min(Hit.id)).where(Hit.study_id == study.id))
         positions = session.scalar(select(func.count()).where(HitPosition.hit_id == first))
-        return Seeded(study.id, slug, hits, replicas, positions, tokens, study.per_annotator_cap)
+        return Seeded(
+            study.id, slug, hits, replicas, positions, tokens, study.per_annotator_cap, probe
+        )
+
+
+def count_statements(url: str, secret: str, token: str) -> tuple[Counter, dict[str, int]]:
+    """SQL statements of one annotator cycle (page, then submit), counted in process.
+
+    The app runs in this process (Starlette's TestClient) on the benchmark's database,
+    with a fresh HIT cache, so the page is the first of its HIT. Transaction control
+    (BEGIN, COMMIT: one each per request) is not counted. Returns the counts and what was
+    acknowledged (assignment handle -> judgments), for the database check.
+    """
+    from fastapi.testclient import TestClient
+
+    from app.config import Settings
+    from app.main import create_app
+
+    counts: Counter = Counter()
+    phase = ["page"]
+
+    def count(*_args) -> None:
+        counts[phase[0]] += 1
+
+    app = create_app(Settings(database_url=url, secret_key=secret, env="test"))
+    with TestClient(app) as client:
+        event.listen(Engine, "before_cursor_execute", count)
+        try:
+            page = client.get(f"/a/{token}")
+            public_id, options = parse_hit(page.text) or ("", {})
+            form = {"assignment": public_id}
+            for pos in options:
+                form |= {f"o{pos}": "0", f"ms{pos}": "2000"}
+            phase[0] = "submit"
+            sent = client.post(f"/a/{token}/submit", data=form, follow_redirects=False)
+        finally:
+            event.remove(Engine, "before_cursor_execute", count)
+    if page.status_code != 200 or sent.status_code != 303 or not options:
+        raise RuntimeError(f"the statement count's cycle failed: {page.status_code} {sent.text}")
+    return counts, {public_id: len(options)}
 
 
 def check_study(engine: Engine, seeded: Seeded, acked: dict[str, int]) -> dict[str, int]:
@@ -798,6 +839,15 @@ def main(argv: list[str] | None = None) -> int:
                 f"{len(sd.tokens)} annotators, cap {sd.cap} HITs each"
             )
         print(f"seeded in {time.monotonic() - t:.1f} s")
+        probe_acked: dict[str, int] = {}
+        first = next(iter(seeded.values()), None)
+        if first is not None:
+            counts, probe_acked = count_statements(url, secret, first.probe_token)
+            print(
+                f"SQL statements per cycle (in process, first page of its HIT; BEGIN and "
+                f"COMMIT not counted): page {counts['page']} + submit {counts['submit']} = "
+                f"{counts.total()}"
+            )
         server = Server(url, secret, args.workers)
         server.wait_ready()
         print(
@@ -839,7 +889,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         server.stop()
         for r in results:
-            r.check = check_study(engine, seeded[r.name], r.stats.acked)
+            acked = r.stats.acked | (probe_acked if seeded[r.name] is first else {})
+            r.check = check_study(engine, seeded[r.name], acked)
             print(describe(r, args.workers) + "\n")
         print(table(results))
         print(
