@@ -12,14 +12,15 @@ What it does:
    ``app.hits.service.build_hits`` (default replicas and 5 % overlap), the study opened, and one
    invited annotator (``create_local_annotators`` + ``invite_token``) per simulated annotator;
 2. counts the SQL statements of one annotator cycle (page, then submit) with the app run in
-   process on the same database (``count_statements``); then starts the service as a subprocess, ``ebc serve --workers N --no-migrate`` (uvicorn, as many
-   workers as cores by default; ``EBC_ENV=production``, ``EBC_LOG_LEVEL=warning``);
-3. drives simulated annotators with asyncio (uvloop) + one ``aiohttp.ClientSession`` (several
-   times cheaper per request than httpx, which matters as the client shares the cores with
-   the server): each fetches its invite
-   link ``/a/{token}``, parses the form (the ``assignment`` handle and the ``o{n}`` radio groups),
-   waits, posts an answer for every text to ``/a/{token}/submit``, follows the 303 to its next
-   HIT, and so on until the scenario's time is up (or it sees "no work" / "cap reached");
+   process on the same database (``count_statements``); then starts the service as a
+   subprocess, ``ebc serve --workers N --no-migrate`` (uvicorn, as many workers as cores by
+   default; ``EBC_ENV=production``, ``EBC_LOG_LEVEL=warning``);
+3. drives simulated annotators with asyncio (uvloop) and one ``aiohttp.ClientSession`` (several
+   times cheaper per request than httpx, which matters: the client shares the cores with the
+   server): each fetches its invite link ``/a/{token}``, parses the form (the ``assignment``
+   handle and the ``o{n}`` radio groups), waits, posts an answer for every text to
+   ``/a/{token}/submit``, follows the 303 to its next HIT, and so on until the scenario's time
+   is up (or it sees "no work" / "cap reached");
 4. stops the service and checks the database: judgments stored = judgments acknowledged (a 303
    to ``?n=ok`` / ``?n=late``), no duplicate (assignment, position), no annotator twice on a HIT,
    no HIT over its replicas, no annotator over the cap; then drops the database.
