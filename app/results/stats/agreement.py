@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .ebc import percentile_interval, resample_sums, unique_inverse
+from .ebc import percentile_interval, resample_sums, unique_inverse, unique_values
 
 
 def category_counts(
@@ -27,12 +27,17 @@ def category_counts(
     """
     item, choice = np.asarray(item), np.asarray(choice)
     cats = np.unique(choice) if categories is None else np.asarray(categories)
+    if not np.isin(unique_values(choice), cats).all():
+        raise ValueError("a choice code is not among `categories`")
+    # Only items judged at least twice enter (the overlap subset: a few percent).
+    _, ii = unique_inverse(item)
+    several = np.bincount(ii)[ii] >= 2 if ii.size else np.zeros(0, bool)
+    if not several.all():
+        choice = choice[several]
+        _, ii = unique_inverse(item[several])
     by_value = np.argsort(cats)
     pos = np.minimum(np.searchsorted(cats[by_value], choice), cats.size - 1)
-    if np.any(cats[by_value][pos] != choice):
-        raise ValueError("a choice code is not among `categories`")
     col = by_value[pos]  # column in the caller's category order
-    _, ii = unique_inverse(item)
     n_items = int(ii.max()) + 1 if ii.size else 0
     counts = np.bincount(ii * cats.size + col, minlength=n_items * cats.size).reshape(
         n_items, cats.size

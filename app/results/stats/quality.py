@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
-from .ebc import DATA_KIND, _cells, first_index, unique_inverse
+from .ebc import DATA_KIND, _cells, first_index, unique_inverse, unique_values
 
 ROBUST_Z = 3.5
 """|robust z| above which a per-annotator figure is out of line (Iglewicz & Hoaglin)."""
@@ -164,11 +164,11 @@ def annotator_quality(
 
     n_judg = np.bincount(a, minlength=n_a)
     hit_ids, hc = unique_inverse(hit)
-    pair_ids, _ = unique_inverse(a.astype(np.int64) * max(hit_ids.size, 1) + hc)
+    pair_ids = unique_values(a.astype(np.int64) * max(hit_ids.size, 1) + hc)
     n_hits = np.bincount(pair_ids // max(hit_ids.size, 1), minlength=n_a)
     med_sec = _group_median(a, n_a, seconds)
     share_none = rate(none, reg)
-    top1 = {int(kd): rate(choice == 1, reg & (kind == kd)) for kd in np.unique(kind[reg])}
+    top1 = {int(kd): rate(choice == 1, reg & (kind == kd)) for kd in unique_values(kind[reg])}
 
     # Agreement with the plurality of the *other* judgments on the same item: the others'
     # counts are the item's counts less one on the judgment's own choice, so their
@@ -179,8 +179,10 @@ def annotator_quality(
     counts = np.bincount(ii * cats.size + cc, minlength=(ii.max() + 1) * cats.size).reshape(
         -1, cats.size
     )
-    top2 = np.sort(counts, axis=1)[:, -2:] if cats.size > 1 else np.c_[counts * 0, counts]
-    first, second = top2[:, 1], top2[:, 0]
+    first = counts.max(axis=1)
+    rest = counts.copy()
+    rest[np.arange(rest.shape[0]), counts.argmax(axis=1)] = -1
+    second = np.maximum(rest.max(axis=1), 0)  # 0 when there is one category
     own = counts.ravel()[ii * cats.size + cc]
     unique_top = (own == first[ii]) & (second[ii] < own)
     mx = np.where(unique_top, np.maximum(own - 1, second[ii]), first[ii])
