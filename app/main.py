@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
 from fastapi import FastAPI, Request, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
@@ -58,6 +59,8 @@ def create_app(settings: Settings | None = None, *, bind: Connection | None = No
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.migration_heads = head_revisions()
+        # Annotator requests that use the database at once, per process (app.web.annotate).
+        app.state.db_limiter = anyio.CapacityLimiter(settings.db_pool_size)
         # Each app keeps its own cache of immutable HIT content, tied to its database.
         info = {HIT_CACHE: HitContentCache()}
         if bind is not None:

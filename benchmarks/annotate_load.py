@@ -589,6 +589,7 @@ class Result:
     stats: Stats
     server_cpu: float
     pg_cpu: float
+    pg_backends: int  # PostgreSQL backends seen in the window: more than the pools hold = churn
     client_cpu: float
     lag_ms: list[float]
     unfinished: int
@@ -651,6 +652,7 @@ async def run_scenario(
             pg.poll()
         server_cpu = server.cpu_seconds() - cpu0
         pg_cpu = pg.seconds()
+        pg_backends = len(pg.last)
         client_cpu = time.process_time() - client0
         stop.set()
         done, pending = await asyncio.wait(tasks, timeout=GRACE)
@@ -661,7 +663,16 @@ async def run_scenario(
             if task.exception() is not None:
                 stats.error("client: " + type(task.exception()).__name__, str(task.exception()))
     return Result(
-        name, n, seconds, stats, server_cpu, pg_cpu, client_cpu, lags, unfinished=len(pending)
+        name,
+        n,
+        seconds,
+        stats,
+        server_cpu,
+        pg_cpu,
+        pg_backends,
+        client_cpu,
+        lags,
+        unfinished=len(pending),
     )
 
 
@@ -684,7 +695,8 @@ def describe(r: Result, workers: int) -> str:
         f"late: {s.late}",
         f"- server CPU: uvicorn ({workers} workers + master) {r.server_cpu:.1f} s = "
         f"{r.server_cpu * 1000 / subs:.2f} ms/submission; PostgreSQL backends "
-        f"{r.pg_cpu:.1f} s = {r.pg_cpu * 1000 / subs:.2f} ms/submission",
+        f"{r.pg_cpu:.1f} s = {r.pg_cpu * 1000 / subs:.2f} ms/submission ({r.pg_backends} "
+        f"backends seen)",
         f"- load generator (same machine): {r.client_cpu:.1f} s CPU = "
         f"{r.client_cpu * 1000 / subs:.2f} ms/submission; event-loop lag p50 "
         f"{pct(r.lag_ms, 0.5):.1f} ms, p99 {pct(r.lag_ms, 0.99):.1f} ms, "

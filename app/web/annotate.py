@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, TypeVar
+from typing import TypeVar
 from urllib.parse import parse_qsl, quote
 
-from fastapi import APIRouter, Form, Request, status
+from anyio import to_thread
+from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from markupsafe import Markup
 from sqlalchemy.orm import Session
-from starlette.concurrency import run_in_threadpool
 
 from app.annotation.schemas import AnnotatorRef, HitPage, StudyRef, Work, WorkStatus
 from app.annotation.service import (
@@ -45,15 +45,29 @@ router = APIRouter(include_in_schema=False)
 T = TypeVar("T")
 
 
+async def _transaction(request: Request, work: Callable[..., T], *args) -> T:
+    """Run `work(session, *args)` in one transaction on a worker thread (see _in_transaction).
+
+    The database is used off the event loop: on the loop, a wait for a pooled connection
+    (or a row lock) would stall every request of this process, and the connection it waits
+    for is returned only by a request whose commit the stalled loop has yet to schedule: the
+    process hangs (benchmarks/annotate_load.py, capacity scenario). At most `db_pool_size`
+    run at once per process (`app.state.db_limiter`): the others wait on the loop, where
+    waiting is cheap, instead of in threads that would contend for the GIL and open and
+    close overflow connections past the pool (a new PostgreSQL backend each time).
+    """
+    limiter = getattr(request.app.state, "db_limiter", None)
+    return await to_thread.run_sync(_in_transaction, request, work, *args, limiter=limiter)
+
+
 def _in_transaction(request: Request, work: Callable[..., T], *args) -> T:
     """Run `work(session, *args)` in one transaction, committed before the response is sent.
 
     The annotator routes manage their session here instead of through `SessionDep`: a sync
     dependency with a teardown costs two more threadpool hops per request (set-up and
     teardown run in their own hops), so a route does its whole request, database and
-    template, in the one thread FastAPI runs a sync route in (or, for routes that read the
-    whole form first, in one `run_in_threadpool`). Same rules as `app.db.get_session`: commit
-    on success, roll back on any exception, always close.
+    template, in one thread hop. Same rules as `app.db.get_session`: commit on success,
+    roll back on any exception, always close.
     """
     session: Session = request.app.state.sessionmaker()
     try:
@@ -181,11 +195,11 @@ def _invite(request: Request, session, token: str):
 
 
 @router.get("/a/{token}", response_class=HTMLResponse)
-def invite_page(request: Request):
+async def invite_page(request: Request):
     # Parameters read from the request directly: FastAPI's validation of declared
     # parameters was a tenth of this page's CPU, for two plain strings.
     token, n = request.path_params["token"], request.query_params.get("n")
-    return _in_transaction(request, _invite_page, request, token, n)
+    return await _transaction(request, _invite_page, request, token, n)
 
 
 def _invite_page(session: Session, request: Request, token: str, n: str | None) -> Response:
@@ -212,13 +226,8 @@ async def _read_form(request: Request) -> dict[str, str]:
 @router.post("/a/{token}/submit", response_class=HTMLResponse)
 async def invite_submit(request: Request):
     token = request.path_params["token"]  # see invite_page
-    form = await _read_form(request)
-    # The form is read on the event loop, the database is used in the threadpool like the sync
-    # routes: on the loop, a wait for a pooled connection (or a row lock) would stall every
-    # request of this process, and the connection it waits for is returned only by a request
-    # whose commit the stalled loop has yet to schedule: the process hangs (benchmarks/
-    # annotate_load.py, capacity scenario). One hop: session, submit, commit, response.
-    return await run_in_threadpool(_in_transaction, request, _invite_submit, request, token, form)
+    form = await _read_form(request)  # on the loop; then one hop: session, submit, commit
+    return await _transaction(request, _invite_submit, request, token, form)
 
 
 def _invite_submit(session: Session, request: Request, token: str, form: dict[str, str]):
@@ -243,10 +252,9 @@ def _invite_submit(session: Session, request: Request, token: str, form: dict[st
 
 
 @router.post("/a/{token}/return")
-def invite_return(
-    request: Request, token: str, assignment: Annotated[str, Form()] = ""
-) -> RedirectResponse:
-    return _in_transaction(request, _invite_return, request, token, assignment)
+async def invite_return(request: Request, token: str) -> RedirectResponse:
+    assignment = (await _read_form(request)).get("assignment", "")
+    return await _transaction(request, _invite_return, request, token, assignment)
 
 
 def _invite_return(session: Session, request: Request, token: str, assignment: str):
@@ -256,9 +264,9 @@ def _invite_return(session: Session, request: Request, token: str, assignment: s
 
 
 @router.get("/p/{slug}")
-def panel_entry(request: Request, slug: str) -> RedirectResponse:
+async def panel_entry(request: Request, slug: str) -> RedirectResponse:
     """A panel participant arrives with their ids; from here on they use a signed link."""
-    return _in_transaction(request, _panel_entry, request, slug)
+    return await _transaction(request, _panel_entry, request, slug)
 
 
 def _panel_entry(session: Session, request: Request, slug: str) -> RedirectResponse:
@@ -273,7 +281,7 @@ def _panel_entry(session: Session, request: Request, slug: str) -> RedirectRespo
 
 
 @router.get("/mturk/{slug}", response_class=HTMLResponse)
-def mturk_page(
+async def mturk_page(
     request: Request,
     slug: str,
     assignmentId: str = "",
@@ -281,7 +289,7 @@ def mturk_page(
     workerId: str = "",
     turkSubmitTo: str = "",
 ):
-    return _in_transaction(
+    return await _transaction(
         request, _mturk_page, request, slug, assignmentId, hitId, workerId, turkSubmitTo
     )
 
@@ -328,9 +336,7 @@ def _mturk_channel(slug: str, origin: str, assignment_id: str, worker_id: str) -
 @router.post("/mturk/{slug}/submit", response_class=HTMLResponse)
 async def mturk_submit(request: Request, slug: str):
     form = await _read_form(request)
-    return await run_in_threadpool(  # see invite_submit
-        _in_transaction, request, _mturk_submit, request, slug, form
-    )
+    return await _transaction(request, _mturk_submit, request, slug, form)
 
 
 def _mturk_submit(session: Session, request: Request, slug: str, form: dict[str, str]) -> Response:
