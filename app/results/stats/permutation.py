@@ -205,16 +205,35 @@ def permutation_test(
     li_h = np.searchsorted(lengths, len_h)
 
     # Pad each stratum's (sorted) item totals into one row: its group signature.
-    order = np.lexsort((n_i, s_i, h_i))
+    width = int(n_h.max())
+    # Small whole-number totals (d is 0/1): each item's (sum, count) as one code, and a
+    # HIT's sorted codes as the digits of one integer, so strata are sorted and grouped
+    # on a few integer columns instead of 2 x width float ones.
+    code = base = None
+    if np.array_equal(s_i, np.rint(s_i)) and s_i.min() >= 0:
+        nn = int(n_i.max()) + 1
+        base = (int(s_i.max()) + 1) * nn + 1  # digit 0: padding
+        if base**width < 1 << 62 and n_h.size * base < 1 << 62:
+            code = s_i.astype(np.int64) * nn + n_i.astype(np.int64) + 1
+    if code is not None:
+        order = np.argsort(h_i * base + code, kind="stable")
+    else:
+        order = np.lexsort((n_i, s_i, h_i))
     start = np.concatenate([[0], np.cumsum(n_h)[:-1]])
     pos = np.arange(order.size) - start[h_i[order]]
-    width = int(n_h.max())
     s_pad = np.full((n_h.size, width), -1.0)
     n_pad = np.full((n_h.size, width), -1.0)
     s_pad[h_i[order], pos] = s_i[order]
     n_pad[h_i[order], pos] = n_i[order]
     sig = np.column_stack([len_h, n_h, m_h, s_pad, n_pad])
-    groups, _, g_count = unique_rows(sig)
+    if code is not None:
+        digits = np.zeros((n_h.size, width), dtype=np.int64)
+        digits[h_i[order], pos] = code[order]
+        key = digits @ (np.int64(base) ** np.arange(width, dtype=np.int64))
+        _, inverse, g_count = unique_rows(np.column_stack([len_h, n_h, m_h, key]))
+        groups = sig[first_index(inverse, g_count.size)]
+    else:
+        groups, _, g_count = unique_rows(sig)
 
     n_len = lengths.size
     sm_b = np.zeros((b, n_len))
