@@ -173,20 +173,25 @@ def annotator_quality(
     # Agreement with the plurality of the *other* judgments on the same item: the others'
     # counts are the item's counts less one on the judgment's own choice, so their
     # largest count is the item's largest, unless the own choice is its unique largest
-    # (then the larger of that count less one and the second largest).
+    # (then the larger of that count less one and the second largest). Only items with
+    # other judgments (the overlap subset) can agree or count.
     _, ii = unique_inverse(item)
-    cats, cc = unique_inverse(np.where(none, -1, choice))
-    counts = np.bincount(ii * cats.size + cc, minlength=(ii.max() + 1) * cats.size).reshape(
-        -1, cats.size
-    )
-    first = counts.max(axis=1)
-    rest = counts.copy()
-    rest[np.arange(rest.shape[0]), counts.argmax(axis=1)] = -1
-    second = np.maximum(rest.max(axis=1), 0)  # 0 when there is one category
-    own = counts.ravel()[ii * cats.size + cc]
-    unique_top = (own == first[ii]) & (second[ii] < own)
-    mx = np.where(unique_top, np.maximum(own - 1, second[ii]), first[ii])
-    agree = (own - 1 == mx) & (mx > 0)
+    shared = np.flatnonzero(np.bincount(ii)[ii] >= 2)
+    mx = np.zeros(ii.size, dtype=np.int64)
+    agree = np.zeros(ii.size, dtype=bool)
+    if shared.size:
+        _, si = unique_inverse(ii[shared])
+        cats, cc = unique_inverse(np.where(none[shared], -1, choice[shared]))
+        counts = np.bincount(si * cats.size + cc, minlength=(si.max() + 1) * cats.size)
+        counts = counts.reshape(-1, cats.size)
+        first = counts.max(axis=1)
+        rest = counts.copy()
+        rest[np.arange(rest.shape[0]), counts.argmax(axis=1)] = -1
+        second = np.maximum(rest.max(axis=1), 0)  # 0 when there is one category
+        own = counts.ravel()[si * cats.size + cc]
+        unique_top = (own == first[si]) & (second[si] < own)
+        mx[shared] = np.where(unique_top, np.maximum(own - 1, second[si]), first[si])
+        agree[shared] = (own - 1 == mx[shared]) & (mx[shared] > 0)
     plur = rate(agree, reg & (mx > 0))
 
     if attention_correct is None:
