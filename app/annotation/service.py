@@ -341,9 +341,14 @@ def _annotator_state(by_external: bool):
 
 
 _STATE = {False: _annotator_state(False), True: _annotator_state(True)}
+# Conditional: `expire_leases` (not under the annotator's lock) may have expired it first,
+# and its slot must be given back once only.
 _EXPIRE_ONE = (
     update(_assignments)
-    .where(_assignments.c.id == bindparam("assignment_id"))
+    .where(
+        _assignments.c.id == bindparam("assignment_id"),
+        _assignments.c.status == AssignmentStatus.leased,
+    )
     .values(status=AssignmentStatus.expired)
 )
 _NEW_LEASE = insert(_assignments).returning(_assignments.c.id)
@@ -426,8 +431,9 @@ def next_assignment(
                 break
             lapsed.append(lease)
         for lease in sorted(lapsed, key=lambda a: a.hit_id):  # HIT locks in id order
-            session.execute(_EXPIRE_ONE, {"assignment_id": lease.id})  # its slot is back
-            _leave_slot(session, lease.hit_id, was_leased=True, submitted=False)
+            expired = session.execute(_EXPIRE_ONE, {"assignment_id": lease.id}).rowcount
+            if expired:  # its slot is back in the pool
+                _leave_slot(session, lease.hit_id, was_leased=True, submitted=False)
             work.expired_previous = True
         if work.status is WorkStatus.assigned:
             return work
@@ -969,6 +975,8 @@ def submit(
         return Submission(assignment, assignment.late, repeated=True, too_fast=0)
     study = _study_for(session, annotator)
     slots = hit_content(session, assignment.hit_id).slots
+    if not slots:  # never built that way; refused rather than stored empty
+        raise AnnotationError("This HIT has no texts to answer.", 409)
     kept = {p: o for p, o in answers.items() if p in slots and 0 <= o < len(slots[p].choice_order)}
     if any(p not in slots for p in answers):
         raise AnnotationError("The form names a text that is not in this HIT.", 400)

@@ -7,10 +7,13 @@ from sqlalchemy import func, select, update
 
 from app.annotation.schemas import WorkStatus
 from app.annotation.service import (
+    HIT_CACHE,
     AnnotationError,
+    HitContentCache,
     InvalidAnswers,
     annotator_for_invite,
     answers_from_form,
+    hit_content,
     invite_token,
     next_assignment,
     read_invite_token,
@@ -35,6 +38,14 @@ def _answers(session, assignment, rank=0):
 def _status(session, assignment):
     """The assignment's status as stored (the service hands out snapshots, not ORM objects)."""
     return session.scalar(select(Assignment.status).where(Assignment.id == assignment.id))
+
+
+def _counters(session, hit_id):
+    """A HIT's (leased_count, submitted_count, next_expiry) as stored."""
+    row = session.execute(
+        select(Hit.leased_count, Hit.submitted_count, Hit.next_expiry).where(Hit.id == hit_id)
+    ).one()
+    return tuple(row)
 
 
 def _judgments(session, assignment):
@@ -75,6 +86,11 @@ def test_a_reload_resumes_the_lease_and_expiry_returns_the_slot(session):
     # a's late answers are still kept, flagged
     result = submit(session, a, first.public_id, _answers(session, first), now=later)
     assert result.late and all(j.late for j in _judgments(session, first))
+    # The HIT's counters: b's lease, and a's late submission (its lease was already given back)
+    leased, submitted, floor = _counters(session, first.hit_id)
+    assert (leased, submitted) == (1, 1) and floor <= work_b.assignment.expires_at
+    submit(session, b, work_b.assignment.public_id, _answers(session, first), now=later)
+    assert _counters(session, first.hit_id) == (0, 2, None)
 
 
 def test_fewest_completed_replicas_first_and_replica_slots(session):
@@ -200,3 +216,19 @@ def test_invite_tokens_are_signed_and_revocable(session, settings):
     with pytest.raises(AnnotationError) as exc:
         annotator_for_invite(session, ref)
     assert exc.value.status_code == 404
+
+
+def test_hit_content_is_cached_per_database_and_bounded(session):
+    study = make_study(session, per_cell=10, lengths=(10,))  # two HITs
+    hits = session.scalars(select(Hit.id).where(Hit.study_id == study.id).order_by(Hit.id)).all()
+    assert hit_content(session, hits[0]) is not hit_content(session, hits[0])  # no cache here
+    cache = session.info[HIT_CACHE] = HitContentCache(size=1)
+    try:
+        first = hit_content(session, hits[0])
+        assert hit_content(session, hits[0]) is first
+        assert [p.number for p in first.positions] == sorted(first.slots) == list(range(11))
+        hit_content(session, hits[1])
+        assert cache.get(hits[0]) is None and cache.get(hits[1]) is not None  # least recent out
+        assert hit_content(session, hits[0]) == first  # read again, the same content
+    finally:
+        del session.info[HIT_CACHE]

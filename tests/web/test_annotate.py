@@ -79,6 +79,10 @@ def test_an_incomplete_form_comes_back_with_the_answers_kept(client, session, li
     assert r.status_code == 400 and "1 still open" in r.text
     assert r.text.count(" checked") == 10
     assert session.scalar(select(func.count()).select_from(Judgment)) == 0
+    # The HIT's texts are rendered once and reused: a refilled form must not be what is reused.
+    again = client.get(link)
+    assert _form(again.text)[0]["assignment"] == hidden["assignment"]
+    assert " checked" not in again.text and again.text.count("<fieldset") == 11
 
 
 @pytest.mark.parametrize(
