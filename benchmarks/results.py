@@ -8,9 +8,14 @@ an annotator x kind slope (true CGD(data) ~ 0.73, EB-C ~ 1.02).
 
 Steps (each timed; the machine's load average is printed beside them):
 
-1. load the data into a temporary database with COPY (setup, not part of the target);
-2. ``load_judgments``, cold (items queried) and warm (item columns reused): columns
-   packed server-side and read with ``numpy.frombuffer``;
+1. load the data into a temporary database with COPY (setup, not part of the target),
+   then ``ANALYZE``: a deployment has these statistics too, since autovacuum analyzes a
+   table once a tenth of it has changed (the planner then hashes HITs and assignments
+   and scans judgments once);
+2. ``load_judgments``, cold (the items query included, as on the first request after a
+   start) and warm (item columns reused, as on a request after new judgments): each row
+   packed server-side into one fixed-width bytea, all rows in one aggregate, read with
+   ``numpy.frombuffer``;
 3. ``compute_results`` with B = 10,000, unit = annotator: every cell, interval and test,
    with and without exclusions (two bootstraps, two permutation tests of 10,000, paper
    figures, agreement with its bootstrap, quality, sanity, planner);

@@ -1,11 +1,12 @@
 """The only SQL of the results module.
 
-- :func:`load_judgments`: a study's judgments as numpy columns, in one query that joins
-  judgments, assignments, HITs and items (the item's kind code and the model rank of its
-  true next word are computed by the database), plus one small query for annotators. On
-  PostgreSQL the rows arrive through ``COPY ... (FORMAT BINARY)`` and are read with one
-  ``numpy.frombuffer`` (fixed-width columns, no Python object per value): 450,000
-  judgments load in a fraction of a second. Other databases (SQLite) fetch tuples.
+- :func:`load_judgments`: a study's judgments as numpy columns: one query joins
+  judgments to their assignment and HIT, one gets the study's items (kind code, length,
+  attention flag and the model rank of the true next word, computed by the database;
+  reused while the items are unchanged), matched to the judgments in numpy; plus one
+  small query for annotators. On PostgreSQL each row is packed server-side into one
+  fixed-width bytea and all rows into one value, read with one ``numpy.frombuffer``
+  (no Python object per value). Other databases (SQLite) fetch tuples.
 - :func:`iter_judgment_rows`, :func:`iter_item_rows`: every field a re-analysis needs,
   streamed in batches (``yield_per``: a server-side cursor on PostgreSQL), so an export
   runs in constant memory.
@@ -23,6 +24,7 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Float,
     Integer,
@@ -34,6 +36,7 @@ from sqlalchemy import (
     case,
     cast,
     func,
+    literal_column,
     select,
     type_coerce,
 )
@@ -131,7 +134,21 @@ class Judgments:
 
 
 # Columns as (name, SQL expression, SQL type to cast to, numpy type of the binary field).
-def _judgment_spec() -> list[tuple]:
+def _judgment_spec(dialect: str = "sqlite") -> list[tuple]:
+    if dialect == "postgresql":
+        # Two 32-bit values in each 64-bit one: on PostgreSQL the per-row packing costs
+        # by the value, so 4 per judgment instead of 7 (see _split_pairs).
+        return [
+            ("id_item", _pair(Judgment.id, Judgment.item_id), BigInteger, ">i8"),
+            (
+                "annotator_hit",
+                _pair(Assignment.annotator_id, Assignment.hit_id),
+                BigInteger,
+                ">i8",
+            ),
+            ("flags_ms", _pair(_FLAGS, func.coalesce(Judgment.client_ms, -1)), BigInteger, ">i8"),
+            ("d", Judgment.d, Float, ">f8"),
+        ]
     return [
         ("id", Judgment.id, Integer, ">i4"),
         ("item", Judgment.item_id, Integer, ">i4"),
@@ -143,6 +160,29 @@ def _judgment_spec() -> list[tuple]:
         ("d", Judgment.d, Float, ">f8"),
         ("client_ms", func.coalesce(Judgment.client_ms, -1), Integer, ">i4"),
     ]
+
+
+def _pair(high, low):
+    """``high << 32 | (low & 0xFFFFFFFF)`` for two 32-bit integer expressions."""
+    low32 = cast(low, BigInteger).bitwise_and(0xFFFFFFFF)
+    return cast(high, BigInteger).bitwise_lshift(literal_column("32")).bitwise_or(low32)
+
+
+_PAIRS = {"id_item": ("id", "item"), "annotator_hit": ("annotator", "hit")}
+_PAIRS["flags_ms"] = ("flags", "client_ms")
+
+
+def _split_pairs(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Undo :func:`_pair`: the high and the (signed) low 32 bits of each paired column."""
+    out = {}
+    for name, col in cols.items():
+        if name in _PAIRS:
+            high, low = _PAIRS[name]
+            out[high] = col >> 32
+            out[low] = (col & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+        else:
+            out[name] = col
+    return out
 
 
 # option (< 16, top_k <= 10) | (chosen_rank + 1) << 4 | too_fast << 12
@@ -204,10 +244,12 @@ def _select(spec: list[tuple]) -> Select:
     return select(*(cast(expr, t).label(name) for name, expr, t, _ in spec))
 
 
-def _columns(session: Session, stmt: Select, spec: list[tuple]) -> dict[str, np.ndarray]:
+def _columns(
+    session: Session, stmt: Select, spec: list[tuple], *, parallel: bool = False
+) -> dict[str, np.ndarray]:
     """Run `stmt` and return its columns as numpy arrays (native byte order)."""
     if session.get_bind().dialect.name == "postgresql":
-        return _packed_columns(session, stmt, spec)
+        return _packed_columns(session, stmt, spec, parallel=parallel)
     rows = session.connection().execute(stmt).all()
     table = np.array(rows, dtype=np.float64).reshape(len(rows), len(spec))
     out = {}
@@ -216,10 +258,20 @@ def _columns(session: Session, stmt: Select, spec: list[tuple]) -> dict[str, np.
     return out
 
 
-_SEND = {">i4": "int4send", ">i2": "int2send", ">f8": "float8send", "?": "boolsend"}
+_SEND = {
+    ">i8": "int8send",
+    ">i4": "int4send",
+    ">i2": "int2send",
+    ">f8": "float8send",
+    "?": "boolsend",
+}
+# Planner costs for a parallel scan (see _packed_columns), restored after the query.
+_PARALLEL_COSTS = {"parallel_setup_cost": "0", "parallel_tuple_cost": "0"}
 
 
-def _packed_columns(session: Session, stmt: Select, spec: list[tuple]) -> dict[str, np.ndarray]:
+def _packed_columns(
+    session: Session, stmt: Select, spec: list[tuple], *, parallel: bool = False
+) -> dict[str, np.ndarray]:
     """PostgreSQL: each row packed server-side into one fixed-width bytea of big-endian
     values (``int4send(a) || float8send(b) || ...``), all rows aggregated into one bytea
     (``string_agg``), fetched in binary and read with one ``numpy.frombuffer`` as a
@@ -228,7 +280,11 @@ def _packed_columns(session: Session, stmt: Select, spec: list[tuple]) -> dict[s
     aggregate call per row instead of one per column.
 
     JIT compilation is turned off for the transaction: for this plain scan-and-join it
-    costs more than the query.
+    costs more than the query. The packing runs in a subquery that is not flattened
+    (``OFFSET 0``), so with ``parallel`` the per-row work (the items' JSON) runs in
+    parallel workers below the Gather; the planner, which costs a JSON operator like an
+    addition, is told that workers and their tuples are cheap for this one query (the
+    settings are put back after it). Rows then come in any order: callers sort by id.
     """
     conn = session.connection()
     sql = str(stmt.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
@@ -237,8 +293,18 @@ def _packed_columns(session: Session, stmt: Select, spec: list[tuple]) -> dict[s
     raw = conn.connection.driver_connection
     with raw.cursor(binary=True) as cur:
         cur.execute("SET LOCAL jit = off")
-        query = f"SELECT count(*), string_agg({row}, ''::bytea) FROM ({sql}) AS s"
+        before = {}
+        if parallel:
+            for name, value in _PARALLEL_COSTS.items():
+                before[name] = cur.execute(f"SELECT current_setting('{name}')").fetchone()[0]
+                cur.execute(f"SELECT set_config('{name}', '{value}', true)")
+        query = (
+            f"SELECT count(*), string_agg(p.r, ''::bytea) "
+            f"FROM (SELECT {row} AS r FROM ({sql}) AS s OFFSET 0) AS p"
+        )
         n, buf = cur.execute(query).fetchone()
+        for name, value in before.items():  # (after an error, the rollback restores them)
+            cur.execute("SELECT set_config(%s, %s, true)", (name, value))
     rows = np.frombuffer(buf or b"", dtype=dtype)
     if rows.size != n:
         raise RuntimeError(f"{rows.size} packed rows for {n} rows")
@@ -270,7 +336,7 @@ def _item_columns(session: Session, study: Study, codes: dict[str, int]) -> dict
             _ITEM_CACHE.move_to_end(key)
             return _ITEM_CACHE[key]
     spec = _item_spec(codes, int(study.top_k), session.get_bind().dialect.name)
-    cols = _columns(session, _select(spec).where(shown), spec)
+    cols = _columns(session, _select(spec).where(shown), spec, parallel=True)
     order = np.argsort(cols["id"], kind="stable")
     cols = {k: v[order] for k, v in cols.items()}
     with _cache_lock:
@@ -292,18 +358,18 @@ def load_judgments(session: Session, study: Study) -> Judgments:
     Two queries: judgments joined to their assignment and HIT (filtered by study), and
     the study's items (kind code, length, attention flag, rank of the true next word),
     the latter reused while the items are unchanged; items are matched to judgments in
-    numpy. On PostgreSQL both come through binary COPY.
+    numpy. On PostgreSQL both come packed in one value each (:func:`_packed_columns`).
     """
     names = kind_codes(study)
     codes = {k: i for i, k in enumerate(names)}
-    spec = _judgment_spec()
+    spec = _judgment_spec(session.get_bind().dialect.name)
     stmt = (
         _select(spec)
         .join(Assignment, Assignment.id == Judgment.assignment_id)
         .join(Hit, Hit.id == Assignment.hit_id)
         .where(Hit.study_id == study.id)
     )
-    cols = _columns(session, stmt, spec)
+    cols = _split_pairs(_columns(session, stmt, spec))
     items = _item_columns(session, study, codes)
     order = np.argsort(cols["id"], kind="stable")
     if not np.array_equal(order, np.arange(order.size)):

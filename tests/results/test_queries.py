@@ -59,7 +59,8 @@ def test_judgments_come_in_judgment_id_order_and_skip_skipped_items(session, han
 def test_packed_and_fetched_columns_agree(session, handmade, backend):
     codes = {k: i for i, k in enumerate(kind_codes(handmade.study))}
     dialect = session.get_bind().dialect.name
-    for spec in (queries._judgment_spec(), queries._item_spec(codes, 5, dialect)):
+    specs = (queries._judgment_spec(), queries._judgment_spec(dialect))
+    for spec in (*specs, queries._item_spec(codes, 5, dialect)):
         stmt = (
             queries._select(spec)
             .join_from(Judgment, Assignment, Assignment.id == Judgment.assignment_id)
@@ -72,7 +73,8 @@ def test_packed_and_fetched_columns_agree(session, handmade, backend):
             fetched[name] = np.array([r[k] for r in rows], dtype=float)
         copied = queries._packed_columns(session, stmt, spec)
         assert len(rows) == 25
-        order_f, order_c = np.argsort(fetched["id"]), np.argsort(copied["id"])
+        key = "id" if "id" in fetched else "id_item"
+        order_f, order_c = np.argsort(fetched[key]), np.argsort(copied[key])
         for name in fetched:
             np.testing.assert_array_equal(
                 fetched[name][order_f], copied[name][order_c].astype(float), err_msg=name

@@ -167,12 +167,27 @@ def permutation_test(
 
     Vectorised by grouping: a HIT enters ``T*`` only through
     ``(sum of S_i, sum of N_i)`` over the ``m`` items that get the model label, a
-    uniformly random ``m``-subset of its items. HITs with the same multiset of item
-    totals (and the same ``m`` and length) share that distribution, which is enumerated
-    once (``C(n, m)`` subsets, e.g. 252 for 5 + 5); the ``c`` HITs of a group then
-    contribute ``counts @ outcomes`` with ``counts ~ Multinomial(c, outcome probs)`` per
-    permutation. Groups with more than ``max_enumerate`` subsets are shuffled directly
-    (random keys, ``argsort``). The loops run over groups, never over permutations.
+    uniformly random ``m``-subset of its items, independently across HITs. HITs with
+    the same multiset of item totals (and the same ``m`` and length) share that
+    distribution.
+
+    - **Lattice HITs** (the usual case): whole-number item sums (``d`` is 0/1) and the
+      same number of judgments on every item. Their ``N_M`` is fixed, and the total of
+      their ``S_M`` over a length has an exact distribution: the convolution of each
+      group's subset-sum distribution (enumerated, ``C(n, m)`` subsets, e.g. 252 for
+      5 + 5, or counted by a knapsack recursion above ``max_enumerate``), raised to
+      the group's size. Each permutation's total is drawn from it by inversion
+      (:func:`_draw_sums`): the same distribution as shuffling every HIT, at the cost
+      of ``B`` uniform draws per length.
+    - Other HITs (items with different numbers of judgments, e.g. after exclusions in
+      the overlap subset): small groups draw a random m-subset per HIT and
+      permutation; large ones ``counts @ outcomes`` with ``counts ~ Multinomial(c,
+      outcome probs)``; groups with more than ``max_enumerate`` subsets are shuffled
+      directly (random keys, ``argsort``).
+
+    The loops run over lengths and groups, never over permutations. A seed fixes the
+    permutations drawn; which random numbers make them is an implementation detail
+    (p-values for one seed change within Monte Carlo error when it changes).
     """
     d = np.asarray(d, dtype=float)
     length, kind = np.asarray(length), np.asarray(kind)
