@@ -738,10 +738,11 @@ class HitContentCache:
     once built (app.hits writes them once; nothing updates or deletes them), so
     a web process may keep them: correctness never depends on the cache, which
     only saves reading and decoding the same ten items on every page and submit.
-    Whatever is mutable (counters, leases, the study's settings) is always read.
+    Whatever is mutable (counters, leases, the study's settings) is always read. An entry,
+    with its rendered texts, is about 30 KB: the default bound keeps a worker under ~30 MB.
     """
 
-    def __init__(self, size: int = 4096) -> None:
+    def __init__(self, size: int = 1024) -> None:
         self.size = size
         self._data: OrderedDict[int, HitContent] = OrderedDict()
         self._lock = threading.Lock()
