@@ -457,10 +457,34 @@ def _sample_tokens(
     return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
 
 
+@dataclass
+class _Row:
+    """One prefix being sampled: its draft, attempt, random stream and tokens so far."""
+
+    draft: _Draft
+    attempt: int
+    rng: np.random.Generator
+    context: list[int]
+    cap: int  # most tokens it may sample
+    tokens: list[int] = field(default_factory=list)
+    groups: list[list[int]] = field(default_factory=list)
+
+
 def _sample_lm(
     model, classes, drafts, length, spec, seed, kind, batch, *, search: bool = True
 ) -> list[NextWords | None]:
-    """Model prefixes for a causal LM, with their next words when ``search``."""
+    """Model prefixes for a causal LM, with their next words when ``search``.
+
+    Continuous batching: up to ``batch`` prefixes are sampled together, one token per step with
+    the KV cache.  A prefix is done at the token that would start word l + 1 (its distribution
+    is the one the next words are read from), at an end of text, or after
+    ``max_tokens_per_word * (l + 1)`` tokens; it then stops (a masked placeholder) and, once an
+    eighth of the batch has stopped, the batch is compacted and waiting prefixes take the free
+    places, so the batch stays full until the queue is empty.  Finished prefixes keep their cache
+    and root distribution; the word search runs on them once ``batch`` have gathered (and on the
+    rest at the end).  Each prefix draws its uniforms from its own generator, only while it is
+    sampling, so an item does not depend on the batch size or on which prefixes share its batch.
+    """
     results: dict[int, NextWords] = {}
     queue = deque((d, 0) for d in drafts)
     sampling = {
@@ -469,88 +493,7 @@ def _sample_lm(
         "top_p": spec.sample_top_p,
         "eos_policy": spec.eos_policy,
     }
-    while queue:
-        chunk = [queue.popleft() for _ in range(min(batch, len(queue)))]
-        rngs = [
-            d.rng if attempt == 0 else np.random.default_rng(
-                item_seed(seed, length, kind, d.index, attempt)
-            )
-            for d, attempt in chunk
-        ]
-        contexts = [
-            [model.start_token_id, *model.encode(" ".join(d.prompt))] if d.prompt
-            else [model.start_token_id]
-            for d, _ in chunk
-        ]
-        after_prompt = bool(chunk[0][0].prompt)
-        outcome = _sample_batch(model, classes, contexts, rngs, length, spec, after_prompt)
-        ok_rows = []
-        for row, ((d, attempt), (status, tokens, groups)) in enumerate(
-            zip(chunk, outcome.rows, strict=True)
-        ):
-            d.info["attempts"] = attempt + 1
-            d.info["sampling"] = sampling
-            if status == "ok":
-                d.words = [decode_word(model.tokenizer, g) for g in groups]
-                d.info["context_tokens"] = len(contexts[row]) + len(tokens)
-                d.skip = None
-                ok_rows.append((row, d))
-            elif (
-                status == "eos"
-                and spec.eos_policy == "resample"
-                and attempt + 1 < spec.max_attempts
-            ):
-                queue.append((d, attempt + 1))
-            else:
-                d.skip = "eos_before_l" if status == "eos" else "too_long"
-                d.words = [decode_word(model.tokenizer, g) for g in groups]
-        if search and ok_rows:
-            state, root, order = outcome.finished([r for r, _ in ok_rows])
-            found = _search(model, state, root, classes, spec)
-            by_row = dict(ok_rows)
-            for row, res in zip(order, found, strict=True):
-                results[by_row[row].index] = res
-    return [results.get(d.index) for d in drafts]
-
-
-@dataclass
-class _Outcome:
-    rows: list[tuple[str, list[int], list[list[int]]]]
-    saved: list[tuple[list[int], object, torch.Tensor]]  # (original rows, state, root logprobs)
-    model: object
-
-    def finished(self, wanted: list[int]) -> tuple[object, torch.Tensor, list[int]]:
-        """One state and root log-probs [len(wanted), V] for the wanted rows, and the rows in
-        the state's order (the order in which they finished: reordering would copy the cache)."""
-        order = [r for rows, _, _ in self.saved for r in rows]
-        if len(self.saved) == 1:
-            state = self.saved[0][1]
-        else:
-            state = self.model.concat([s for _, s, _ in self.saved])
-        root = torch.cat([x for _, _, x in self.saved])
-        if sorted(order) != sorted(wanted):
-            position = {r: i for i, r in enumerate(order)}
-            perm = [position[r] for r in wanted]
-            state = self.model.select(state, perm)
-            root, order = root[perm], list(wanted)
-        return state, root, order
-
-
-def _sample_batch(model, classes, contexts, rngs, length, spec, after_prompt) -> _Outcome:
-    """Sample until every row has ``length`` words (or ended early), with per-row stopping.
-
-    Finished rows stay in the batch as masked placeholders until at most half of the batch is
-    still sampling; then the finished rows' cache is set aside and the batch is compacted.
-    """
     device = model.device
-    logprobs, state = model.start(contexts)
-    n = len(contexts)
-    longest = max(len(c) for c in contexts)
-    max_new = spec.max_tokens_per_word * (length + 1)
-    if model.max_positions:
-        max_new = min(max_new, model.max_positions - longest)
-        if max_new <= 0:
-            raise ValueError(f"prompts of {longest} tokens leave no room in the model's context")
     starts, blank, ends = classes.starts, classes.blank, classes.ends
     blank_l = blank.tolist()
     # Special tokens other than the end of text are not text and are never sampled, except
@@ -559,80 +502,136 @@ def _sample_batch(model, classes, contexts, rngs, length, spec, after_prompt) ->
     unk = model.tokenizer.unk_token_id
     if classes.word_level and unk is not None and unk < allowed.numel():
         allowed[unk] = True
-    first_allowed = allowed & (starts | ends) if after_prompt else allowed
+    after_prompt = bool(drafts and drafts[0].prompt)
+    # After a prompt the first sampled token must start a new word.
+    first_allowed = allowed & (starts | ends)
+    max_new = spec.max_tokens_per_word * (length + 1)
 
-    live = torch.arange(n, device=device)  # original row of each state row
-    count = torch.zeros(n, dtype=torch.long, device=device)
-    in_word = torch.zeros(n, dtype=torch.bool, device=device)
-    active = torch.ones(n, dtype=torch.bool, device=device)
-    ok = torch.zeros(n, dtype=torch.bool, device=device)  # finished well, not yet set aside
-    roots = torch.zeros((n, logprobs.shape[-1]), device=device)
-    tokens: list[list[int]] = [[] for _ in range(n)]
-    groups: list[list[list[int]]] = [[] for _ in range(n)]
-    status = ["too_long"] * n
-    saved: list[tuple[list[int], object, torch.Tensor]] = []
+    live: list[_Row] = []
+    active: list[bool] = []
+    state = logprobs = count = in_word = None
+    finished: list[tuple[list[_Row], object, torch.Tensor]] = []  # (rows, state, root log-probs)
+    n_finished = 0
 
-    for step_i in range(max_new):
-        live_l = live.tolist()
-        act_l = active.tolist()
+    def run_search() -> None:
+        nonlocal finished, n_finished
+        rows = [r for group, _, _ in finished for r in group]
+        states = [st for _, st, _ in finished]
+        st = states[0] if len(states) == 1 else model.concat(states)
+        root = torch.cat([x for _, _, x in finished])
+        finished, n_finished = [], 0
+        for r, res in zip(rows, _search(model, st, root, classes, spec), strict=True):
+            results[r.draft.index] = res
+
+    def admit() -> None:
+        nonlocal state, logprobs, count, in_word
+        new: list[_Row] = []
+        while queue and len(live) + len(new) < batch:
+            d, attempt = queue.popleft()
+            rng = d.rng if attempt == 0 else np.random.default_rng(
+                item_seed(seed, length, kind, d.index, attempt)
+            )
+            ctx = [model.start_token_id]
+            if d.prompt:
+                ctx += model.encode(" ".join(d.prompt))
+            cap = max_new
+            if model.max_positions:
+                cap = min(cap, model.max_positions - len(ctx))
+                if cap <= 0:
+                    raise ValueError(
+                        f"prompts of {len(ctx)} tokens leave no room in the model's context"
+                    )
+            new.append(_Row(d, attempt, rng, ctx, cap))
+        if not new:
+            return
+        lp_new, st_new = model.start([r.context for r in new])
+        zeros = torch.zeros(len(new), dtype=torch.long, device=device)
+        if state is None:
+            state, logprobs, count, in_word = st_new, lp_new, zeros, zeros.bool()
+        else:
+            state = model.concat([state, st_new])
+            logprobs = torch.cat([logprobs, lp_new])
+            count = torch.cat([count, zeros])
+            in_word = torch.cat([in_word, zeros.bool()])
+        live.extend(new)
+        active.extend([True] * len(new))
+
+    def end(r: _Row, skip: str | None) -> None:
+        d = r.draft
+        d.info["attempts"] = r.attempt + 1
+        d.info["sampling"] = sampling
+        d.words = [decode_word(model.tokenizer, g) for g in r.groups]
+        d.skip = skip
+        if skip is None:
+            d.info["context_tokens"] = len(r.context) + len(r.tokens)
+
+    admit()
+    while live:
         u = torch.tensor(
-            [rngs[r].random() if a else 0.0 for r, a in zip(live_l, act_l, strict=True)],
+            [r.rng.random() if a else 0.0 for r, a in zip(live, active, strict=True)],
             dtype=torch.float32,
         ).to(device)
-        tok = _sample_tokens(logprobs, u, spec, first_allowed if step_i == 0 else allowed)
+        if after_prompt:
+            fresh = torch.tensor([not r.tokens for r in live], device=device)[:, None]
+            mask = torch.where(fresh, first_allowed, allowed)
+        else:
+            mask = allowed[None, :]
+        tok = _sample_tokens(logprobs, u, spec, mask)
+        act = torch.tensor(active, device=device)
         new_word = ~blank[tok] & (starts[tok] | ~in_word)
         full = count == length
-        stop_ok = active & full & (new_word | ends[tok])
-        fail = active & ends[tok] & ~full
-        cont = active & ~stop_ok & ~fail
-        if bool(stop_ok.any()):
-            roots[stop_ok] = logprobs[stop_ok]
-        ok |= stop_ok
-        count += (new_word & cont).long()
+        stop_ok = act & full & (new_word | ends[tok])
+        fail = act & ends[tok] & ~full
+        cont = act & ~stop_ok & ~fail
+        count = count + (new_word & cont).long()
         in_word = torch.where(cont, ~blank[tok], in_word)
-        flags = zip(
-            live_l,
-            stop_ok.tolist(),
-            fail.tolist(),
-            cont.tolist(),
-            tok.tolist(),
-            new_word.tolist(),
-            strict=True,
-        )
-        for r, s, f, c, t, nw in flags:
-            if s:
-                status[r] = "ok"
+        flags = zip(stop_ok.tolist(), fail.tolist(), cont.tolist(), tok.tolist(),
+                    new_word.tolist(), strict=True)
+        ok_rows: list[int] = []
+        for i, (s_ok, f, c, t, nw) in enumerate(flags):
+            r = live[i]
+            if s_ok:
+                end(r, None)
+                ok_rows.append(i)
             elif f:
-                status[r] = "eos"
-            elif c:
-                tokens[r].append(t)
-                if blank_l[t]:
-                    continue
-                if nw or not groups[r]:
-                    groups[r].append([t])
+                if spec.eos_policy == "resample" and r.attempt + 1 < spec.max_attempts:
+                    queue.append((r.draft, r.attempt + 1))
                 else:
-                    groups[r][-1].append(t)
-        active = cont
-        n_active = int(active.sum())
-        if n_active == 0:
-            break
-        if n_active * 2 <= len(live_l) and len(live_l) >= 8:
-            keep_ok = ok.nonzero().squeeze(-1).tolist()
-            if keep_ok:
-                saved.append(
-                    ([live_l[i] for i in keep_ok], model.select(state, keep_ok), roots[keep_ok])
-                )
-            keep = active.nonzero().squeeze(-1)
-            keep_l = keep.tolist()
-            state = model.select(state, keep_l)
-            live, count, in_word = live[keep], count[keep], in_word[keep]
-            roots, tok, logprobs = roots[keep], tok[keep], logprobs[keep]
-            active = torch.ones(len(keep_l), dtype=torch.bool, device=device)
-            ok = torch.zeros(len(keep_l), dtype=torch.bool, device=device)
-        logprobs = model.step(state, tok, active)
-    keep_ok = ok.nonzero().squeeze(-1).tolist()
-    if keep_ok:
-        live_l = live.tolist()
-        saved.append(([live_l[i] for i in keep_ok], model.select(state, keep_ok), roots[keep_ok]))
-    rows = [(status[r], tokens[r], groups[r]) for r in range(n)]
-    return _Outcome(rows, saved, model)
+                    end(r, "eos_before_l")
+            elif c:
+                r.tokens.append(t)
+                if not blank_l[t]:
+                    if nw or not r.groups:
+                        r.groups.append([t])
+                    else:
+                        r.groups[-1].append(t)
+                if len(r.tokens) >= r.cap:
+                    end(r, "too_long")
+                    c = False
+            if active[i] and not c:
+                active[i] = False
+        if ok_rows and search:
+            # Before the step: the search's context ends before the token that starts word l+1.
+            finished.append(
+                ([live[i] for i in ok_rows], model.select(state, ok_rows), logprobs[ok_rows])
+            )
+            n_finished += len(ok_rows)
+        n_active = sum(active)
+        if n_active:
+            logprobs = model.step(state, tok, torch.tensor(active, device=device))
+        stopped = len(live) - n_active
+        if stopped and (stopped >= max(1, batch // 8) or not n_active):
+            keep = [i for i, a in enumerate(active) if a]
+            live = [live[i] for i in keep]
+            active = [True] * len(keep)
+            if keep:
+                state = model.select(state, keep)
+                logprobs, count, in_word = logprobs[keep], count[keep], in_word[keep]
+            else:
+                state = logprobs = count = in_word = None
+            admit()
+        if n_finished >= batch:
+            run_search()
+    if finished:
+        run_search()
+    return [results.get(d.index) for d in drafts]

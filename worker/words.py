@@ -332,7 +332,7 @@ def top_words(
     special_policy: str = "renormalise",
     max_expansions: int = 256,
     nodes_per_round: int | None = None,
-    rows_per_round: int = 64,
+    rows_per_round: int | None = None,
     children_per_node: int = 64,
     merge_tail: float = 0.05,
     max_word_tokens: int | None = None,
@@ -342,9 +342,13 @@ def top_words(
     ``root_logprobs`` [B, V]: next-token log-probabilities after each context.  ``extend`` (see
     `Extend`) scores continuations; it is not called for word-level vocabularies.  The search
     expands at most ``max_expansions`` partial words per context and, per round, up to
-    ``nodes_per_round`` (default ``k``) per context in one batched call, more when fewer than
-    ``rows_per_round // nodes_per_round`` contexts are still searching (each then gets an equal
-    share of ``rows_per_round``).  ``max_word_tokens`` (None: no limit) leaves out words of more
+    ``nodes_per_round`` (default ``k``) per context in one batched call.  With ``rows_per_round``
+    a context gets more when fewer than ``rows_per_round // nodes_per_round`` are still searching
+    (an equal share of ``rows_per_round``); that shortens the tail of a batch but makes a
+    context's words depend on which contexts share its search (its speculative expansions can
+    find a tokenisation that a plain run leaves below ``merge_tail``), so the default (None)
+    keeps the quota fixed and the words a function of the context alone.
+    ``max_word_tokens`` (None: no limit) leaves out words of more
     tokens than that (a degenerate model can make a partial word that never ends, one forward per
     token); the result is flagged inexact when such a word could have beaten the k-th.  After the
     k-th distinct word it goes on while the best open entry is at least ``merge_tail`` times the
@@ -470,7 +474,7 @@ def _best_first(
     policy: str,
     max_expansions: int,
     nodes_per_round: int,
-    rows_per_round: int,
+    rows_per_round: int | None,
     children_per_node: int,
     merge_tail: float,
     max_word_tokens: int | None,
@@ -493,12 +497,13 @@ def _best_first(
     while True:
         jobs: list[tuple[int, tuple[int, ...], float]] = []
         n_open = sum(not s.done for s in searches)
-        # Rows per round: every open context gets ``nodes_per_round`` expansions, and when few
-        # contexts are left each gets a larger share of ``rows_per_round``, so that the long tail
-        # of a batch does not run one tiny forward per expansion.  The extra nodes are the next
-        # best partial words (popped past completed words, which wait for the next round): they
-        # only add entries to the heap, and words are still accepted in exact order.
-        quota = max(nodes_per_round, rows_per_round // max(1, n_open))
+        # Rows per round: every open context gets ``nodes_per_round`` expansions (optionally a
+        # larger share of ``rows_per_round`` when few contexts are left).  The extra nodes are
+        # the next best partial words (popped past completed words, which wait for the next
+        # round): they only add entries to the heap, and words are still accepted in exact order.
+        quota = nodes_per_round
+        if rows_per_round:
+            quota = max(nodes_per_round, rows_per_round // max(1, n_open))
         for b, s in enumerate(searches):
             if s.done:
                 continue

@@ -212,3 +212,31 @@ def test_seq2seq_model_prefix_is_truncated_beam_search(marian, pair_dataset):
         else:
             assert item.words == full[:length]
             assert item.true_next_word is None and item.choices
+
+
+@pytest.mark.parametrize("lm_name", ["word_lm", "bpe_lm", "sp_lm"])
+def test_continuous_batching_gives_the_same_items_as_one_batch(lm_name, request):
+    """Batch 3 refills its places many times (and searches in several groups); batch 64 samples
+    and searches all 20 prefixes together.  Each prefix has its own random stream, so the items
+    are the same."""
+    lm = request.getfixturevalue(lm_name)
+    one = make_items(lm, None, PrefixSpec(batch_size=64), 5, "model", 0, 20, seed=11)
+    refilled = make_items(lm, None, PrefixSpec(batch_size=3), 5, "model", 0, 20, seed=11)
+    assert [i.words for i in refilled] == [i.words for i in one]
+    assert [i.provenance["attempts"] for i in refilled] == [i.provenance["attempts"] for i in one]
+    assert [i.skip_reason for i in refilled] == [i.skip_reason for i in one]
+    for a, b in zip(refilled, one, strict=True):
+        assert [w for w, _ in a.choices] == [w for w, _ in b.choices]
+        for (_, p), (_, q) in zip(a.choices, b.choices, strict=True):
+            assert p == pytest.approx(q, rel=1e-4)
+    if lm_name != "word_lm":  # subword prefixes end at different steps
+        assert len({i.provenance.get("context_tokens") for i in one}) > 1
+
+
+def test_continuous_batching_with_a_prompt_and_resampling(bpe_lm, text_dataset):
+    spec = PrefixSpec(batch_size=2, prompt_words=3)
+    a = make_items(bpe_lm, text_dataset, spec, 3, "model", 0, 9, seed=2)
+    b = make_items(bpe_lm, text_dataset, PrefixSpec(batch_size=32, prompt_words=3), 3, "model",
+                   0, 9, seed=2)
+    assert [(i.words, i.skip_reason) for i in a] == [(i.words, i.skip_reason) for i in b]
+    assert [[w for w, _ in i.choices] for i in a] == [[w for w, _ in i.choices] for i in b]
