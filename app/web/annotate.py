@@ -211,6 +211,9 @@ def _invite_page(session: Session, request: Request, token: str, n: str | None) 
     return _render(request, session, annotator.study, work, ch, notice=notice)
 
 
+MAX_FORM_FIELDS = 1000  # as Starlette's form parser: a page posts about 25
+
+
 async def _read_form(request: Request) -> dict[str, str]:
     """The posted fields (the last value of a repeated name), files ignored.
 
@@ -219,7 +222,10 @@ async def _read_form(request: Request) -> dict[str, str]:
     """
     if request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
         body = (await request.body()).decode("utf-8", "replace")
-        return dict(parse_qsl(body, keep_blank_values=True))
+        try:
+            return dict(parse_qsl(body, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS))
+        except ValueError:
+            raise AnnotationError("The form has too many fields.", 400) from None
     return {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
 
 

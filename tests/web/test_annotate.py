@@ -105,6 +105,14 @@ def test_forged_or_tampered_input_is_refused_and_changes_nothing(client, session
     assert session.scalar(select(Assignment.status)) is AssignmentStatus.leased
 
 
+def test_a_form_with_too_many_fields_is_refused(client, session, link):
+    hidden, _ = _form(client.get(link).text)
+    fields = {"assignment": hidden["assignment"], **{f"x{i}": "1" for i in range(1000)}}
+    r = client.post(f"{link}/submit", data=fields)
+    assert r.status_code == 400 and "too many fields" in r.text
+    assert session.scalar(select(func.count()).select_from(Judgment)) == 0
+
+
 def test_another_annotators_assignment_is_refused(client, session, settings, study, link):
     hidden, _ = _form(client.get(link).text)
     other = f"/a/{invite_token(settings.secret_key, annotator(session, study, 'b'))}"
