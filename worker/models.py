@@ -414,7 +414,26 @@ class HFCausalLM:
             positions.clamp_(max=self.max_positions - 1)
         logprobs = self._forward(tokens[:, None], state.mask, positions, state.cache)
         state.lengths = state.lengths + active.long()
+        if state.mask.shape[1] >= 64:
+            # Rows emptied by `reset_rows` leave columns nobody attends to at the left: drop
+            # them (one copy) once they are half of the cache.
+            used = state.mask.any(dim=0).nonzero()
+            first = int(used[0]) if used.numel() else 0
+            if first >= state.mask.shape[1] // 2:
+                rows = list(range(state.mask.shape[0]))
+                state.cache = _gather_cache([(state.cache, rows, first)])
+                state.mask = state.mask[:, first:]
         return logprobs
+
+    @torch.inference_mode()
+    def reset_rows(self, state: CausalState, rows: Sequence[int]) -> None:
+        """Empty ``rows`` in place (continuous batching): they no longer attend to any column
+        so far, and the next token `step` gives them is their first, at position 0."""
+        index = torch.tensor(list(rows), dtype=torch.long, device=self.device)
+        state.mask[index] = 0
+        state.lengths = state.lengths.clone()
+        state.lengths[index] = 0
+        state.tree = None
 
     @torch.inference_mode()
     def extend(

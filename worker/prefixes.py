@@ -523,25 +523,33 @@ def _sample_lm(
         for r, res in zip(rows, _search(model, st, root, classes, spec), strict=True):
             results[r.draft.index] = res
 
+    def next_row() -> _Row:
+        d, attempt = queue.popleft()
+        rng = d.rng if attempt == 0 else np.random.default_rng(
+            item_seed(seed, length, kind, d.index, attempt)
+        )
+        ctx = [model.start_token_id]
+        if d.prompt:
+            ctx += model.encode(" ".join(d.prompt))
+        cap = max_new
+        if model.max_positions:
+            cap = min(cap, model.max_positions - len(ctx))
+            if cap <= 0:
+                raise ValueError(
+                    f"prompts of {len(ctx)} tokens leave no room in the model's context"
+                )
+        return _Row(d, attempt, rng, ctx, cap)
+
+    # Without a prompt a new prefix's context is the start token alone: it takes a free place
+    # in the running batch and the start token goes through the next step with the others
+    # (no forward of its own, no copy of the batch's cache).
+    in_place = not after_prompt and hasattr(model, "reset_rows")
+
     def admit() -> None:
         nonlocal state, logprobs, count, in_word
         new: list[_Row] = []
         while queue and len(live) + len(new) < batch:
-            d, attempt = queue.popleft()
-            rng = d.rng if attempt == 0 else np.random.default_rng(
-                item_seed(seed, length, kind, d.index, attempt)
-            )
-            ctx = [model.start_token_id]
-            if d.prompt:
-                ctx += model.encode(" ".join(d.prompt))
-            cap = max_new
-            if model.max_positions:
-                cap = min(cap, model.max_positions - len(ctx))
-                if cap <= 0:
-                    raise ValueError(
-                        f"prompts of {len(ctx)} tokens leave no room in the model's context"
-                    )
-            new.append(_Row(d, attempt, rng, ctx, cap))
+            new.append(next_row())
         if not new:
             return
         lp_new, st_new = model.start([r.context for r in new])
@@ -616,6 +624,20 @@ def _sample_lm(
                 ([live[i] for i in ok_rows], model.select(state, ok_rows), logprobs[ok_rows])
             )
             n_finished += len(ok_rows)
+        if in_place and queue and not all(active):
+            fill = []
+            for i, a in enumerate(active):
+                if not a and queue:
+                    live[i], active[i] = next_row(), True
+                    fill.append(i)
+            model.reset_rows(state, fill)
+            index = torch.tensor(fill, dtype=torch.long, device=device)
+            tok = tok.clone()
+            tok[index] = model.start_token_id
+            count = count.clone()
+            count[index] = 0
+            in_word = in_word.clone()
+            in_word[index] = False
         n_active = sum(active)
         if n_active:
             logprobs = model.step(state, tok, torch.tensor(active, device=device))

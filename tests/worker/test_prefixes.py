@@ -240,3 +240,13 @@ def test_continuous_batching_with_a_prompt_and_resampling(bpe_lm, text_dataset):
                    0, 9, seed=2)
     assert [(i.words, i.skip_reason) for i in a] == [(i.words, i.skip_reason) for i in b]
     assert [[w for w, _ in i.choices] for i in a] == [[w for w, _ in i.choices] for i in b]
+
+
+def test_continuous_batching_over_many_steps(bpe_lm):
+    """Two places for ten long prefixes: places are emptied and refilled many times and the
+    cache drops its dead columns; the items are those of one batch."""
+    one = make_items(bpe_lm, None, PrefixSpec(batch_size=64), 12, "model", 0, 10, seed=4)
+    two = make_items(bpe_lm, None, PrefixSpec(batch_size=2), 12, "model", 0, 10, seed=4)
+    assert [(i.words, i.skip_reason) for i in two] == [(i.words, i.skip_reason) for i in one]
+    assert [[w for w, _ in i.choices] for i in two] == [[w for w, _ in i.choices] for i in one]
+    assert sum(i.provenance["context_tokens"] for i in one) > 64 * 2
