@@ -5,14 +5,21 @@ and a synthetic byte-level-BPE-style vocabulary (80% of the tokens start a word,
 random model writes about 1.25 tokens per word, as GPT-2 does on English), then measures for
 each prefix length l:
 
-- **batched**: `worker.prefixes.make_items(kind="model")` -- batched ancestral sampling with the
-  KV cache and per-row stopping, then the top-5 word search on the same cache;
+- **batched**: `worker.prefixes.make_items(kind="model")` -- continuous batching of ancestral
+  sampling with the KV cache (finished prefixes leave, waiting ones take their places), then the
+  exact top-5 word search on the finished prefixes' caches, each partial word kept in the cache
+  (one token per expansion);
 - **naive**: per item one ``model.generate()`` of the same number of tokens plus one forward
   for the top-5 tokens (no word search at all).  Timed on ``--naive-sample`` items and
   extrapolated to ``--items`` (the output says so);
-- **forward bound**: tokens per second of one large batched forward (all positions' logits) of
-  the same model over as many tokens as the batched run processed, timed on a slice and
-  extrapolated.
+- **forward bound**: the run's tokens (every sampled token plus one per word-search expansion)
+  divided by the tokens per second of one plain batched forward ``model(ids)`` of the same model
+  on random ids [rows, tokens per item] (about ``--bound-tokens`` tokens, no cache, the logits of
+  every position, best of two).
+
+Each ratio is printed twice: wall clock / CPU time of this process (all threads).  On a shared
+machine the wall time of each part depends on what else runs at that moment; the CPU time much
+less.  Inexact word searches and skipped items are counted per length.
 
 Random GPT-2 weights give a nearly uniform next-token distribution, which no trained model has
 and which makes any exact word search expand thousands of candidates.  ``--logit-scale`` (default
