@@ -519,7 +519,8 @@ def _sample_lm(
         states = [st for _, st, _ in finished]
         st = states[0] if len(states) == 1 else model.concat(states)
         root = torch.cat([x for _, _, x in finished])
-        finished, n_finished = [], 0
+        # Let the groups' caches go before the search (they are copied into ``st``).
+        finished, n_finished, states = [], 0, None
         for r, res in zip(rows, _search(model, st, root, classes, spec), strict=True):
             results[r.draft.index] = res
 
