@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
+# One grammar of prefix kinds for the study file and the worker (c in (0, 1]).
+from app.studies.schemas import parse_kind
 from worker.datasets import Dataset, DatasetError
 from worker.models import default_batch_size
 from worker.words import (
@@ -46,25 +48,6 @@ from worker.words import (
     token_classes,
     top_words,
 )
-
-BASE_KINDS = ("data", "model", "data_shuffled", "data_corrupted", "model_corrupted", "random")
-
-
-def parse_kind(kind: str) -> tuple[str, float | None]:
-    """``"data_corrupted@0.3"`` -> ``("data_corrupted", 0.3)``, ``"model"`` -> ``("model", None)``.
-    """
-    base, _, rate = kind.partition("@")
-    if base not in BASE_KINDS:
-        raise ValueError(f"unknown prefix kind {kind!r}")
-    corrupted = base.endswith("_corrupted")
-    if corrupted != bool(rate):
-        raise ValueError(f"{kind!r}: corrupted kinds need a rate (kind@c), other kinds none")
-    if not rate:
-        return base, None
-    c = float(rate)
-    if not 0.0 <= c <= 1.0:
-        raise ValueError(f"{kind!r}: corruption rate must lie in [0, 1]")
-    return base, c
 
 
 def stable_seed(*parts: object) -> int:
