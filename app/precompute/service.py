@@ -251,8 +251,7 @@ def complete_shard(
     the shard is marked done unless it already is. Returns False when the
     shard's job was cancelled (nothing is written then).
     """
-    shard = session.get(PrecomputeShard, shard_id, with_for_update=True, populate_existing=True)
-    job = session.get(PrecomputeJob, shard.job_id)
+    job, shard = _lock_job_and_shard(session, shard_id)
     if job.status is JobStatus.cancelled or shard.status is ShardStatus.cancelled:
         return False
     write_items(session, job.study_id, shard.id, rows)
@@ -271,7 +270,7 @@ def complete_shard(
 
 def fail_shard(session: Session, shard_id: int, worker_id: str, error: str) -> None:
     """Record a failed attempt with its traceback; the shard is retried up to MAX_ATTEMPTS."""
-    shard = session.get(PrecomputeShard, shard_id, with_for_update=True, populate_existing=True)
+    job, shard = _lock_job_and_shard(session, shard_id)
     if shard.status is not ShardStatus.leased or shard.worker_id != worker_id:
         return  # someone else owns it now; their outcome stands
     shard.status = ShardStatus.failed
@@ -279,8 +278,20 @@ def fail_shard(session: Session, shard_id: int, worker_id: str, error: str) -> N
     shard.lease_expires_at = None
     shard.finished_at = utcnow()
     session.flush()
-    job = session.get(PrecomputeJob, shard.job_id)
     _finish_job_if_done(session, job)
+
+
+def _lock_job_and_shard(session: Session, shard_id: int) -> tuple[PrecomputeJob, PrecomputeShard]:
+    """Lock a shard's job, then the shard (the order `cancel_job` takes them in).
+
+    The job's lock makes ending its shards one at a time: two workers that finish the
+    job's last two shards at once would otherwise each count the other's shard as still
+    leased (not yet committed), and neither would mark the job done.
+    """
+    job_id = session.scalar(select(PrecomputeShard.job_id).where(PrecomputeShard.id == shard_id))
+    job = session.get(PrecomputeJob, job_id, with_for_update=True, populate_existing=True)
+    shard = session.get(PrecomputeShard, shard_id, with_for_update=True, populate_existing=True)
+    return job, shard
 
 
 def _finish_job_if_done(session: Session, job: PrecomputeJob) -> None:

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -283,3 +284,36 @@ def test_precompute_refuses_a_bad_dataset_and_writes_nothing(
         assert session.scalar(select(func.count()).select_from(PrecomputeJob)) == 0
         assert session.scalar(select(func.count()).select_from(Item)) == 0
         assert session.scalar(select(Study.status)).value == "draft"
+
+
+@pytest.mark.postgres
+def test_the_job_ends_when_its_last_two_shards_end_at_once(db, model_dir, dataset_file):
+    """Two workers finish the job's last two shards in overlapping transactions: whichever
+    commits second must see the other's shard done and mark the job done."""
+    _database, _engine, sm = db
+    _study_id, job_id = _study(sm, model_dir, dataset_file, per_cell=2, lengths=(3,), shard=2)
+    with sm() as session, session.begin():
+        shards = [service.claim_shard(session, f"w{i}", lease_seconds=60) for i in range(2)]
+        assert None not in shards and session.scalar(select(func.count(PrecomputeShard.id))) == 2
+        ids = [s.id for s in shards]
+    first_done, errors = threading.Event(), []
+
+    def second() -> None:
+        first_done.wait(10)
+        try:
+            with sm() as session, session.begin():
+                service.complete_shard(session, ids[1], "w1", [], seconds=0.1)
+        except Exception as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    thread = threading.Thread(target=second)
+    thread.start()
+    with sm() as session, session.begin():
+        service.complete_shard(session, ids[0], "w0", [], seconds=0.1)
+        first_done.set()
+        # The second transaction runs (or waits for the job's lock) before this one commits.
+        time.sleep(0.5)
+    thread.join(30)
+    assert not errors and not thread.is_alive()
+    with sm() as session:
+        assert session.get(PrecomputeJob, job_id).status is JobStatus.done
