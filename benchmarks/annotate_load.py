@@ -36,6 +36,10 @@ Scenarios:
   uniformly over ``--crowd-ramp`` (10) s, for ``--crowd-seconds`` (90): page and submit latency
   p50/p99 over every request, errors, lost and duplicated judgments.
 
+Beside each scenario a thread times ``fdatasync`` of 8 kB every 50 ms on a file next to
+PostgreSQL's WAL (``DiskProbe``): every commit waits for such a flush, so a disk that stalls
+shows up in the tail whatever the service does, and the report gives the disk's own p99 and max.
+
 The load generator shares the machine with the server (and with whatever else runs there): the
 output says so, gives the client's own CPU time and event-loop lag, and ``os.getloadavg()`` at
 the start and the end.
@@ -57,6 +61,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -413,6 +418,66 @@ class PgBackends:
         return sum(t - self.base.get(p, 0) for p, t in self.last.items()) / CLK_TCK
 
 
+class DiskProbe:
+    """fdatasync latency of the disk under PostgreSQL's WAL, sampled beside the load.
+
+    Every commit waits for a WAL flush, so a disk whose flushes stall stalls every request with
+    it, whatever the service does. The probe writes 8 kB and calls ``fdatasync`` every 50 ms on
+    a temporary file in PostgreSQL's data directory (the system temp dir if that is not
+    writable, which the report says), on a thread, so a run's tail can be read against its disk.
+    """
+
+    PERIOD = 0.05
+
+    def __init__(self, directory: str | None) -> None:
+        self.directory = directory if directory and os.access(directory, os.W_OK) else None
+        self.samples_ms: list[float] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.samples_ms = []
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="disk-probe", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> list[float]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        return self.samples_ms
+
+    def where(self) -> str:
+        fallback = f"{tempfile.gettempdir()} (PostgreSQL's data directory is not writable)"
+        return self.directory or fallback
+
+    def _run(self) -> None:
+        fd, path = tempfile.mkstemp(prefix="ebc-bench-fsync-", dir=self.directory)
+        try:
+            block, i = os.urandom(8192), 0
+            while not self._stop.wait(self.PERIOD):
+                os.pwrite(fd, block, (i % 64) * 8192)
+                i += 1
+                t = time.perf_counter()
+                os.fdatasync(fd)
+                self.samples_ms.append((time.perf_counter() - t) * 1000)
+        finally:
+            os.close(fd)
+            os.unlink(path)
+
+
+def data_directory(url: str) -> str | None:
+    """PostgreSQL's data directory, where its WAL lives (None if this role may not read it)."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(text("SHOW data_directory")).scalar_one()
+    except Exception:  # a role without pg_read_all_settings: fall back, and the report says so
+        return None
+    finally:
+        engine.dispose()
+
+
 class Server:
     def __init__(self, database_url: str, secret: str, workers: int) -> None:
         self.port = free_port()
@@ -593,6 +658,7 @@ class Result:
     client_cpu: float
     lag_ms: list[float]
     unfinished: int
+    fsync_ms: list[float] = field(default_factory=list)
     check: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -604,6 +670,7 @@ async def run_scenario(
     name: str,
     server: Server,
     pg: PgBackends,
+    disk: DiskProbe,
     tokens: list[str],
     *,
     seconds: float,
@@ -647,6 +714,7 @@ async def run_scenario(
         await asyncio.sleep(max(0.0, stats.window[0] - loop.time()))
         cpu0, client0 = server.cpu_seconds(), time.process_time()
         pg.start()
+        disk.start()
         while loop.time() < stop_at:
             await asyncio.sleep(min(1.0, max(0.0, stop_at - loop.time())))
             pg.poll()
@@ -654,6 +722,7 @@ async def run_scenario(
         pg_cpu = pg.seconds()
         pg_backends = len(pg.last)
         client_cpu = time.process_time() - client0
+        fsync_ms = disk.stop()
         stop.set()
         done, pending = await asyncio.wait(tasks, timeout=GRACE)
         for task in pending:
@@ -673,6 +742,7 @@ async def run_scenario(
         client_cpu,
         lags,
         unfinished=len(pending),
+        fsync_ms=fsync_ms,
     )
 
 
@@ -710,6 +780,10 @@ def describe(r: Result, workers: int) -> str:
         f"- errors: {sum(s.errors.values())} {dict(s.errors) or ''}; annotators stopped early: "
         f"{dict(s.finished) or 'none'}; still in flight after {GRACE:.0f} s grace: "
         f"{r.unfinished}",
+        f"- disk (fdatasync of 8 kB beside the WAL, every {DiskProbe.PERIOD * 1000:.0f} ms): "
+        f"n={len(r.fsync_ms)}, p50 {pct(r.fsync_ms, 0.5):.2f} ms, "
+        f"p99 {pct(r.fsync_ms, 0.99):.2f}, max {max(r.fsync_ms, default=math.nan):.1f}, "
+        f"over 100 ms: {sum(x > 100 for x in r.fsync_ms)}",
         "- database: " + ", ".join(f"{k} {v}" for k, v in c.items()),
     ]
     lines += [f"  - sample error: {e}" for e in s.error_samples]
@@ -719,8 +793,9 @@ def describe(r: Result, workers: int) -> str:
 def table(results: list[Result]) -> str:
     rows = [
         "| scenario | submissions/s | server CPU ms/submission (uvicorn + PostgreSQL) "
-        "| page p50 / p99 ms | submit p50 / p99 ms | errors | lost | duplicated |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| page p50 / p99 ms | submit p50 / p99 ms | errors | lost | duplicated "
+        "| disk fdatasync p99 / max ms |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         s, subs = r.stats, max(1, r.stats.acked_in_window)
@@ -730,9 +805,10 @@ def table(results: list[Result]) -> str:
             f"| {pct(s.page_ms, 0.5):.0f} / {pct(s.page_ms, 0.99):.0f} "
             f"| {pct(s.submit_ms, 0.5):.0f} / {pct(s.submit_ms, 0.99):.0f} "
             f"| {sum(s.errors.values())} | {r.check.get('lost', '?')} "
-            f"| {r.check.get('duplicated', '?')} |"
+            f"| {r.check.get('duplicated', '?')} "
+            f"| {pct(r.fsync_ms, 0.99):.1f} / {max(r.fsync_ms, default=math.nan):.1f} |"
         )
-    rows.append(f"| {TURKLE} | 4 to 8 | 100 to 200 | - | - | - | - | - |")
+    rows.append(f"| {TURKLE} | 4 to 8 | 100 to 200 | - | - | - | - | - | - |")
     return "\n".join(rows)
 
 
@@ -868,6 +944,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{descendants(server.proc.pid)[1:]})\n"
         )
         pg = PgBackends(dbname)
+        disk = DiskProbe(data_directory(url))
+        print(f"disk probe: {disk.where()}")
         if "capacity" in seeded:
             results.append(
                 uvloop.run(
@@ -875,6 +953,7 @@ def main(argv: list[str] | None = None) -> int:
                         "capacity",
                         server,
                         pg,
+                        disk,
                         seeded["capacity"].tokens,
                         seconds=args.capacity_seconds,
                         warmup=args.warmup,
@@ -891,6 +970,7 @@ def main(argv: list[str] | None = None) -> int:
                         "crowd",
                         server,
                         pg,
+                        disk,
                         seeded["crowd"].tokens,
                         seconds=args.crowd_seconds,
                         warmup=0.0,
