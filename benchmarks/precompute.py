@@ -188,8 +188,10 @@ def main() -> None:
     parser.add_argument("--bound-tokens", type=int, default=4096,
                         help="tokens in the bound's forward (rows x tokens per item)")
     parser.add_argument(
-        "--max-word-tokens", type=int, default=None,
-        help="PrefixSpec.max_word_tokens (default: none, the exact word search)",
+        "--max-word-tokens",
+        type=int,
+        default=16,
+        help="PrefixSpec.max_word_tokens (default 16, the study default; 0: no limit)",
     )
     args = parser.parse_args()
     if args.threads:
@@ -214,7 +216,7 @@ def main() -> None:
     )
     print(header)
     for length in lengths:
-        spec = PrefixSpec(batch_size=batch, max_word_tokens=args.max_word_tokens)
+        spec = PrefixSpec(batch_size=batch, max_word_tokens=args.max_word_tokens or None)
         make_items(lm, None, spec, length, "model", 0, min(batch, 8), seed=99)  # warm-up
         sync(device)
         with Clock() as ours:

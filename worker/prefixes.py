@@ -77,9 +77,10 @@ class PrefixSpec:
     ``special_policy``: ``"renormalise"`` or ``"skip"`` when a special token is the top-1.
     ``batch_size``: rows per batch (None: per-device default).  ``max_expansions``: word-search
     budget per context.  ``punctuation_splits``: the punctuation rule of `worker.words`.
-    ``max_word_tokens``: longest choice word in tokens (None: no limit, the exact search; a limit
-    bounds the search's sequential forwards on a degenerate model, flagged inexact when a longer
-    word could have been among the choices).
+    ``max_word_tokens``: longest choice word in tokens (default 16, as a study file's
+    ``decoding.max_word_tokens``; None: no limit, the exact search).  The limit bounds the
+    search's sequential forwards on a model that keeps a partial word probable token after token;
+    an item where a longer word could have been among the choices is flagged inexact.
     """
 
     top_k: int = 5
@@ -95,7 +96,7 @@ class PrefixSpec:
     max_expansions: int = 256
     punctuation_splits: bool = True
     max_tokens_per_word: int = 8
-    max_word_tokens: int | None = None
+    max_word_tokens: int | None = 16
 
     def __post_init__(self) -> None:
         if self.temperature <= 0:

@@ -54,6 +54,14 @@ class DecodingSection(_Section):
     top_p: float | None = Field(None, gt=0, le=1)
     beam_width: int = Field(10, ge=1, description="seq2seq model prefixes")
     resample_on_eos: bool = Field(True, description="re-sample a prefix that ends too early")
+    # The word search's longest choice word, in tokens.  Without a limit a model that keeps a
+    # partial word probable token after token ("bpupbpupbpup...": seen with random weights, and
+    # possible on odd inputs of real models) makes the search run one sequential forward per
+    # token.  An item where a longer word could have been among the choices is flagged inexact
+    # in its provenance.  None: no limit (the exact search; studies made before this setting).
+    max_word_tokens: int | None = Field(
+        16, ge=1, le=256, description="longest choice word in tokens; None: no limit"
+    )
 
 
 class HitSection(_Section):

@@ -24,6 +24,7 @@ def test_defaults_follow_the_paper():
     assert cfg.annotators.lease_minutes == 30
     assert cfg.decoding.temperature == 1.0 and cfg.decoding.top_k is None
     assert cfg.decoding.beam_width == 10
+    assert cfg.decoding.max_word_tokens == 16
 
 
 @pytest.mark.parametrize(

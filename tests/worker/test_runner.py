@@ -21,7 +21,7 @@ from app.precompute import service
 from app.studies.schemas import StudyConfig
 from app.studies.service import create_study
 from tests.worker.conftest import corpus_lines, tiny_gpt2, word_tokenizer
-from worker.runner import Worker, WorkerOptions
+from worker.runner import Worker, WorkerOptions, spec_for
 
 EBC = str(Path(sys.executable).with_name("ebc"))
 
@@ -99,6 +99,7 @@ def test_worker_makes_every_item_once_and_finishes_the_job(db, model_dir, datase
         else:
             assert item.true_next_word is None
         assert item.provenance["spec"]["top_k"] == 5
+        assert item.provenance["spec"]["max_word_tokens"] == 16  # the study file's default
     with sm() as session:
         job = session.get(PrecomputeJob, job_id)
         study = session.get(Study, study_id)
@@ -317,3 +318,18 @@ def test_the_job_ends_when_its_last_two_shards_end_at_once(db, model_dir, datase
     assert not errors and not thread.is_alive()
     with sm() as session:
         assert session.get(PrecomputeJob, job_id).status is JobStatus.done
+
+
+def test_a_study_made_before_max_word_tokens_keeps_the_unlimited_search(
+    db, model_dir, dataset_file
+):
+    """Its retried shards must make the items its other shards made: no limit where its stored
+    decoding has none."""
+    _, _, sm = db
+    study_id, _ = _study(sm, model_dir, dataset_file, decoding={"max_word_tokens": 4})
+    with sm() as session, session.begin():
+        study = session.get(Study, study_id)
+        assert spec_for(study, None).max_word_tokens == 4
+        study.decoding = {k: v for k, v in study.decoding.items() if k != "max_word_tokens"}
+    with sm() as session:
+        assert spec_for(session.get(Study, study_id), None).max_word_tokens is None

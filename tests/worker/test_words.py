@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from tests.worker.conftest import bpe_tokenizer, sp_tokenizer, word_tokenizer
+from tests.worker.conftest import bpe_tokenizer, sp_tokenizer, tiny_gpt2, word_tokenizer
+from worker.models import HFCausalLM
 from worker.words import decode_word, segment_words, token_classes, top_words
 
 
@@ -183,3 +185,40 @@ def test_budget_exhaustion_is_reported(bpe_lm):
         root, lambda r, c: bpe_lm.extend(state, r, c), cl, bpe_lm.tokenizer, k=5, max_expansions=2
     )[0]
     assert not res.exact and res.expansions == 2
+
+
+def test_a_word_that_never_ends_is_cut_at_max_word_tokens_and_flagged():
+    """A model that keeps a partial word probable token after token ("cat", "cats", "catss",
+    ...): the exact search follows the chain one forward per token; ``max_word_tokens`` stops
+    it there and flags the result inexact, since a longer word beats the k-th one kept."""
+    tok = bpe_tokenizer()
+    model = tiny_gpt2(tok, seed=5)
+    with torch.no_grad():
+        # Every position's hidden state becomes e0, so the logits are lm_head's column 0 for
+        # any context: "s" (a continuation piece) 10, "Ġcat" 9, every other token 0.
+        model.transformer.ln_f.weight.zero_()
+        model.transformer.ln_f.bias.zero_()
+        model.transformer.ln_f.bias[0] = 1.0
+        model.lm_head.weight = torch.nn.Parameter(torch.zeros_like(model.lm_head.weight))
+        model.lm_head.weight[tok.convert_tokens_to_ids("s"), 0] = 10.0
+        model.lm_head.weight[tok.convert_tokens_to_ids("Ġcat"), 0] = 9.0
+    lm = HFCausalLM(model, tok, name="chain")
+    cl = token_classes(tok)
+
+    def search(limit):
+        root, state = lm.start([[lm.start_token_id, *lm.encode("the")]])
+        return top_words(
+            root, lambda r, c: lm.extend(state, r, c), cl, tok, k=5, max_word_tokens=limit
+        )[0]
+
+    exact = search(None)
+    assert exact.exact and exact.words == ["cat", "cats", "catss", "catsss", "catssss"]
+    cut = search(3)
+    assert cut.words[:3] == ["cat", "cats", "catss"]
+    assert all(not w.startswith("catsss") for w in cut.words)
+    assert not cut.exact and "max_word_tokens=3" in cut.method
+    assert cut.probs[:3] == pytest.approx(exact.probs[:3], rel=1e-5)
+    # A limit the chain's words never reach changes nothing and stays exact.
+    roomy = search(16)
+    assert roomy.exact and roomy.words == exact.words
+    assert roomy.probs == pytest.approx(exact.probs, rel=1e-5)
