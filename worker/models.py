@@ -169,7 +169,7 @@ def _grow_cache_classes():
     class GrowLayer(DynamicLayer):
         """Keys and values [B, H, T, D] as views of buffers with spare columns: appending a
         token writes in place instead of ``torch.cat`` copying the whole cache every step
-        (quadratic in the sequence length).  Capacity doubles when full."""
+        (quadratic in the sequence length).  Capacity grows by half when full."""
 
         def __init__(self, keys=None, values=None, spare: int = 32):
             super().__init__()
@@ -195,7 +195,11 @@ def _grow_cache_classes():
                 self._alloc(key_states, value_states, q + self.spare)
                 return self.keys, self.values
             if self.n + q > self.kbuf.shape[-2]:
-                self._alloc(self.keys, self.values, max(2 * self.kbuf.shape[-2], self.n + q))
+                # Grow by half (at least ``spare``): a doubled buffer of a large batch's cache
+                # is gigabytes, most of it never used by the few rounds a word search has left.
+                cap = self.kbuf.shape[-2]
+                grown = max(cap + max(cap // 2, self.spare), self.n + q)
+                self._alloc(self.keys, self.values, grown)
             self.kbuf[:, :, self.n : self.n + q] = key_states
             self.vbuf[:, :, self.n : self.n + q] = value_states
             self.n += q

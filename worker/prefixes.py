@@ -32,6 +32,7 @@ import hashlib
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -453,6 +454,24 @@ def _sample_tokens(
     return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
 
 
+def _width_bands(groups: list[tuple[list, Any, torch.Tensor]]) -> list[list]:
+    """Finished groups (rows, state, root log-probabilities) in at most two searches: those up to
+    twice the rows' median cache width, and the longer ones.  One search pads every row's cache
+    (memory, and attention in every search round) to its widest row, and a prefix of degenerate
+    many-token words can be several times wider than the rest; a second search costs its own
+    tail of small rounds, so there are never more than two.  A context's words do not depend on
+    which contexts share its search, so the split changes no word (probabilities move in float32
+    rounding, as with any other padding); the split is a function of the shard, so a retried
+    shard still makes the same items."""
+    if len(groups) < 2:
+        return [groups]
+    widths = sorted(w for group, st, _ in groups for w in [st.mask.shape[1]] * len(group))
+    limit = 2 * widths[len(widths) // 2]
+    short = [g for g in groups if g[1].mask.shape[1] <= limit]
+    long = [g for g in groups if g[1].mask.shape[1] > limit]
+    return [band for band in (short, long) if band]
+
+
 @dataclass
 class _Row:
     """One prefix being sampled: its draft, attempt, random stream and tokens so far."""
@@ -512,14 +531,18 @@ def _sample_lm(
 
     def run_search() -> None:
         nonlocal finished, n_finished
-        rows = [r for group, _, _ in finished for r in group]
-        states = [st for _, st, _ in finished]
-        st = states[0] if len(states) == 1 else model.concat(states)
-        root = torch.cat([x for _, _, x in finished])
-        # Let the groups' caches go before the search (they are copied into ``st``).
-        finished, n_finished, states = [], 0, None
-        for r, res in zip(rows, _search(model, st, root, classes, spec), strict=True):
-            results[r.draft.index] = res
+        bands = _width_bands(finished)
+        finished, n_finished = [], 0
+        for band in bands:
+            rows = [r for group, _, _ in band for r in group]
+            states = [st for _, st, _ in band]
+            st = states[0] if len(states) == 1 else model.concat(states)
+            root = torch.cat([x for _, _, x in band])
+            # Let the groups' caches go before the search (they are copied into ``st``).
+            band[:], states = [], None
+            for r, res in zip(rows, _search(model, st, root, classes, spec), strict=True):
+                results[r.draft.index] = res
+            st = None
 
     def next_row() -> _Row:
         d, attempt = queue.popleft()

@@ -275,3 +275,42 @@ def test_inverse_cdf_sampling_draws_the_model_distribution(masked):
     assert (freq - p.double()).abs().max() < 2.0 / n + 1e-5
     assert not plain[~allowed[plain]].numel()
     assert (plain != general).sum() <= 2  # float rounding at a bucket's edge, at most
+
+
+def test_width_bands_change_no_item(monkeypatch):
+    """Finished prefixes far wider than the median are searched apart from the rest (memory,
+    padding); a context's words do not depend on which contexts share its search."""
+    import worker.prefixes as prefixes
+    from tests.worker.conftest import bpe_tokenizer, tiny_gpt2
+    from worker.models import HFCausalLM
+
+    tok = bpe_tokenizer()
+    model = tiny_gpt2(tok, seed=2)
+    with torch.no_grad():
+        # The continuation piece "s" gets likelier everywhere: some prefixes grow words of many
+        # tokens ("thsthss"), so their caches are several times wider than the median.
+        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.clone())
+        model.transformer.ln_f.bias[0] += 3.0
+        model.lm_head.weight[tok.convert_tokens_to_ids("s"), 0] = 2.0
+    lm = HFCausalLM(model, tok, name="long-words")
+
+    real = prefixes._width_bands
+    seen: list[list[int]] = []
+
+    def spy(groups):
+        bands = real(groups)
+        seen.append([sum(len(g[0]) for g in band) for band in bands])
+        return bands
+
+    spec = PrefixSpec(batch_size=64, max_tokens_per_word=40)
+    monkeypatch.setattr(prefixes, "_width_bands", spy)
+    banded = make_items(lm, None, spec, 4, "model", 0, 48, seed=5)
+    assert any(len(b) == 2 for b in seen), seen  # the run did split
+    monkeypatch.setattr(prefixes, "_width_bands", lambda groups: [groups])
+    single = make_items(lm, None, spec, 4, "model", 0, 48, seed=5)
+    assert [(i.words, [w for w, _ in i.choices], i.skip_reason) for i in banded] == [
+        (i.words, [w for w, _ in i.choices], i.skip_reason) for i in single
+    ]
+    # Probabilities move in float32 rounding only, as with any other padding of the batch.
+    for x, y in zip(banded, single, strict=True):
+        assert [p for _, p in x.choices] == pytest.approx([p for _, p in y.choices], rel=1e-5)
