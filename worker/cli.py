@@ -50,12 +50,14 @@ def precompute_command(
     study: Annotated[str, typer.Argument(help="the study's slug")],
     device: Annotated[str | None, typer.Option(help="cuda, cpu (default: auto)")] = None,
     batch_size: Annotated[int | None, typer.Option(help="rows per batch (default: auto)")] = None,
-    shard_size: Annotated[int, typer.Option(help="items per shard")] = 64,
+    shard_size: Annotated[
+        int | None, typer.Option(help="items per shard (default: 256)", min=1)
+    ] = None,
 ) -> None:
     """Plan the study's precompute job and run it here, with a progress bar."""
 
     from app.cli import fail, load_settings, session_scope
-    from app.precompute.service import PrecomputeError
+    from app.precompute.service import DEFAULT_SHARD_SIZE, PrecomputeError
     from app.studies.service import get_study
     from worker.datasets import DatasetError
     from worker.runner import plan_precompute
@@ -66,7 +68,7 @@ def precompute_command(
         if row is None:
             fail(f"no study {study!r}")
         try:
-            plan_precompute(session, row, shard_size=shard_size)
+            plan_precompute(session, row, shard_size=shard_size or DEFAULT_SHARD_SIZE)
         except (DatasetError, PrecomputeError) as exc:
             fail(str(exc))
         study_id = row.id

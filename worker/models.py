@@ -41,7 +41,8 @@ def default_device() -> torch.device:
 def default_batch_size(device: torch.device | str) -> int:
     """Rows per batch when the study does not say: 256 on a GPU and on a CPU too, where a
     one-token step of GPT-2 small over 256 rows runs at about 0.9 of the tokens per second of one
-    large forward, over 64 rows at 0.3 to 0.5 (2-core CPU, benchmarks/precompute.py)."""
+    large forward (1.64 against 1.51 ms per token on the 2-core CPU, 2026-11-24), over 128 rows
+    at 0.83.  Shards hold as many items by default (`app.precompute.service`)."""
     return 256
 
 
