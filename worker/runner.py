@@ -53,9 +53,9 @@ def spec_for(study: Study, batch_size: int | None) -> PrefixSpec:
         sample_top_p=decoding.get("top_p"),
         eos_policy="resample" if decoding.get("resample_on_eos", True) else "skip",
         num_beams=decoding.get("beam_width", 10),
-        # Absent from studies made before the setting existed: they keep the unlimited search,
-        # so their retried shards still make the same items.
-        max_word_tokens=decoding.get("max_word_tokens"),
+        # 0, or absent (studies made before the setting existed, whose retried shards must make
+        # the same items): no limit.
+        max_word_tokens=decoding.get("max_word_tokens") or None,
         special_policy=study.special_top1.value,
         batch_size=batch_size,
     )

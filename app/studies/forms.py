@@ -39,6 +39,7 @@ FIELDS = (
     "decoding.top_k",
     "decoding.top_p",
     "decoding.beam_width",
+    "decoding.max_word_tokens",
     "decoding.resample_on_eos",
     "hits.mix",
     "hits.attention",

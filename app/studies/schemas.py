@@ -58,9 +58,10 @@ class DecodingSection(_Section):
     # partial word probable token after token ("bpupbpupbpup...": seen with random weights, and
     # possible on odd inputs of real models) makes the search run one sequential forward per
     # token.  An item where a longer word could have been among the choices is flagged inexact
-    # in its provenance.  None: no limit (the exact search; studies made before this setting).
-    max_word_tokens: int | None = Field(
-        16, ge=1, le=256, description="longest choice word in tokens; None: no limit"
+    # in its provenance.  0: no limit (the exact search, as for studies made before this setting;
+    # 0 rather than null, which TOML cannot write).
+    max_word_tokens: int = Field(
+        16, ge=0, le=256, description="longest choice word in tokens; 0: no limit"
     )
 
 

@@ -25,6 +25,10 @@ def test_defaults_follow_the_paper():
     assert cfg.decoding.temperature == 1.0 and cfg.decoding.top_k is None
     assert cfg.decoding.beam_width == 10
     assert cfg.decoding.max_word_tokens == 16
+    unlimited = StudyConfig.model_validate({**MINIMAL, "decoding": {"max_word_tokens": 0}})
+    assert unlimited.decoding.max_word_tokens == 0
+    with pytest.raises(ValidationError):
+        StudyConfig.model_validate({**MINIMAL, "decoding": {"max_word_tokens": -1}})
 
 
 @pytest.mark.parametrize(

@@ -330,6 +330,10 @@ def test_a_study_made_before_max_word_tokens_keeps_the_unlimited_search(
     with sm() as session, session.begin():
         study = session.get(Study, study_id)
         assert spec_for(study, None).max_word_tokens == 4
+        study.decoding = {**study.decoding, "max_word_tokens": 0}  # 0: no limit
+    with sm() as session, session.begin():
+        study = session.get(Study, study_id)
+        assert spec_for(study, None).max_word_tokens is None
         study.decoding = {k: v for k, v in study.decoding.items() if k != "max_word_tokens"}
     with sm() as session:
         assert spec_for(session.get(Study, study_id), None).max_word_tokens is None
