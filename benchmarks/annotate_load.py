@@ -466,16 +466,13 @@ class DiskProbe:
             os.unlink(path)
 
 
-def data_directory(url: str) -> str | None:
+def data_directory(engine: Engine) -> str | None:
     """PostgreSQL's data directory, where its WAL lives (None if this role may not read it)."""
-    engine = create_engine(url)
     try:
         with engine.connect() as conn:
             return conn.execute(text("SHOW data_directory")).scalar_one()
     except Exception:  # a role without pg_read_all_settings: fall back, and the report says so
         return None
-    finally:
-        engine.dispose()
 
 
 class Server:
@@ -944,7 +941,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{descendants(server.proc.pid)[1:]})\n"
         )
         pg = PgBackends(dbname)
-        disk = DiskProbe(data_directory(url))
+        disk = DiskProbe(data_directory(engine))
         print(f"disk probe: {disk.where()}")
         if "capacity" in seeded:
             results.append(

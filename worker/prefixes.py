@@ -435,8 +435,16 @@ def _sample_tokens(
         if allowed is not None:
             probs = probs.masked_fill_(~allowed, 0.0)
         cdf = probs.cumsum_(-1)
-        target = u[:, None] * cdf[:, -1:]
-        return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
+    else:
+        cdf = _filtered_scores(logprobs, spec, allowed).softmax(-1).cumsum(-1)
+    target = u[:, None] * cdf[:, -1:]
+    return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
+
+
+def _filtered_scores(
+    logprobs: torch.Tensor, spec: PrefixSpec, allowed: torch.Tensor | None
+) -> torch.Tensor:
+    """Logits after temperature, the allowed tokens, top-k and top-p (-inf where dropped)."""
     scores = logprobs if spec.temperature == 1.0 else logprobs / spec.temperature
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
@@ -449,9 +457,7 @@ def _sample_tokens(
         drop_sorted = (cum - sorted_scores.softmax(-1)) >= spec.sample_top_p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         scores = scores.masked_fill(drop, float("-inf"))
-    cdf = scores.softmax(-1).cumsum(-1)
-    target = u[:, None] * cdf[:, -1:]
-    return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
+    return scores
 
 
 def _width_bands(groups: list[tuple[list, Any, torch.Tensor]]) -> list[list]:
