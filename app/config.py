@@ -10,7 +10,10 @@ from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEV_SECRET_KEY = "dev-insecure-secret-key-change-me"
+# The source checkout (README, tests, benchmarks): not part of an installed wheel.
 ROOT = Path(__file__).resolve().parent.parent
+# Templates, static files and migrations ship inside the package and are found through it.
+PACKAGE = Path(__file__).resolve().parent
 
 
 class Environment(StrEnum):

@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app import __version__
 from app.annotation.service import HIT_CACHE, AnnotationError, HitContentCache
-from app.config import ROOT, Environment, Settings
+from app.config import PACKAGE, Environment, Settings
 from app.db import build_engine, make_sessionmaker
 from app.migrate import head_revisions
 from app.web import (
@@ -99,7 +99,7 @@ def create_app(settings: Settings | None = None, *, bind: Connection | None = No
     )
 
     app.add_middleware(SecurityHeaders)
-    app.mount("/static", StaticFiles(directory=ROOT / "static"), name="static")
+    app.mount("/static", StaticFiles(directory=PACKAGE / "static"), name="static")
     # The annotator pages come first: the router tries routes in order, and these are
     # the ones a crowd hits at high rates (no other route matches their paths).
     app.include_router(annotate.router)

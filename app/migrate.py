@@ -8,12 +8,16 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection
 
-from app.config import ROOT
+from app.config import PACKAGE
 
 
 def alembic_config(*, connection: Connection | None = None, url: str | None = None) -> Config:
-    cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(ROOT / "migrations"))
+    # Built in code, not from alembic.ini: an installed wheel has no ini file, and the
+    # migrations ship inside the package (alembic.ini at the checkout's root serves the
+    # plain `alembic` command during development).
+    cfg = Config()
+    cfg.set_main_option("script_location", str(PACKAGE / "migrations"))
+    cfg.set_main_option("path_separator", "os")
     if connection is not None:
         cfg.attributes["connection"] = connection
     if url is not None:

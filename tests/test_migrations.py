@@ -29,8 +29,8 @@ def test_upgrade_empty_database_then_downgrade_back(empty_db):
 def test_one_head_and_migrations_named_by_date_and_slug():
     from pathlib import Path
 
-    from app.config import ROOT
+    from app.config import PACKAGE
 
     assert len(head_revisions()) == 1
-    for path in Path(ROOT / "migrations" / "versions").glob("*.py"):
+    for path in Path(PACKAGE / "migrations" / "versions").glob("*.py"):
         assert path.name[:11].replace("_", "").isdigit(), path.name  # YYYY_MM_DD_

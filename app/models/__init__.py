@@ -16,7 +16,7 @@ from app.models.enums import (
 from app.models.hits import Hit, HitPosition
 from app.models.items import Item
 from app.models.precompute import PrecomputeJob, PrecomputeShard
-from app.models.studies import Study
+from app.models.studies import Study, StudyMember
 from app.models.users import ApiToken, User
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "ShardStatus",
     "SpecialTop1",
     "Study",
+    "StudyMember",
     "StudyStatus",
     "Task",
     "User",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy import ForeignKey, Index, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.models.base import Base, utcnow
@@ -20,7 +20,11 @@ class Annotator(Base):
     """
 
     __tablename__ = "annotators"
-    __table_args__ = (UniqueConstraint("study_id", "channel", "external_id"),)
+    __table_args__ = (
+        UniqueConstraint("study_id", "channel", "external_id"),
+        # Invite tokens carry the nonce only (no sequential id): the link is looked up by it.
+        UniqueConstraint("invite_nonce"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     study_id: Mapped[int] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"), index=True)
@@ -33,6 +37,10 @@ class Annotator(Base):
     blocked_at: Mapped[datetime | None]
     blocked_reason: Mapped[str | None] = mapped_column(Text)
     exclude_past: Mapped[bool] = mapped_column(default=False)  # drop their judgments from results
+    revoked_at: Mapped[datetime | None]  # their invite link was revoked (nonce cleared)
+    # A keyed hash of the address a crowd identity was first seen from (rate limits on
+    # new identities); never the address itself.
+    enrolled_from: Mapped[str | None] = mapped_column(String(64), index=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen_at: Mapped[datetime | None]
 
@@ -65,6 +73,13 @@ class Assignment(Base):
     submitted_at: Mapped[datetime | None]
     returned_at: Mapped[datetime | None]
     late: Mapped[bool] = mapped_column(default=False)
+    # Flags on work that is kept but may not count (DESIGN.md §2: an answer is never
+    # thrown away). The results apply them as documented exclusion rules.
+    over_cap: Mapped[bool] = mapped_column(default=False, server_default=false())
+    extra_replica: Mapped[bool] = mapped_column(default=False, server_default=false())
+    after_block: Mapped[bool] = mapped_column(default=False, server_default=false())
+    # MTurk work counts once the assignment is confirmed through the MTurk API.
+    unverified: Mapped[bool] = mapped_column(default=False, server_default=false())
 
     # Crowd platform ids and the platform's review of this work.
     external_assignment_id: Mapped[str | None] = mapped_column(String(255), unique=True)

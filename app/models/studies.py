@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, ForeignKey, String, Text
+from sqlalchemy import BigInteger, ForeignKey, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.models.base import Base, utcnow
@@ -71,3 +71,20 @@ class Study(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
     closed_at: Mapped[datetime | None]
+
+
+class StudyMember(Base):
+    """A researcher other than the owner (`Study.created_by_id`) who may see or run a study.
+
+    `role` is `view` (dashboard pages, results, downloads without secrets) or
+    `manage` (everything the owner can do). Administrators see every study.
+    """
+
+    __tablename__ = "study_members"
+    __table_args__ = (UniqueConstraint("study_id", "user_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id", ondelete="CASCADE"))
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    role: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)

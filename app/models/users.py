@@ -20,6 +20,9 @@ class User(Base):
     is_active: Mapped[bool] = mapped_column(default=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_login_at: Mapped[datetime | None]
+    # Bumped by logout, a password change or reset and deactivation: a session cookie
+    # carries the epoch it was issued under and is refused once it no longer matches.
+    session_epoch: Mapped[int] = mapped_column(default=0, server_default="0")
 
     tokens: Mapped[list[ApiToken]] = relationship(back_populates="user", lazy="raise")
 

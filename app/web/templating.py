@@ -3,7 +3,7 @@
 from fastapi.templating import Jinja2Templates
 
 from app import __version__
-from app.config import ROOT
+from app.config import PACKAGE
 
-templates = Jinja2Templates(directory=str(ROOT / "templates"))
+templates = Jinja2Templates(directory=str(PACKAGE / "templates"))
 templates.env.globals["version"] = __version__
