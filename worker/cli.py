@@ -91,18 +91,24 @@ def demo_command(
     steps: Annotated[int, typer.Option(help="demo model training steps")] = 1800,
     max_seconds: Annotated[float, typer.Option(help="cap on training time")] = 180,
     corpus: Annotated[
-        Path | None, typer.Option(help="train on this text file instead of Jane Austen")
+        Path | None,
+        typer.Option(
+            help="train on this plain-text file (one paragraph per line) instead of Jane Austen",
+            exists=True,
+            dir_okay=False,
+            readable=True,
+        ),
     ] = None,
     items_per_cell: Annotated[int, typer.Option(help="items per (length, kind)")] = 40,
 ) -> None:
     """The whole loop on the embedded default: model, study, precompute, HITs, serve."""
     from app.annotation.service import create_local_annotators, invite_token
-    from app.cli import load_settings, migrate_database, session_scope
+    from app.cli import fail, load_settings, migrate_database, session_scope
     from app.cli import serve as serve_app
     from app.demo import demo_config, seed_demo
     from app.hits.service import build_hits
     from app.models import Annotator, Channel, Study, StudyStatus
-    from worker.demo_model import build_demo_model
+    from worker.demo_model import CorpusError, build_demo_model
     from worker.runner import plan_precompute
 
     settings = load_settings()
@@ -110,13 +116,16 @@ def demo_command(
     lines = None
     if corpus is not None:
         lines = [ln for ln in corpus.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    model = build_demo_model(
-        settings.data_dir / "demo",
-        steps=steps,
-        max_seconds=max_seconds,
-        corpus=lines,
-        log=typer.echo,
-    )
+    try:
+        model = build_demo_model(
+            settings.data_dir / "demo",
+            steps=steps,
+            max_seconds=max_seconds,
+            corpus=lines,
+            log=typer.echo,
+        )
+    except CorpusError as exc:  # e.g. no apt-get: a message that says what to do, no traceback
+        fail(str(exc))
     config = demo_config(model.model_dir, model.heldout_path, items_per_cell=items_per_cell)
     with session_scope(settings) as session:
         seeded = seed_demo(session, config)

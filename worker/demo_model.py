@@ -84,6 +84,13 @@ class CorpusError(RuntimeError):
     """The Austen corpus could not be fetched or read; the message says what to do."""
 
 
+# What to do where Debian's package cannot be had (no apt-get: another distribution, macOS).
+OWN_TEXT = (
+    "To train the demo model on a plain-text file of your own instead (UTF-8 prose, one "
+    "paragraph per line, a few hundred paragraphs or more), run `ebc demo --corpus FILE`."
+)
+
+
 def fetch_austen(cache_dir: Path) -> list[str]:
     """The paragraphs of Jane Austen's six novels, one string each (original case and spacing
     inside a paragraph collapsed to single spaces).
@@ -114,10 +121,9 @@ def fetch_austen(cache_dir: Path) -> list[str]:
 def _run(cmd: list[str], cwd: Path, what: str) -> subprocess.CompletedProcess:
     if shutil.which(cmd[0]) is None:
         raise CorpusError(
-            f"`{cmd[0]}` is not available, so the demo cannot {what}.  The demo corpus comes from "
-            f"Debian's {DEB_PACKAGE} package: on a Debian/Ubuntu machine run "
-            f"`apt-get download {DEB_PACKAGE}` in {cwd}, or point the demo at another text file "
-            "or model."
+            f"`{cmd[0]}` is not available, so the demo cannot {what}: the demo model is trained "
+            f"on Jane Austen's novels from Debian's {DEB_PACKAGE} package.  {OWN_TEXT}  (Or put "
+            f"that package's .deb file, from any Debian mirror, into {cwd}.)"
         )
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
 
@@ -150,7 +156,7 @@ def _download_deb(cache_dir: Path) -> Path:
             f"(exit {proc.returncode}): {proc.stderr.strip()[-800:]}\n"
             f"The demo model is trained on Jane Austen's novels from that Debian package.  Run "
             f"`sudo apt-get update` and retry, or put the package's .deb file into {cache_dir} "
-            "(any Debian mirror has it), or point the demo at another text file or model."
+            f"(any Debian mirror has it).  {OWN_TEXT}"
         )
     return found[-1]
 

@@ -239,6 +239,14 @@ def _grow_cache_classes():
 _GROW = None
 
 
+def _cache_keyword(module) -> str:
+    """The keyword that takes the KV cache: ``cache`` from transformers 5.x releases that
+    renamed it (``past_key_values`` is deprecated there and removed in 5.40), the old name
+    before.  Passing ``cache`` to an older model would land in ``**kwargs`` and be ignored."""
+    params = inspect.signature(module.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
 def _make_cache(tensors: list[tuple[torch.Tensor, torch.Tensor]], spare: int = 32):
     return _grow_cache_classes()(tensors, spare)
 
@@ -377,6 +385,8 @@ class HFCausalLM:
         self.max_rows = max_rows
         params = inspect.signature(model.forward).parameters
         self._keep = "logits_to_keep" in params
+        self._cache_kw = _cache_keyword(model)
+        self._base_cache_kw = _cache_keyword(model.base_model)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -387,8 +397,8 @@ class HFCausalLM:
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
-            past_key_values=cache,
             use_cache=True,
+            **{self._cache_kw: cache},
             **kwargs,
         )
         return torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
@@ -541,13 +551,14 @@ class HFCausalLM:
             "input_ids": ids,
             "attention_mask": mask,
             "position_ids": positions,
-            "past_key_values": tree.cache,
             "use_cache": True,
         }
         if self._plain_head:
+            kwargs[self._base_cache_kw] = tree.cache
             hidden = self.model.base_model(**kwargs).last_hidden_state[trow, tcol]
             logits = self.model.get_output_embeddings()(hidden)
         else:
+            kwargs[self._cache_kw] = tree.cache
             logits = self.model(**kwargs).logits[trow, tcol]
         # Every new continuation stays in the cache as a partial word.
         for t in range(n_rows):

@@ -9,6 +9,7 @@ takes the shard over once the lease lapses.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -25,6 +26,7 @@ from app.config import Settings
 from app.db import build_engine, make_sessionmaker
 from app.models import PrecomputeShard, Study
 from app.precompute import service
+from app.software import software
 from worker.datasets import Dataset, DatasetError, check_dataset, load_dataset
 from worker.prefixes import PrefixItem, PrefixSpec, make_items
 
@@ -74,8 +76,12 @@ def item_row(item: PrefixItem, *, attention: bool, spec: PrefixSpec) -> dict:
         "true_next_word": item.true_next_word,
         "choices": [{"word": w, "prob": float(p)} for w, p in item.choices],
         "skip_reason": item.skip_reason if item.skipped else None,
-        "provenance": {**item.provenance, "spec": _spec_record(spec)},
+        "provenance": {**item.provenance, "spec": _spec_record(spec), "software": _SOFTWARE()},
     }
+
+
+# The versions that made the items (the results' manifest shows them): once per process.
+_SOFTWARE = functools.cache(software)
 
 
 def _spec_record(spec: PrefixSpec) -> dict:

@@ -1,0 +1,36 @@
+"""`ebc demo` (what `make demo` runs) on a machine without apt-get: a message that names
+the alternative, `ebc demo --corpus FILE`, and no traceback."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from app.cli import cli, load_plugins
+
+
+@pytest.fixture
+def demo(tmp_path, monkeypatch):
+    """Runs `ebc demo --no-serve ARGS` in this process with a PATH that has no apt-get or
+    dpkg (as on macOS or Fedora) and a data folder of its own."""
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    monkeypatch.setenv("PATH", str(bare))
+    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'ebc.db'}")
+    monkeypatch.setenv("EBC_DATA_DIR", str(tmp_path / "var"))
+    monkeypatch.setenv("EBC_ENV", "development")
+    monkeypatch.chdir(tmp_path)
+    load_plugins()  # `ebc demo` joins the CLI through the worker's entry point
+    return lambda *args: CliRunner().invoke(cli, ["demo", "--no-serve", *args])
+
+
+def test_without_apt_get_the_demo_names_the_alternative(demo):
+    done = demo()
+    assert done.exit_code == 1 and not isinstance(done.exception, RuntimeError)
+    assert "error: `apt-get` is not available" in done.stderr
+    assert "ebc demo --corpus FILE" in done.stderr
+
+
+def test_a_missing_corpus_file_is_a_usage_error(demo, tmp_path):
+    done = demo("--corpus", str(tmp_path / "nope.txt"))
+    assert done.exit_code == 2 and "nope.txt" in done.stderr and "does not exist" in done.stderr
