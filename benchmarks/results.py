@@ -17,8 +17,9 @@ Steps (each timed; the machine's load average is printed beside them):
    packed server-side into one fixed-width bytea, all rows in one aggregate, read with
    ``numpy.frombuffer``;
 3. ``compute_results`` with B = 10,000, unit = annotator: every cell, interval and test,
-   with and without exclusions (two bootstraps, two permutation tests of 10,000, paper
-   figures, agreement with its bootstrap, quality, sanity, planner);
+   with and without exclusions (two wild cluster bootstraps with their inverted
+   intervals, two permutation tests of 10,000, paper figures, agreement with its
+   bootstrap, quality, sanity, planner);
 4. ``study_results`` end to end (2 + 3), cold and warm: the 2-second target;
 5. one length's EB-C interval by our annotator bootstrap and by
    ``scipy.stats.bootstrap`` (paired, vectorised, over the same per-annotator sums and
@@ -421,6 +422,17 @@ def main() -> None:
                     f"p(l=20) = {perm[1].p_value:.4f}",
                 )
             )
+            q = ours.ebc(20)
+            rows.append(
+                (
+                    "EB-C intervals + tests of EB-C = 1, wild (the default): all 3 lengths, "
+                    "pooled + trend",
+                    t_ours,
+                    None,
+                    f"[{q.low:.4f}, {q.high:.4f}] se {q.se:.4f} p {q.p_value:.4f}; "
+                    f"G_eff {q.n_effective:.1f}",
+                )
+            )
             del t_ours, ours
 
         rs = res.results
@@ -444,7 +456,8 @@ def main() -> None:
                 f"  l={row.length}: CGD(D) {row.cgd_data.estimate:.4f}  "
                 f"CGD(M) {row.cgd_model.estimate:.4f}  EB-C {e.estimate:.4f} "
                 f"[{e.low:.4f}, {e.high:.4f}]  n_ann {e.n_annotators}  "
-                f"deff {e.design_effect:.2f}  p {row.permutation.p_value:.4f}"
+                f"G_eff {e.n_effective:.1f}  deff {e.design_effect:.2f}  p {row.test.p_value:.4f} "
+                f"(permutation, secondary: {row.permutation.p_value:.4f})"
             )
         print(f"  computed in {res.seconds:.3f} s (as reported by the service)")
     finally:

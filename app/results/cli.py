@@ -21,7 +21,7 @@ def results(
     estimator: Annotated[str, typer.Option(help="single | plurality")] = "single",
     unit: Annotated[str, typer.Option(help="annotator | twoway | hit | item")] = "annotator",
     b: Annotated[int, typer.Option("--b", help="bootstrap resamples")] = 10_000,
-    ci: Annotated[str, typer.Option(help="percentile | bca")] = "percentile",
+    ci: Annotated[str, typer.Option(help="wild (default) | percentile | bca")] = "wild",
     seed: Annotated[int, typer.Option(help="seed of every resampling")] = 0,
     exclusions: Annotated[str, typer.Option(help="on | off (the main variant)")] = "on",
 ) -> None:

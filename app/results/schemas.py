@@ -11,9 +11,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.results.stats.ebc import PERMUTATION_LABEL
+
 Estimator = Literal["single", "plurality"]
 Unit = Literal["annotator", "twoway", "hit", "item"]
-CiMethod = Literal["percentile", "bca"]
+CiMethod = Literal["wild", "percentile", "bca"]
 OnOff = Literal["on", "off"]
 
 
@@ -30,8 +32,15 @@ class ResultQuery(_Out):
         description="resampling unit: annotator (default, nested designs), twoway "
         "(Cameron-Gelbach-Miller, crossed designs), hit or item (secondary figures)",
     )
-    b: int = Field(10_000, ge=100, le=200_000, description="bootstrap resamples")
-    ci: CiMethod = Field("percentile", description="bootstrap interval method")
+    b: int = Field(
+        10_000, ge=100, le=200_000, description="bootstrap resamples (wild: draws of weights)"
+    )
+    ci: CiMethod = Field(
+        "wild",
+        description="interval method: wild (default; small-cluster corrected: ratios by "
+        "the inverted wild cluster bootstrap-t test, CGD and trend by a jackknife t with "
+        "G_eff - 1 degrees of freedom), percentile or bca (pairs cluster bootstrap)",
+    )
     seed: int = Field(0, ge=0, lt=2**63, description="seed of every resampling")
     exclusions: OnOff = Field(
         "on", description="apply the study's pre-declared exclusions to the main figures"
@@ -61,18 +70,52 @@ class QuantityOut(_Out):
     n_items: int
     n_annotators: int
     n_clusters: int
-    few_annotators: bool = Field(description="fewer than 30 annotators enter this figure")
+    few_annotators: bool = Field(
+        description="fewer than 30 effective annotators (n_effective) enter this figure"
+    )
+    n_effective: float | None = Field(
+        None,
+        description="effective number of annotators, (sum n_g)^2 / sum n_g^2 over the "
+        "judgments n_g of each annotator in this figure (Kish)",
+    )
+    p_value: float | None = Field(
+        None,
+        description="ratios: wild cluster bootstrap test of ratio = 1 with annotators as "
+        "the sampled unit; trend (interval wild): jackknife t test of slope = 0",
+    )
+
+
+class ClusterTestOut(_Out):
+    """The headline test of EB-C = 1 at one length (``length`` null: pooled)."""
+
+    length: int | None = Field(description="null: all lengths pooled")
+    estimate: float | None = Field(description="EB-C")
+    statistic: float | None = Field(description="cluster-robust t of CGD(model) - CGD(data)")
+    p_value: float | None = Field(description="two-sided")
+    p_greater: float | None = Field(description="one-sided, H1: EB-C > 1")
+    low: float | None = Field(description="the test inverted: EB-C values it does not reject")
+    high: float | None
+    level: float
+    b: int = Field(description="bootstrap draws")
+    n_annotators: int
+    n_effective: float | None
+    few_annotators: bool
+    null: str = Field(description="the null hypothesis, in words")
+    method: str
 
 
 class PermutationOut(_Out):
     length: int | None = Field(description="null: all lengths pooled")
     statistic: float | None = Field(description="ln EB-C")
     ebc: float | None
-    p_value: float = Field(description="two-sided, H0: EB-C = 1 (within-HIT label shuffles)")
+    p_value: float = Field(
+        description="two-sided, within-HIT label shuffles (secondary: see label)"
+    )
     p_greater: float = Field(description="one-sided, H1: EB-C > 1")
     n_permutations: int
     n_hits: int
     n_items: int
+    label: str = Field(PERMUTATION_LABEL, description="what this test is (and is not)")
 
 
 class PaperFigureOut(_Out):
@@ -93,7 +136,8 @@ class LengthRow(_Out):
     cgd_model: QuantityOut | None
     ebc: QuantityOut | None
     ratios: list[QuantityOut] = Field(description="diagnostic kinds over data")
-    permutation: PermutationOut | None
+    test: ClusterTestOut | None = Field(None, description="the headline test of EB-C = 1")
+    permutation: PermutationOut | None = Field(description="secondary test (see its label)")
     paper: dict[str, PaperFigureOut] = Field(
         description="paper-comparable mean ± std over 5 random parts: cgd_data, cgd_model, ebc"
     )
@@ -162,13 +206,24 @@ class ResultSet(_Out):
     n_items: int
     n_annotators: int
     n_clusters: int
-    few_annotators: bool
+    few_annotators: bool = Field(description="some figure has fewer than 30 effective annotators")
+    n_effective: float | None = Field(
+        None, description="effective number of annotators over all judgments"
+    )
+    interval: str = Field("", description="the interval method, in words")
     warnings: list[str]
     table: list[LengthRow]
     cgd: list[QuantityOut] = Field(description="every cell (length x kind)")
     ratios: list[QuantityOut] = Field(description="EB-C and diagnostic ratios per length")
     trend: QuantityOut | None = Field(description="slope of ln EB-C per word of prefix length")
-    permutation: list[PermutationOut]
+    tests: list[ClusterTestOut] = Field(
+        default_factory=list,
+        description="headline tests of EB-C = 1 per length, and pooled (length null); "
+        "null: population EB-C = 1, annotators as the sampled unit",
+    )
+    permutation: list[PermutationOut] = Field(
+        description="secondary: within-HIT permutation tests (see their label)"
+    )
     paper_label: str
     paper_comparable: list[PaperFigureOut]
     agreement: AgreementOut | None
@@ -276,6 +331,16 @@ class StudyDetailOut(StudySummaryOut):
     counts: CountsOut
 
 
+class SoftwareOut(_Out):
+    """The software that made something (app.software): None where unknown or absent."""
+
+    python: str
+    ebc_judge: str
+    git_revision: str | None = Field(description="HEAD of the git checkout, if run from one")
+    git_dirty: bool | None = Field(description="the checkout had uncommitted changes")
+    packages: dict[str, str | None] = Field(description="installed versions (None: absent)")
+
+
 class ManifestOut(_Out):
     """What a published figure was computed from."""
 
@@ -294,3 +359,9 @@ class ManifestOut(_Out):
     counts: CountsOut
     item_provenance: dict[str, Any] = Field(description="provenance of one item per kind")
     results_defaults: ResultQuery
+    software: SoftwareOut = Field(description="the software that computed these figures")
+    precompute_software: list[SoftwareOut] = Field(
+        default_factory=list,
+        description="the software the worker made the items with, as recorded in the "
+        "provenance of the first item of each kind (items made before it was recorded: none)",
+    )

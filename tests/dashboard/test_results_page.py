@@ -60,3 +60,22 @@ def test_downloads_are_served_and_audited(logged_in, session):
         "manifest.json",
         "results.tex",
     ]
+
+
+def test_results_page_names_the_headline_test_and_the_effective_annotators(logged_in, session):
+    _study_with_judgments(session)
+    r = logged_in.get("/dashboard/studies/r1/results?b=1000")
+    assert r.status_code == 200
+    rs = r.context["res"].results
+    assert rs.ci == "wild" and [t.length for t in rs.tests] == [10, 20, None]
+    page = r.text
+    # The headline test, its null and its method; the permutation test as secondary.
+    assert "population EB-C = 1, annotators as the sampled unit" in page
+    assert "wild cluster bootstrap-t" in page and "Within-HIT permutation p (secondary)" in page
+    assert "exact only under the sharp null that no annotator treats data" in page
+    row = rs.table[0]
+    assert f"{row.test.p_value:.4f}" in page
+    # G and the effective G with every figure; 4 annotators: the warning on effective G.
+    assert f"4 annotators (effective {row.ebc.n_effective:.1f})" in page
+    assert "Fewer than 30 effective annotators" in page
+    assert any("effective number" in m for m in r.context["res"].messages)

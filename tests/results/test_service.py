@@ -20,6 +20,9 @@ with exclusions:
 
 from __future__ import annotations
 
+import csv
+import io
+
 import numpy as np
 import pytest
 
@@ -75,9 +78,18 @@ def test_counts_and_warnings_of_the_single_estimator(session, handmade):
     other = _row(res.other)
     assert other.ebc.n_annotators == 5 and other.ebc.n_judgments == 20
     # Every interval contains its estimate and comes with the delta-method cross-check.
+    # Issue 11 changed the default: EB-C by the inverted wild cluster bootstrap test, CGD
+    # by the jackknife t interval (was the percentile bootstrap for all).
+    # With 3 annotators (8 sign patterns) the EB-C interval may have no finite upper
+    # end: JSON null.
     for q in (row.cgd_data, row.cgd_model, row.ebc):
-        assert q.low <= q.estimate <= q.high and q.method == "percentile"
+        assert q.high is not None or q.name == "ebc"
+        assert q.low <= q.estimate and (q.high is None or q.estimate <= q.high)
+        assert q.method == ("wild" if q.name == "ebc" else "jackknife-t")
         assert q.delta_low is not None and q.iid_se > 0
+    # Few annotators by their effective number (3 annotators: at most 3).
+    assert row.ebc.n_effective <= 3 and row.test.few_annotators
+    assert 0 < row.test.p_value <= 1 and row.test.p_value == row.ebc.p_value
 
 
 def test_exclusion_report(session, handmade):
@@ -222,3 +234,34 @@ def test_when_nothing_is_excluded_both_variants_agree(session, handmade):
     assert res.results.exclusions_applied and not res.other.exclusions_applied
     assert res.results.table == res.other.table
     assert _row(res.results).ebc.estimate == pytest.approx(1.2)
+
+
+def test_headline_test_and_secondary_permutation_in_json_and_csv(session):
+    from tests.factories import StudyFactory
+
+    f = StudyFactory(session, "heads", lengths=(10, 20))
+    rng = np.random.default_rng(5)
+    annotators = [f.annotator() for _ in range(8)]
+    for length in (10, 20):
+        for h in range(16):
+            items = [f.item("data", length) for _ in range(3)]
+            items += [f.item("model", length) for _ in range(3)]
+            f.answer(annotators[h % 8], f.hit(items), [int(r) for r in rng.integers(0, 3, 6)])
+    res = study_results(session, f.study, ResultQuery(**FAST))
+    data = res.model_dump(mode="json")["results"]
+    assert data["ci"] == "wild" and "jackknife" in data["interval"]
+    assert data["n_annotators"] == 8 and 0 < data["n_effective"] <= 8
+    tests = data["tests"]
+    assert [t["length"] for t in tests] == [10, 20, None]
+    assert {t["null"] for t in tests} == {"population EB-C = 1, annotators as the sampled unit"}
+    assert all("wild cluster bootstrap" in t["method"] for t in tests)
+    assert all(p["label"].startswith("secondary: exact only") for p in data["permutation"])
+    row = data["table"][0]
+    assert row["test"]["p_value"] == row["ebc"]["p_value"]
+    assert row["test"]["low"] == row["ebc"]["low"] and row["ebc"]["method"] == "wild"
+    # CSV: p_value is the headline test's; the permutation test has its own columns.
+    rows = list(csv.DictReader(io.StringIO(exports.results_csv(res))))
+    ebc = next(r for r in rows if r["name"] == "ebc" and r["length"] == "10")
+    assert float(ebc["p_value"]) == pytest.approx(row["test"]["p_value"])
+    assert float(ebc["permutation_p_value"]) == pytest.approx(row["permutation"]["p_value"])
+    assert "population EB-C = 1" in ebc["test"] and float(ebc["n_effective"]) > 0

@@ -29,14 +29,32 @@ from typing import Literal
 import numpy as np
 from scipy import special
 
+from .cluster import effective_clusters, jackknife_t, wild_ratio
+
 DATA_KIND = 0
 MODEL_KIND = 1
 FEW_ANNOTATORS = 30
-"""Below this many annotators a cluster-bootstrap interval is flagged as unreliable."""
+"""Below this *effective* number of annotators (:func:`effective_clusters`) a figure's
+interval and test are flagged as unreliable."""
 
 Estimator = Literal["single", "plurality"]
 Unit = Literal["annotator", "hit", "item", "twoway"]
-CiMethod = Literal["percentile", "bca"]
+CiMethod = Literal["wild", "percentile", "bca"]
+
+TEST_NULL = "population EB-C = 1, annotators as the sampled unit"
+TEST_METHOD = "wild cluster bootstrap-t (restricted, Rademacher weights), clustered by annotator"
+PERMUTATION_LABEL = (
+    "secondary: exact only under the sharp null that no annotator treats data and model "
+    "prefixes differently"
+)
+INTERVAL_LABELS = {
+    "wild": "ratios: inverted wild cluster bootstrap-t test; CGD and trend: jackknife "
+    "(leave one cluster out) t interval with G_eff - 1 degrees of freedom",
+    "percentile": "percentile cluster bootstrap",
+    "bca": "BCa cluster bootstrap",
+    "cgm": "Cameron-Gelbach-Miller two-way variance, normal interval on the log scale",
+}
+"""What each interval method is, in words (``EBCResults.interval``)."""
 
 # Bound on the (resamples x clusters) weight matrix built at once: ~2 MB blocks stay in
 # cache and reuse memory (fresh 30 MB arrays cost more in page faults than in arithmetic).
@@ -193,14 +211,21 @@ class Quantity:
     ``"ratio"`` (a diagnostic kind over data at one length) or ``"trend"`` (slope of
     ``ln EB-C`` per word of prefix length, OLS over the lengths).
 
-    ``estimate, se, low, high`` come from the chosen method (``method``: the bootstrap
-    ``"percentile"`` or ``"bca"``, or ``"cgm"`` for the two-way variance);
-    ``delta_*`` is the cluster-robust delta-method cross-check on the log scale
-    (one-way by the resampling unit; by annotator when the unit is ``twoway``).
+    ``estimate, se, low, high`` come from the chosen method (``method``): ``"wild"``
+    for a ratio under the default (the inverted wild cluster bootstrap-t test, see
+    :func:`wild_ratio`; ``se`` is the jackknife one), ``"jackknife-t"`` for a CGD or the
+    trend under the default (:func:`jackknife_t` with ``G_eff - 1`` degrees of
+    freedom), the bootstrap ``"percentile"`` or ``"bca"``, or ``"cgm"`` for the two-way
+    variance. ``delta_*`` is the cluster-robust delta-method cross-check on the log
+    scale (one-way by the resampling unit; by annotator when the unit is ``twoway``).
     ``iid_se`` is the binomial-style standard error that ignores clustering, and
     ``design_effect = (se / iid_se)**2``. Counts are of the judgments, items,
-    annotators and clusters that enter the number; ``few_annotators`` warns when fewer
-    than 30 annotators do.
+    annotators and clusters that enter the number. ``n_effective`` is the effective
+    number of annotators, ``(sum_g n_g)^2 / sum_g n_g^2`` over the judgments ``n_g``
+    each annotator contributes (:func:`effective_clusters`); ``few_annotators`` warns
+    when it is below 30. ``p_value``: for a ratio, the wild cluster bootstrap test of
+    ratio = 1 with annotators as the sampled unit (whatever the resampling unit); for
+    the trend under the default, the jackknife t test of slope = 0; NaN otherwise.
     """
 
     name: str
@@ -223,6 +248,39 @@ class Quantity:
     n_annotators: int
     n_clusters: int
     few_annotators: bool
+    n_effective: float = float("nan")
+    p_value: float = float("nan")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ClusterTest:
+    """The headline test of EB-C = 1 at one length (``length=None``: pooled over the
+    lengths, ``sum of model sums / model counts`` over ``sum of data ...``).
+
+    ``statistic`` is the cluster-robust t of ``CGD(model) - CGD(data)``; ``p_value``
+    two-sided, ``p_greater`` for EB-C > 1, from ``b`` wild cluster bootstrap draws
+    (:func:`wild_ratio`); ``low``/``high`` its inversion at ``level`` (the same
+    interval as the EB-C figure when the unit is the annotator and the method
+    ``wild``). ``null`` and ``method`` say it in words.
+    """
+
+    length: int | None
+    estimate: float
+    statistic: float
+    p_value: float
+    p_greater: float
+    low: float
+    high: float
+    level: float
+    b: int
+    n_annotators: int
+    n_effective: float
+    few_annotators: bool
+    null: str = TEST_NULL
+    method: str = TEST_METHOD
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -233,9 +291,13 @@ class EBCResults:
     """CGD per cell, EB-C and diagnostic ratios per length, and the trend.
 
     ``unit`` is what was resampled (``annotator``, ``hit``, ``item``) or ``twoway``
-    (Cameron-Gelbach-Miller variance, annotator x item). ``bootstrap_ebc`` keeps the
-    resampled EB-C values (``B x n_lengths``; ``None`` for ``twoway``) so a caller can
-    derive further figures from the same resamples.
+    (Cameron-Gelbach-Miller variance, annotator x item); ``interval`` says the method in
+    words. ``tests`` are the headline tests of EB-C = 1 (per length, and pooled when
+    there are several), always with annotators as the sampled unit. ``n_effective`` is
+    the effective number of annotators over all judgments; ``few_annotators`` is set
+    when any figure's effective number is below 30. ``bootstrap_ebc`` keeps the
+    resampled EB-C values of a pairs bootstrap (``B x n_lengths``; ``None`` for
+    ``wild`` and ``twoway``) so a caller can derive further figures from them.
     """
 
     estimator: str
@@ -253,6 +315,9 @@ class EBCResults:
     ratios: list[Quantity]
     trend: Quantity | None
     warnings: list[str] = field(default_factory=list)
+    n_effective: float = float("nan")
+    interval: str = ""
+    tests: list[ClusterTest] = field(default_factory=list)
     bootstrap_ebc: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def ebc(self, length: int) -> Quantity:
@@ -283,9 +348,12 @@ class EBCResults:
                 "n_annotators",
                 "n_clusters",
                 "few_annotators",
+                "n_effective",
+                "interval",
                 "warnings",
             )
         }
+        out["tests"] = [t.as_dict() for t in self.tests]
         out["cgd"] = [q.as_dict() for q in self.cgd]
         out["ratios"] = [q.as_dict() for q in self.ratios]
         out["trend"] = self.trend.as_dict() if self.trend else None
@@ -621,7 +689,7 @@ def estimate_ebc(
     estimator: Estimator = "single",
     unit: Unit = "annotator",
     b: int = 10_000,
-    ci: CiMethod = "percentile",
+    ci: CiMethod = "wild",
     level: float = 0.95,
     seed: int | None = 0,
     data_kind: int = DATA_KIND,
@@ -639,21 +707,42 @@ def estimate_ebc(
         ``EB-C_l = CGD_(l,model) / CGD_(l,data)``; diagnostic ratios likewise;
         trend = OLS slope of ``ln EB-C_l`` on ``l`` (per word).
 
+    Estimand: the population CGD and EB-C of :mod:`app.results.stats.cluster` (the
+    ratio of the expected CGDs over the population of annotators, weighted as the
+    judgments are, and texts); annotators are the sampled unit.
+
     Error bars by ``unit``
-        ``annotator`` (default; nested designs), ``hit``, ``item``: cluster bootstrap.
-        Per cluster g and cell j the totals ``S_gj = sum y``, ``N_gj = sum w`` are formed
-        once; each of ``b`` resamples draws G clusters with replacement and recomputes
-        every quantity from ``W @ S`` and ``W @ N`` (the ratio is taken inside each
-        resample). Interval: percentile (default) or BCa with leave-one-cluster-out
-        jackknife acceleration; SE = sd of the resamples. Assumes clusters are
-        independent and exchangeable, and enough of them (warning below 30 annotators).
+        ``annotator`` (default; nested designs), ``hit``, ``item``: clustered by that
+        unit. Per cluster g and cell j the totals ``S_gj = sum y``, ``N_gj = sum w`` are
+        formed once, and everything below works on these ``G x J`` matrices.
+
+        ``ci="wild"`` (default; small-cluster corrected): a ratio's interval inverts
+        the wild cluster restricted bootstrap-t test (:func:`wild_ratio`, ``b`` draws
+        of Rademacher weights); a CGD's and the trend's is the jackknife t interval
+        (:func:`jackknife_t`) with ``G_eff - 1`` degrees of freedom, ``G_eff`` the
+        effective number of clusters (:func:`effective_clusters`). SE = the jackknife
+        one (on the ratio scale by the delta method). These hold their level with a
+        few busy annotators, where the percentile bootstrap under-covers
+        (``benchmarks/stats_calibration.py``).
+
+        ``ci="percentile"`` or ``"bca"``: pairs cluster bootstrap; each of ``b``
+        resamples draws G clusters with replacement and recomputes every quantity from
+        ``W @ S`` and ``W @ N`` (the ratio is taken inside each resample). Percentile,
+        or BCa with leave-one-cluster-out jackknife acceleration; SE = sd of the
+        resamples. Assumes clusters are independent and exchangeable and many
+        *effective* clusters.
+
+        Every figure is flagged when fewer than 30 effective annotators enter it.
         Resampling items or HITs ignores annotator x kind effects and under-covers;
         those are secondary figures.
         ``twoway`` (crossed designs, items judged by several annotators): normal interval
         on the log scale with the Cameron-Gelbach-Miller variance
         ``V = V_annotator + V_item - V_annotator∩item`` from the per-cluster influence
         sums; when ``V <= 0`` it falls back to ``max(V_annotator, V_item)`` (warned).
-        No resampling, so ``b``, ``ci`` and ``seed`` are unused.
+        No resampling for the intervals, so ``ci`` is unused.
+
+    Tests of EB-C = 1 (``tests``, and ``p_value`` of each ratio): the wild cluster
+    bootstrap by annotator, whatever ``unit`` and ``ci`` are (``b`` draws, ``seed``).
 
     Cross-check (``delta_*``): one-way cluster-robust delta method on ``ln`` of the
     quantity, ``psi_gj = (S_gj - p_j N_gj)/S_j``, ``V = G/(G-1) sum_g psi_g^2``.
@@ -664,7 +753,7 @@ def estimate_ebc(
     """
     if unit not in ("annotator", "hit", "item", "twoway"):
         raise ValueError(f"unknown unit {unit!r}")
-    if ci not in ("percentile", "bca"):
+    if ci not in ("wild", "percentile", "bca"):
         raise ValueError(f"unknown interval method {ci!r}")
     des = _design(d, length, kind, annotator, hit, item, choice, estimator, attention, keep)
     n_cells = des.cells.shape[0]
@@ -723,6 +812,25 @@ def estimate_ebc(
     iid_se = np.where(exp_scale, est * np.sqrt(var_iid), np.sqrt(var_iid))
     notes: list[str] = []
 
+    # Annotator totals: the effective numbers of annotators and the headline tests use
+    # them whatever the resampling unit.
+    s_a = _totals(des.annotator, des.cell, des.y, n_cells)
+    n_a = _totals(des.annotator, des.cell, des.w, n_cells)
+    n_eff = effective_clusters(n_a @ involved.T)
+    ratio_rows = [k for k, lab in enumerate(labels) if lab[0] in ("ebc", "ratio")]
+    ebc_rows = [k for k, lab in enumerate(labels) if lab[0] == "ebc"]
+    num = np.where(a[ratio_rows] > 0, 1.0, 0.0)
+    den = np.where(a[ratio_rows] < 0, 1.0, 0.0)
+    pooled = len(ebc_rows) >= 2
+    if pooled:  # every length with an EB-C, its model cells over its data cells
+        pos = [ratio_rows.index(k) for k in ebc_rows]
+        num = np.vstack([num, num[pos].sum(axis=0)])
+        den = np.vstack([den, den[pos].sum(axis=0)])
+    own_wild = unit == "annotator" and ci == "wild"
+    tests = wild_ratio(s_a, n_a, num, den, b=b, seed=seed, level=level if own_wild else None)
+    p_value = np.full(len(labels), np.nan)
+    p_value[ratio_rows] = tests.p_value[: len(ratio_rows)]
+
     boot_ebc = None
     if unit == "twoway":
         v_a, _ = var_by(des.annotator)
@@ -741,10 +849,44 @@ def estimate_ebc(
         d_se, d_low, d_high = _report_delta(est, q_hat, v_a, exp_scale, labels, level)
         method = "cgm"
         n_clust = n_present(des.annotator)
+    elif ci == "wild":
+        cluster = {"annotator": des.annotator, "hit": des.hit, "item": des.item}[unit]
+        if unit == "annotator":
+            s_g, n_g, wild = s_a, n_a, tests
+        else:
+            s_g = _totals(cluster, des.cell, des.y, n_cells)
+            n_g = _totals(cluster, des.cell, des.w, n_cells)
+            wild = wild_ratio(s_g, n_g, num, den, b=b, seed=seed, level=level)
+        counts_q = n_g @ involved.T
+        with _quiet_nan():
+            jack = _theta(tot_s - s_g, tot_n - n_g, a, exp_scale)
+            # Symmetric scale: ln of a ratio; a CGD and the (log-scale) slope as they are.
+            is_ratio = np.array([lab[0] in ("ebc", "ratio") for lab in labels])
+            sym = np.where(is_ratio, np.log(est), est)
+            jack = np.where(is_ratio, np.log(jack), jack)
+            se_sym, tq, p_jack = jackknife_t(
+                sym, jack, counts_q > 0, effective_clusters(counts_q) - 1.0, level
+            )
+            se = np.where(is_ratio, est * se_sym, se_sym)
+            low, high = sym - tq * se_sym, sym + tq * se_sym
+            # A CGD is a share: its interval is cut to [0, 1] (coverage is unchanged).
+            is_cgd = np.array([lab[0] == "cgd" for lab in labels])
+            low = np.where(is_cgd, np.maximum(low, 0.0), low)
+            high = np.where(is_cgd, np.minimum(high, 1.0), high)
+        low[ratio_rows] = wild.low[: len(ratio_rows)]
+        high[ratio_rows] = wild.high[: len(ratio_rows)]
+        p_value = np.where([lab[0] == "trend" for lab in labels], p_jack, p_value)
+        var_log = cluster_robust_var(_influence(s_g, n_g, tot_s, tot_n, a))
+        d_se, d_low, d_high = _report_delta(est, q_hat, var_log, exp_scale, labels, level)
+        method = "wild"
+        n_clust = n_present(cluster)
     else:
         cluster = {"annotator": des.annotator, "hit": des.hit, "item": des.item}[unit]
-        s_g = _totals(cluster, des.cell, des.y, n_cells)
-        n_g = _totals(cluster, des.cell, des.w, n_cells)
+        if unit == "annotator":
+            s_g, n_g = s_a, n_a
+        else:
+            s_g = _totals(cluster, des.cell, des.y, n_cells)
+            n_g = _totals(cluster, des.cell, des.w, n_cells)
         s_b, n_b = resample_cluster_totals(s_g, n_g, b, seed)
         theta_b = _theta(s_b, n_b, a, exp_scale)
         theta_b = np.where(np.isfinite(theta_b), theta_b, np.nan)
@@ -769,12 +911,41 @@ def estimate_ebc(
         boot_ebc = theta_b[:, ebc_cols]
 
     total_annot = int(des.annotator.max()) + 1
-    if total_annot < FEW_ANNOTATORS:
+    few = ~(n_eff >= FEW_ANNOTATORS)
+    if few.any():
+        shown = [k for k in ebc_rows if few[k]] or list(np.flatnonzero(few))
+        worst = min(shown, key=lambda k: n_eff[k] if np.isfinite(n_eff[k]) else -1.0)
         notes.append(
-            f"only {total_annot} annotators: intervals are unreliable below {FEW_ANNOTATORS}"
+            f"only {n_eff[worst]:.1f} effective annotators ({n_annot[worst]} in all; "
+            "(sum n_g)^2 / sum n_g^2 over judgments per annotator) enter "
+            f"{_describe(labels[worst])}: intervals and tests are unreliable below "
+            f"{FEW_ANNOTATORS}"
         )
     with np.errstate(invalid="ignore", divide="ignore"):
         deff = (se / iid_se) ** 2
+    interval = INTERVAL_LABELS["cgm" if unit == "twoway" else ci]
+    method_of = {"cgd": "jackknife-t", "trend": "jackknife-t"} if method == "wild" else {}
+
+    cluster_tests = []
+    for k in ebc_rows + ([None] if pooled else []):
+        row = ratio_rows.index(k) if k is not None else len(ratio_rows)
+        ge = float(tests.n_effective[row])
+        cluster_tests.append(
+            ClusterTest(
+                length=labels[k][1] if k is not None else None,
+                estimate=float(tests.estimate[row]),
+                statistic=float(tests.statistic[row]),
+                p_value=float(tests.p_value[row]),
+                p_greater=float(tests.p_greater[row]),
+                low=float(tests.low[row]),
+                high=float(tests.high[row]),
+                level=level,
+                b=b,
+                n_annotators=int(tests.n_clusters[row]),
+                n_effective=ge,
+                few_annotators=not ge >= FEW_ANNOTATORS,
+            )
+        )
 
     quantities = [
         Quantity(
@@ -786,7 +957,7 @@ def estimate_ebc(
             se=float(se[k]),
             low=float(low[k]),
             high=float(high[k]),
-            method=method,
+            method=method_of.get(lab[0], method),
             level=level,
             delta_se=float(d_se[k]),
             delta_low=float(d_low[k]),
@@ -797,7 +968,9 @@ def estimate_ebc(
             n_items=int(n_items[k]),
             n_annotators=int(n_annot[k]),
             n_clusters=int(n_clust[k]),
-            few_annotators=bool(n_annot[k] < FEW_ANNOTATORS),
+            few_annotators=bool(few[k]),
+            n_effective=float(n_eff[k]),
+            p_value=float(p_value[k]),
         )
         for k, lab in enumerate(labels)
     ]
@@ -812,19 +985,31 @@ def estimate_ebc(
         unit=unit,
         ci=method,
         level=level,
-        b=0 if unit == "twoway" else b,
-        seed=None if unit == "twoway" else seed,
+        b=b,
+        seed=seed,
         n_judgments=int(des.y.size),
         n_items=int(des.item.max()) + 1,
         n_annotators=total_annot,
         n_clusters=int(unit_clusters.max()) + 1,
-        few_annotators=total_annot < FEW_ANNOTATORS,
+        few_annotators=bool(few.any()),
         cgd=[q for q in quantities if q.name == "cgd"],
         ratios=[q for q in quantities if q.name in ("ebc", "ratio")],
         trend=next((q for q in quantities if q.name == "trend"), None),
         warnings=notes,
+        n_effective=float(effective_clusters(n_a.sum(axis=1))),
+        interval=interval,
+        tests=cluster_tests,
         bootstrap_ebc=boot_ebc,
     )
+
+
+def _describe(label: tuple) -> str:
+    name, length, kind, _ = label
+    if name == "trend":
+        return "the trend"
+    if name == "cgd":
+        return f"CGD at l={length} (kind {kind})"
+    return f"{'EB-C' if name == 'ebc' else 'a ratio'} at l={length}"
 
 
 # --------------------------------------------------------------------------- paper figure

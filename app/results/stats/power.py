@@ -5,6 +5,10 @@ Normal approximation on the log scale: with ``n`` independent judgments per cell
 method for the ratio of two binomial means; ``p_D = CGD(M|D)``, ``p_M = R p_D``).
 Clustering multiplies the variance by the design effect ``deff`` (annotator-bootstrap
 variance / iid variance, measured in a pilot or in the study so far).
+
+Not every target can be planned: EB-C x CGD(data) must stay below 1 (CGD is a share), and a
+tiny half-width or level ``alpha`` asks for more judgments than any study collects (or for
+infinitely many). :func:`plan_study` then raises :class:`PlanError` with the reason.
 """
 
 from __future__ import annotations
@@ -13,15 +17,34 @@ import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
+import numpy as np
 from scipy import optimize, special
 
 from .ebc import EBCResults
 
+# More judgments per cell than this is no plan for a study of people (the paper has 3,000).
+MAX_JUDGMENTS_PER_CELL = 10**9
+
+
+class PlanError(ValueError):
+    """No finite study reaches the target; `reason` says why, `param` which input to change."""
+
+    def __init__(self, reason: str, param: str = "target_ebc") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.param = param
+
 
 def _v(cgd_data: float, ebc: float) -> float:
     p_d, p_m = cgd_data, cgd_data * ebc
-    if not (0 < p_d < 1 and 0 < p_m < 1):
-        raise ValueError("CGD(data) and EB-C x CGD(data) must lie in (0, 1)")
+    if not 0 < p_d < 1:
+        raise PlanError(f"CGD(data) must lie in (0, 1), not {p_d:g}", "cgd_data")
+    if not 0 < p_m < 1:
+        raise PlanError(
+            f"EB-C {ebc:g} with CGD(data) {p_d:.3f} would need CGD(model) = {p_m:.3f}, but a "
+            f"CGD is a share below 1: plan for an EB-C below {1 / p_d:.3f}",
+            "target_ebc",
+        )
     return (1 - p_d) / p_d + (1 - p_m) / p_m
 
 
@@ -158,13 +181,35 @@ def plan_study(
     """
     lengths = list(lengths)
     if halfwidth is not None:
-        n_iid = judgments_for_halfwidth(halfwidth, target_ebc or 1.0, cgd_data, level=1 - alpha)
-        what = f"95% interval half-width {halfwidth:g}"
+        if not halfwidth > 0:
+            raise PlanError("the half-width must be above 0", "halfwidth")
+        with np.errstate(divide="ignore", over="ignore"):  # infinite: refused below
+            n_iid = judgments_for_halfwidth(halfwidth, target_ebc or 1.0, cgd_data, level=1 - alpha)
+        what = f"{1 - alpha:.0%} interval half-width {halfwidth:g}"
+        blame = "halfwidth"
     elif target_ebc is not None:
-        n_iid = judgments_per_cell(target_ebc, cgd_data, alpha=alpha, power=power)
+        if not target_ebc > 1:
+            raise PlanError("the target EB-C must be above 1", "target_ebc")
+        if not alpha < power:
+            # A level-alpha test rejects with probability alpha without any data.
+            raise PlanError(f"power {power:g} must exceed alpha {alpha:g}", "power")
+        with np.errstate(divide="ignore", over="ignore"):
+            n_iid = judgments_per_cell(target_ebc, cgd_data, alpha=alpha, power=power)
         what = f"power {power:g} for EB-C {target_ebc:g} vs 1 at alpha {alpha:g}"
+        blame = "target_ebc"
     else:
-        raise ValueError("give target_ebc or halfwidth")
+        raise PlanError("give a target EB-C or a half-width", "target_ebc")
+    needed = design_effect * n_iid
+    if not needed <= MAX_JUDGMENTS_PER_CELL:  # also infinite or NaN
+        if not math.isfinite(special.ndtri(1 - alpha / 2)):
+            blame = "alpha"  # 1 - alpha/2 rounds to 1: z is infinite
+        how_many = f"{needed:.3g}" if math.isfinite(needed) else "infinitely many"
+        instead = "a wider half-width" if halfwidth is not None else "a larger target EB-C"
+        raise PlanError(
+            f"this needs {how_many} judgments per cell, more than any study collects "
+            f"(over {MAX_JUDGMENTS_PER_CELL:,}): ask for {instead} or a larger alpha",
+            blame,
+        )
     n = math.ceil(design_effect * n_iid)
     per_hit = items_per_kind_per_hit * replicas
     hits_per_length = math.ceil(n / per_hit)
