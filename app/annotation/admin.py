@@ -3,12 +3,17 @@
 Blocking stops an annotator's future work at once (`next_assignment` checks
 `blocked`); `exclude_past` additionally drops their judgments from the results
 under the study's `blocked` exclusion rule.
+
+Revoking an invite link clears the annotator's `invite_nonce` (the link then answers
+"This link is no longer valid"); re-issuing sets a new nonce, so the person gets a new
+link and the old one stays dead. Their judgments are kept either way.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import secrets
 from collections.abc import Iterable
 
 from sqlalchemy import select
@@ -36,6 +41,50 @@ def invite_link(base_url: str, secret_key: str, annotator: Annotator) -> str | N
     if annotator.channel is not Channel.local or annotator.invite_nonce is None:
         return None
     return f"{base_url.rstrip('/')}/a/{invite_token(secret_key, annotator)}"
+
+
+def _local(annotator: Annotator) -> None:
+    if annotator.channel is not Channel.local:
+        raise AnnotationError(
+            "Only invited annotators have links; a crowd worker is blocked instead.", 400
+        )
+
+
+def revoke_invite(session: Session, annotator: Annotator) -> None:
+    """Make the annotator's link stop working (a no-op when it already does not)."""
+    _local(annotator)
+    if annotator.invite_nonce is not None:
+        annotator.invite_nonce = None
+        annotator.revoked_at = utcnow()
+    session.flush()
+
+
+def reissue_invite(session: Session, annotator: Annotator) -> None:
+    """A new link for the same annotator (their work so far stays theirs); the old link,
+    revoked or not, stops working."""
+    _local(annotator)
+    annotator.invite_nonce = secrets.token_urlsafe(16)
+    annotator.revoked_at = None
+    session.flush()
+
+
+def find_annotator(session: Session, study: Study, ref: str) -> Annotator:
+    """An annotator of `study` by id or by label (for the CLI); the label must be unique."""
+    ref = ref.strip()
+    # ASCII digits only, within an INTEGER key: `"²".isdigit()` is true and int() refuses it.
+    if ref.isascii() and ref.isdigit() and len(ref) <= 9:
+        found = get_annotator(session, study, int(ref))
+        if found is not None:
+            return found
+    named = session.scalars(
+        select(Annotator).where(Annotator.study_id == study.id, Annotator.label == ref)
+    ).all()
+    if len(named) == 1:
+        return named[0]
+    if named:
+        ids = ", ".join(str(a.id) for a in named)
+        raise AnnotationError(f"{len(named)} annotators are called {ref!r} (ids {ids}): give one")
+    raise AnnotationError(f"{study.slug} has no annotator {ref!r} (give an id or a label)", 404)
 
 
 def links_csv(base_url: str, secret_key: str, annotators: Iterable[Annotator]) -> str:

@@ -51,11 +51,23 @@ def create_user(session: Session, username: str, password: str, *, is_admin: boo
     return user
 
 
+def end_sessions(session: Session, user: User) -> int:
+    """Invalidate every session cookie of `user` (each carries the epoch it was issued under).
+
+    Incremented in SQL, so two requests ending sessions at once cannot lose a bump.
+    Returns the new epoch.
+    """
+    user.session_epoch = User.session_epoch + 1
+    session.flush()
+    return user.session_epoch  # reloaded from the row
+
+
 def set_password(session: Session, user: User, password: str) -> None:
+    """A new password (change or reset) ends every session of the user."""
     if len(password) < MIN_PASSWORD_LENGTH:
         raise AuthError(f"password must be at least {MIN_PASSWORD_LENGTH} characters")
     user.password_hash = hash_password(password)
-    session.flush()
+    end_sessions(session, user)
 
 
 def authenticate(session: Session, username: str, password: str) -> User | None:
@@ -124,10 +136,18 @@ def get_user(session: Session, user_id: int) -> User | None:
     return session.get(User, user_id)
 
 
-def set_active(session: Session, user: User, active: bool, *, by: User) -> None:
-    if user.id == by.id and not active:
+def user_by_name(session: Session, username: str) -> User | None:
+    return session.scalar(select(User).where(User.username == username.strip()))
+
+
+def set_active(session: Session, user: User, active: bool, *, by: User | None = None) -> None:
+    """Deactivation also ends the user's sessions; their API tokens stop working while the
+    account is inactive (`user_for_token` checks it)."""
+    if by is not None and user.id == by.id and not active:
         raise AuthError("you cannot deactivate your own account")
     user.is_active = active
+    if not active:
+        end_sessions(session, user)
     session.flush()
 
 

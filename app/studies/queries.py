@@ -23,6 +23,8 @@ from app.models import (
     Item,
     Judgment,
     Study,
+    StudyMember,
+    User,
     utcnow,
 )
 
@@ -319,3 +321,21 @@ def annotator_rows(session: Session, study: Study) -> list[AnnotatorRow]:
         AnnotatorRow(a, *counts.get(a.id, (0, 0)), judgments=int(judged.get(a.id, 0)))
         for a in annotators
     ]
+
+
+@dataclass(frozen=True)
+class StudyPeople:
+    owner: User | None  # None: made without one (`ebc study create` without --owner)
+    members: list[tuple[User, str]]  # (user, role), by username
+
+
+def study_people(session: Session, study: Study) -> StudyPeople:
+    """Who may see the study besides administrators: its owner and its members."""
+    owner = session.get(User, study.created_by_id) if study.created_by_id is not None else None
+    members = session.execute(
+        select(User, StudyMember.role)
+        .join(StudyMember, StudyMember.user_id == User.id)
+        .where(StudyMember.study_id == study.id)
+        .order_by(User.username)
+    ).all()
+    return StudyPeople(owner, [(user, role) for user, role in members])

@@ -23,8 +23,9 @@ from app.auth.service import (
 )
 from app.db import SessionDep
 from app.models import User
+from app.validation import MAX_PASSWORD, MAX_USERNAME, BadInput, RowId, check_text
 from app.web.pages import LOGIN, flash, redirect, render
-from app.web.security import AdminDep, CsrfDep, UserDep
+from app.web.security import SESSION_EPOCH, AdminDep, CsrfDep, UserDep
 
 router = APIRouter(prefix="/dashboard", include_in_schema=False, dependencies=LOGIN)
 
@@ -57,8 +58,10 @@ def add_user(
 ):
     shown = password or generate_password()
     try:
+        check_text(username.strip(), max_length=MAX_USERNAME, field="username")
+        check_text(password, max_length=MAX_PASSWORD, multiline=True, field="password")
         made = create_user(session, username, shown, is_admin=is_admin)
-    except AuthError as exc:
+    except (AuthError, BadInput) as exc:
         form = {"username": username, "is_admin": is_admin}
         return _users_page(request, session, error=str(exc), form=form, status_code=400)
     record(session, "user_created", user=admin, username=made.username, is_admin=is_admin)
@@ -68,11 +71,13 @@ def add_user(
 
 @router.post("/users/{user_id}/password", response_class=HTMLResponse, dependencies=[CsrfDep])
 def reset_password(
-    request: Request, session: SessionDep, admin: AdminDep, user_id: int
+    request: Request, session: SessionDep, admin: AdminDep, user_id: RowId
 ) -> HTMLResponse:
     target = _user(session, user_id)
     new = generate_password()
-    set_password(session, target, new)
+    set_password(session, target, new)  # ends every session of theirs
+    if target.id == admin.id:
+        request.session[SESSION_EPOCH] = target.session_epoch  # except this one
     record(session, "password_reset", user=admin, username=target.username)
     return _users_page(request, session, reset=target, password=new)
 
@@ -82,7 +87,7 @@ def set_user_active(
     request: Request,
     session: SessionDep,
     admin: AdminDep,
-    user_id: int,
+    user_id: RowId,
     active: Annotated[bool, Form()] = False,
 ) -> RedirectResponse:
     target = _user(session, user_id)
@@ -107,7 +112,11 @@ def add_token(
     request: Request, session: SessionDep, user: UserDep, name: Annotated[str, Form()] = ""
 ) -> HTMLResponse:
     name = name.strip()
-    if not name or len(name) > 128:
+    try:
+        check_text(name, max_length=128, field="name")
+    except BadInput:
+        name = ""
+    if not name:
         return render(
             request,
             "tokens.html",
@@ -122,7 +131,7 @@ def add_token(
 
 @router.post("/tokens/{token_id}/revoke", dependencies=[CsrfDep])
 def revoke_token(
-    request: Request, session: SessionDep, user: UserDep, token_id: int
+    request: Request, session: SessionDep, user: UserDep, token_id: RowId
 ) -> RedirectResponse:
     token = get_token(session, user, token_id)
     if token is None:

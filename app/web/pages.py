@@ -3,15 +3,13 @@ one-shot notices, and the study a URL names."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from app.db import SessionDep
 from app.models import Study
-from app.studies.service import get_study
-from app.web.security import csrf_token, current_user
+from app.web.security import ViewStudyDep, csrf_token, current_user
 from app.web.templating import templates
 
 SESSION_FLASH = "flash"
@@ -51,14 +49,9 @@ def redirect(url: str) -> RedirectResponse:
     return RedirectResponse(url, status.HTTP_303_SEE_OTHER)
 
 
-def valid_study(slug: str, session: SessionDep) -> Study:
-    study = get_study(session, slug)
-    if study is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"There is no study {slug!r}.")
-    return study
-
-
-StudyDep = Annotated[Study, Depends(valid_study)]
+# The study a URL names, if the researcher may see it (404 otherwise, as if it did not
+# exist). Routes that change a study take ManageStudyDep from app.web.security instead.
+StudyDep = ViewStudyDep
 
 
 def study_url(study: Study, suffix: str = "") -> str:

@@ -1,6 +1,14 @@
 import pytest
 
-from app.auth.service import AuthError, authenticate, create_user, verify_password
+from app.auth.service import (
+    AuthError,
+    authenticate,
+    create_user,
+    end_sessions,
+    set_active,
+    set_password,
+    verify_password,
+)
 
 
 def test_passwords_are_hashed_with_argon2id(session):
@@ -24,3 +32,22 @@ def test_account_rules(session):
     create_user(session, "grace", "a long enough password")
     with pytest.raises(AuthError, match="already exists"):
         create_user(session, "grace", "another long password")
+
+
+def test_session_epochs_move_on_logout_new_passwords_and_deactivation(session):
+    grace = create_user(session, "grace", "a long enough password")
+    admin = create_user(session, "root", "a long enough password", is_admin=True)
+    assert grace.session_epoch == 0
+    assert end_sessions(session, grace) == 1
+    set_password(session, grace, "another long password")
+    assert grace.session_epoch == 2
+    with pytest.raises(AuthError, match="at least"):
+        set_password(session, grace, "short")
+    assert grace.session_epoch == 2  # a refused password ends nothing
+    set_active(session, grace, False, by=admin)
+    assert grace.session_epoch == 3 and not grace.is_active
+    set_active(session, grace, True, by=admin)
+    assert grace.session_epoch == 3  # reactivation does not bring old sessions back
+    with pytest.raises(AuthError, match="your own account"):
+        set_active(session, admin, False, by=admin)
+    assert admin.session_epoch == 0 and admin.is_active

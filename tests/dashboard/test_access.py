@@ -29,7 +29,6 @@ PUBLIC = {
     ("GET", "/api/v1/version"),
     ("GET", "/api/v1/openapi.json"),
     ("GET", "/api/v1/docs"),
-    ("GET", "/docs/oauth2-redirect"),
 }
 # Annotator pages: the signed token or the platform's ids in the URL are the credentials.
 ANNOTATOR_PREFIXES = ("/a/", "/p/", "/mturk/")

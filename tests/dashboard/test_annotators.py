@@ -5,11 +5,11 @@ from __future__ import annotations
 import csv
 import io
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from app.annotation.schemas import WorkStatus
 from app.annotation.service import annotator_for_invite, next_assignment, read_invite_token
-from app.models import Annotator, AuditEvent
+from app.models import Annotator, Assignment, AuditEvent, Channel, Judgment
 from tests.hits.factory import make_study
 
 
@@ -92,3 +92,66 @@ def test_annotator_of_another_study_is_not_found(logged_in, session):
         f"/dashboard/studies/s1/annotators/{theirs.id}/block", data={"csrf_token": logged_in.csrf}
     )
     assert r.status_code == 404
+
+
+def test_revoke_and_reissue_an_invite_link(logged_in, session, settings, client):
+    study = make_study(session, slug="s1", lengths=(10,), per_cell=10)
+    from tests.hits.factory import annotator
+
+    a = annotator(session, study, "lab member")
+    crowd = annotator(session, study, "crowd", channel=Channel.panel, external_id="P1")
+    session.commit()
+    url = "/dashboard/studies/s1/annotators"
+    old = logged_in.get(url).context["links"][a.id]
+    old_path = old.removeprefix(settings.base_url)
+    page = logged_in.get(old_path)  # the annotator works through the link: a judgment is kept
+    assert page.status_code == 200
+    work = page.context["work"].assignment
+    positions = len(page.context["page"].positions)
+    answers = {f"o{p}": "0" for p in range(positions)}
+    done = logged_in.post(
+        f"{old_path}/submit", data={"assignment": work.public_id, **answers}, follow_redirects=False
+    )
+    assert done.status_code == 303
+    judged = _judgments(session, a)
+    assert judged == positions
+
+    r = logged_in.post(f"{url}/{a.id}/revoke", data={"csrf_token": logged_in.csrf})
+    assert "The invite link of lab member no longer works." in r.text
+    assert r.context["links"][a.id] is None and "link revoked" in r.text
+    dead = logged_in.get(old_path)
+    assert dead.status_code == 404 and "This link is no longer valid" in dead.text
+    assert "lab member" not in logged_in.get(f"{url}/links.csv").text
+    session.expire_all()
+    revoked = session.get(Annotator, a.id)
+    assert revoked.invite_nonce is None and revoked.revoked_at is not None
+    assert _judgments(session, a) == judged  # their work is kept
+
+    r = logged_in.post(f"{url}/{a.id}/reissue", data={"csrf_token": logged_in.csrf})
+    assert "has a new invite link" in r.text
+    new = r.context["links"][a.id]
+    assert new != old and new in r.text
+    assert logged_in.get(new.removeprefix(settings.base_url)).status_code == 200
+    assert logged_in.get(old_path).status_code == 404  # the old link stays dead
+    session.expire_all()
+    assert session.get(Annotator, a.id).revoked_at is None
+
+    # A crowd worker has no link to revoke: blocked instead, and nothing changes here.
+    nonce = crowd.invite_nonce
+    r = logged_in.post(f"{url}/{crowd.id}/revoke", data={"csrf_token": logged_in.csrf})
+    assert "crowd worker is blocked instead" in r.text
+    session.expire_all()
+    assert session.get(Annotator, crowd.id).invite_nonce == nonce
+    actions = session.scalars(
+        select(AuditEvent.action).where(AuditEvent.action.like("invite_%")).order_by(AuditEvent.id)
+    ).all()
+    assert actions == ["invite_revoked", "invite_reissued"]
+
+
+def _judgments(session, annotator_row) -> int:
+    session.expire_all()
+    return session.scalar(
+        select(func.count(Judgment.id))
+        .join(Assignment, Assignment.id == Judgment.assignment_id)
+        .where(Assignment.annotator_id == annotator_row.id)
+    )

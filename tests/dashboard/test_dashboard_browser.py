@@ -155,3 +155,44 @@ def test_main_pages(server, page):
     # The plot (a data: SVG) rendered: it has a size.
     assert page.eval_on_selector("#plot", "img => img.naturalWidth") > 100
     assert not page.console_errors
+
+
+def test_sharing_a_study_and_what_a_viewer_sees(server, page):
+    base = server["base"]
+    with server["sm"]() as s, s.begin():
+        create_user(s, "carol", PASSWORD)
+    page.goto(base + "/dashboard")
+    if "/login" in page.url:  # this test also runs alone
+        page.fill("#username", "ada")
+        page.fill("#password", PASSWORD)
+        page.keyboard.press("Enter")
+        page.wait_for_selector("h1:text('Studies')")
+    page.goto(base + "/dashboard/studies/paper")
+    page.fill("#f-member", "carol")
+    page.select_option("#f-role", "view")
+    page.click("#share button")
+    page.wait_for_selector("text=carol may now view this study")
+    assert "carol" in page.inner_text("#members")
+    _shot(page, "study-people")
+
+    carol = page.context.browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    errors: list[str] = []
+    carol.on("pageerror", lambda e: errors.append(str(e)))
+    carol.goto(base + "/dashboard")
+    carol.fill("#username", "carol")
+    carol.fill("#password", PASSWORD)
+    carol.keyboard.press("Enter")
+    carol.wait_for_selector("h1:text('Studies')")
+    links = carol.eval_on_selector_all("table a", "as => as.map(a => a.getAttribute('href'))")
+    assert links == ["/dashboard/studies/paper"]  # not the admin's other study
+    carol.goto(base + "/dashboard/studies/paper")
+    carol.wait_for_selector("#people")
+    assert carol.query_selector("#close-study") is None and carol.query_selector("#share") is None
+    carol.goto(base + "/dashboard/studies/paper/annotators")
+    carol.wait_for_selector("#view-only")
+    assert (
+        carol.query_selector("input.link-box") is None and carol.query_selector("#invite") is None
+    )
+    _shot(carol, "annotators-viewer")
+    carol.context.close()
+    assert not errors and not page.console_errors

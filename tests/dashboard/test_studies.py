@@ -34,6 +34,8 @@ VALID = {
 # (field, bad value, part of the message shown next to that field)
 INVALID = [
     ("slug", "Not a slug!", "lowercase letters"),
+    ("slug", "new", "'new' is reserved"),  # GET /dashboard/studies/new is the form
+    ("slug", "api", "'api' is reserved"),
     ("title", "", "required"),
     ("model.name", "", "required"),
     ("dataset.path", "", "required"),
@@ -133,6 +135,21 @@ def test_a_study_file_creates_a_study_or_says_why_not(logged_in, session):
     assert _count(session, Study) == 0
     ok = upload(STUDY_FILE)
     assert ok.status_code == 303 and ok.headers["location"] == "/dashboard/studies/from-file"
+
+
+def test_a_reserved_slug_is_refused_but_a_stored_one_still_loads(logged_in, session):
+    r = logged_in.post(
+        "/dashboard/studies/upload",
+        data={"csrf_token": logged_in.csrf},
+        files={"study_file": ("s.toml", STUDY_FILE.replace(b'"from-file"', b'"upload"'))},
+    )
+    assert r.status_code == 400 and "'upload' is reserved" in r.context["errors"]["study_file"]
+    assert _count(session, Study) == 0
+    # A study that took a word before it was reserved keeps working.
+    make_study(session, slug="legacy", lengths=(10,), per_cell=5).slug = "dashboard"
+    session.commit()
+    page = logged_in.get("/dashboard/studies/dashboard")
+    assert page.status_code == 200 and page.context["config"]["slug"] == "dashboard"
 
 
 def test_study_page_actions_and_audit_log(logged_in, session):
