@@ -344,6 +344,8 @@ def check_study(engine: Engine, seeded: Seeded, acked: dict[str, int]) -> dict[s
         "lost": lost,
         "stored_not_acked": sum(n for pid, n in submitted.items() if pid not in acked),
         "duplicated": dup_positions + same_hit_twice,
+        "duplicate_positions": dup_positions,  # judgment rows per (assignment, position) > 1
+        "same_hit_twice": same_hit_twice,  # assignments per (HIT, annotator) > 1
         "judgments_without_submit": orphan,
         "incomplete_submissions": incomplete,
         "hits_over_replicas": over_replicas,

@@ -115,12 +115,19 @@ class Submission:
     late: bool
     repeated: bool  # the same assignment was already submitted: nothing was written
     too_fast: int  # judgments flagged as faster than the study's minimum
+    # A repeat whose answers differ from the stored ones (a second tab, a re-click after a
+    # change): the stored answers by position, to show what was kept. Empty otherwise.
+    kept: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class InviteRef:
-    """What a signed link names: an annotator, and the panel session if any."""
+    """What a signed link names: an annotator's link nonce, and the panel session if any.
 
-    annotator_id: int
+    `annotator_id` is set only by links of the first format, which also carried the
+    annotator's (sequential) id; it must then match the annotator the nonce names.
+    """
+
     nonce: str
     session_id: str | None = None
+    annotator_id: int | None = None

@@ -21,7 +21,12 @@ never waits for a HIT lock, so no deadlock can form.
 
 from __future__ import annotations
 
+import base64
+import functools
+import hashlib
 import hmac
+import math
+import re
 import secrets
 import threading
 import time
@@ -29,9 +34,10 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
-from itsdangerous import BadSignature, URLSafeSerializer
+from itsdangerous import BadData, URLSafeSerializer
+from itsdangerous.encoding import base64_decode, base64_encode
 from sqlalchemy import (
     Boolean,
     and_,
@@ -96,11 +102,14 @@ class AnnotationError(Exception):
 
     status_code = 400
 
-    def __init__(self, message: str, status_code: int | None = None) -> None:
+    def __init__(
+        self, message: str, status_code: int | None = None, *, retry_after: int | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         if status_code is not None:
             self.status_code = status_code
+        self.retry_after = retry_after  # seconds, sent as Retry-After (429, 503)
 
 
 class InvalidAnswers(AnnotationError):
@@ -114,34 +123,72 @@ class InvalidAnswers(AnnotationError):
 # -- links and identities ---------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=8)
 def _serializer(secret_key: str) -> URLSafeSerializer:
     return URLSafeSerializer(secret_key, salt=INVITE_SALT)
 
 
+def _canonical(part: str) -> bool:
+    """Is `part` the one base64 spelling of its bytes? (Its last character may carry unused
+    bits: `...Kw` and `...Kx` decode alike; a decoder also skips stray characters.)"""
+    try:
+        return base64_encode(base64_decode(part)) == part.encode()
+    except BadData:
+        return False
+
+
+_INVALID_LINK = "This link is not valid. Please use the link you were given."
+# An itsdangerous token: URL-safe base64 of the payload (after a dot when zlib made it
+# shorter), a dot, the signature. Anything else (control characters, other alphabets,
+# over-long text) is refused before decoding.
+_TOKEN = re.compile(r"\.?[A-Za-z0-9_-]{1,2000}\.[A-Za-z0-9_-]{20,100}")
+# Platform ids (MTurk workerId / assignmentId / hitId: 12-30 uppercase letters and digits;
+# Prolific PID / STUDY_ID / SESSION_ID: 24 hex digits) fit this with room for other panels.
+PLATFORM_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_SLUG = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+
+
 def invite_token(secret_key: str, annotator: Annotator, session_id: str | None = None) -> str:
-    """The signed token of `annotator`'s link; rotating `invite_nonce` revokes it."""
-    payload: list[object] = [annotator.id, annotator.invite_nonce]
+    """The signed token of `annotator`'s link: the link nonce (and the panel session) only.
+
+    Rotating or clearing `invite_nonce` revokes it. No annotator id travels in it.
+    """
+    if annotator.invite_nonce is None:
+        raise AnnotationError("This annotator's link was revoked.", 409)
+    payload: list[object] = [annotator.invite_nonce]
     if session_id:
         payload.append(session_id)
     return _serializer(secret_key).dumps(payload)
 
 
 def read_invite_token(secret_key: str, token: str) -> InviteRef:
-    """Check the signature only (no database): a tampered token is refused here."""
+    """Check the signature only (no database): a tampered token is refused here.
+
+    Only the canonical encoding of a payload is accepted (base64 has several spellings of
+    the same bytes): one link, one spelling. Links of the first format, signed
+    `[annotator id, nonce, session?]`, still open (their nonce is checked the same way).
+    """
+    if len(token) > 2102 or not _TOKEN.fullmatch(token):
+        raise AnnotationError(_INVALID_LINK, 404)
     try:
         payload = _serializer(secret_key).loads(token)
-    except BadSignature:
-        raise AnnotationError(
-            "This link is not valid. Please use the link you were given.", 404
-        ) from None
-    if (
-        not isinstance(payload, list)
-        or len(payload) not in (2, 3)
-        or not isinstance(payload[0], int)
-        or not isinstance(payload[1], str)
-    ):
-        raise AnnotationError("This link is not valid. Please use the link you were given.", 404)
-    return InviteRef(payload[0], payload[1], payload[2] if len(payload) == 3 else None)
+    except BadData:
+        raise AnnotationError(_INVALID_LINK, 404) from None
+    body, _, signature = token.rpartition(".")
+    canonical = _canonical(body.removeprefix(".")) and _canonical(signature)
+    if not isinstance(payload, list) or not canonical:
+        raise AnnotationError(_INVALID_LINK, 404)
+    legacy_id = None
+    if payload and type(payload[0]) is int:  # the first format
+        legacy_id, payload = payload[0], payload[1:]
+    if not 1 <= len(payload) <= 2 or not all(isinstance(p, str) and p for p in payload):
+        raise AnnotationError(_INVALID_LINK, 404)
+    session_id = payload[1] if len(payload) == 2 else None
+    if session_id is not None and not PLATFORM_ID.fullmatch(session_id):
+        # Signed before panel ids were checked (e.g. a SESSION_ID longer than its column,
+        # which made every load fail): the link still opens, without the session id.
+        session_id = None
+    return InviteRef(payload[0], session_id, legacy_id)
 
 
 def create_local_annotators(
@@ -178,18 +225,30 @@ _TIME = UTCDateTime()
 _ANNOTATOR_COLS = tuple(_annotators.c[name] for name in ANNOTATOR_COLUMNS)
 _STUDY_COLS = tuple(_studies.c[name] for name in STUDY_COLUMNS)
 _N_ANNOTATOR = len(_ANNOTATOR_COLS)
-_LOCK = (
-    update(_annotators)
-    .where(_annotators.c.id == bindparam("annotator_id"))
-    .values(last_seen_at=bindparam("now", type_=_TIME))
-    .returning(*_ANNOTATOR_COLS)
-)
-# PostgreSQL also returns the study's row (UPDATE ... FROM): one statement for both.
-_LOCK_WITH_STUDY = (
-    update(_annotators)
-    .where(_annotators.c.id == bindparam("annotator_id"), _annotators.c.study_id == _studies.c.id)
-    .values(last_seen_at=bindparam("now", type_=_TIME))
-    .returning(*_ANNOTATOR_COLS, *(c.label(f"study_{c.name}") for c in _STUDY_COLS))
+
+
+def _lock_statements(key):
+    """UPDATE the annotator row matching `key` (returning it): one plain, one that also
+    returns the study's row (PostgreSQL: UPDATE ... FROM, one statement for both)."""
+    plain = (
+        update(_annotators)
+        .where(key)
+        .values(last_seen_at=bindparam("now", type_=_TIME))
+        .returning(*_ANNOTATOR_COLS)
+    )
+    with_study = (
+        update(_annotators)
+        .where(key, _annotators.c.study_id == _studies.c.id)
+        .values(last_seen_at=bindparam("now", type_=_TIME))
+        .returning(*_ANNOTATOR_COLS, *(c.label(f"study_{c.name}") for c in _STUDY_COLS))
+    )
+    return plain, with_study
+
+
+_LOCK, _LOCK_WITH_STUDY = _lock_statements(_annotators.c.id == bindparam("key"))
+# Invite links name the annotator by their link nonce (unique), not by id.
+_LOCK_NONCE, _LOCK_NONCE_WITH_STUDY = _lock_statements(
+    _annotators.c.invite_nonce == bindparam("key")
 )
 _STUDY = select(*_STUDY_COLS).where(_studies.c.id == bindparam("study_id"))
 
@@ -200,19 +259,24 @@ def study_ref(session: Session, study_id: int) -> StudyRef:
     return StudyRef(*row)
 
 
-def _lock_annotator(session: Session, annotator_id: int, now: datetime) -> AnnotatorRef | None:
-    """Lock the annotator's row; their study's settings are read alongside.
+def _lock_annotator(
+    session: Session, key: int | str, now: datetime, *, by_nonce: bool = False
+) -> AnnotatorRef | None:
+    """Lock the annotator's row (by id, or by link nonce); their study's settings are
+    read alongside.
 
     SQLite cannot return columns of an UPDATE's FROM table, so it reads the study next.
     """
     begin_write(session)
     session.flush()  # the Core statements below do not autoflush pending ORM changes
+    params = {"key": key, "now": now}
     if session.get_bind().dialect.name == "postgresql":
-        row = session.execute(_LOCK_WITH_STUDY, {"annotator_id": annotator_id, "now": now}).first()
+        stmt = _LOCK_NONCE_WITH_STUDY if by_nonce else _LOCK_WITH_STUDY
+        row = session.execute(stmt, params).first()
         if row is None:
             return None
         return AnnotatorRef(*row[:_N_ANNOTATOR], study=StudyRef(*row[_N_ANNOTATOR:]))
-    row = session.execute(_LOCK, {"annotator_id": annotator_id, "now": now}).first()
+    row = session.execute(_LOCK_NONCE if by_nonce else _LOCK, params).first()
     if row is None:
         return None
     return AnnotatorRef(*row, study=study_ref(session, row.study_id))
@@ -222,24 +286,96 @@ def annotator_for_invite(
     session: Session, ref: InviteRef, now: datetime | None = None
 ) -> AnnotatorRef:
     """The annotator a signed link names, locked for this transaction (404 if revoked)."""
-    annotator = _lock_annotator(session, ref.annotator_id, now or utcnow())
+    annotator = _lock_annotator(session, ref.nonce, now or utcnow(), by_nonce=True)
     if (
         annotator is None
         or annotator.invite_nonce is None
         or not hmac.compare_digest(annotator.invite_nonce, ref.nonce)
+        or (ref.annotator_id is not None and ref.annotator_id != annotator.id)
     ):
         raise AnnotationError("This link is no longer valid. Please ask for a new one.", 404)
     return annotator
 
 
+@dataclass(frozen=True, slots=True)
+class Enrolment:
+    """Where a new crowd identity comes from, and the limits on making them."""
+
+    address_key: str | None  # `address_key` of the client's address
+    per_address_per_hour: int = 20  # new identities per address per study per hour; 0: off
+    per_study_per_minute: int = 300  # new crowd identities per study per minute; 0: off
+
+
+def address_key(secret_key: str, address: str | None) -> str | None:
+    """A keyed hash of a client address (64 hex digits): the address itself is never kept."""
+    if not address:
+        return None
+    digest = hmac.new(secret_key.encode(), b"ebc-enrol\0" + address.encode(), hashlib.sha256)
+    return digest.hexdigest()
+
+
+def platform_id(value: str | None, what: str = "worker id", *, required: bool = True) -> str | None:
+    """A platform's id as sent, if it is one (letters, digits, - and _, at most 64)."""
+    if not value:
+        if required:
+            raise AnnotationError(f"The platform did not send a {what}.", 400)
+        return None
+    if not PLATFORM_ID.fullmatch(value):
+        raise AnnotationError(f"The platform sent a {what} that is not valid.", 400)
+    return value
+
+
+_annotators_since = (
+    select(func.count(), func.min(_annotators.c.created_at))
+    .where(_annotators.c.study_id == bindparam("study_id"))
+    .where(_annotators.c.created_at > bindparam("since", type_=_TIME))
+)
+_RECENT_CROWD = _annotators_since.where(_annotators.c.channel != Channel.local)
+_RECENT_FROM = _annotators_since.where(_annotators.c.enrolled_from == bindparam("key"))
+
+
+def _check_enrolment(session: Session, study: Study, enrolment: Enrolment, now: datetime) -> None:
+    """Refuse a new identity (429) past the study's limits. Soft limits: two first requests
+    at the same instant may both pass, which is harmless at these rates."""
+    if enrolment.per_study_per_minute > 0:
+        n, _ = session.execute(
+            _RECENT_CROWD, {"study_id": study.id, "since": now - timedelta(minutes=1)}
+        ).one()
+        if n >= enrolment.per_study_per_minute:
+            raise AnnotationError(
+                "Many people are joining this study right now. Please try again in a minute.",
+                429,
+                retry_after=60,
+            )
+    if enrolment.address_key and enrolment.per_address_per_hour > 0:
+        params = {"study_id": study.id, "since": now - timedelta(hours=1)}
+        n, oldest = session.execute(_RECENT_FROM, {**params, "key": enrolment.address_key}).one()
+        if n >= enrolment.per_address_per_hour:
+            wait = 3600 - (now - oldest).total_seconds() if oldest is not None else 3600
+            raise AnnotationError(
+                "Too many new participants have joined this study from your network "
+                "in the last hour. Please try again later.",
+                429,
+                retry_after=max(1, math.ceil(wait)),
+            )
+
+
 def crowd_annotator(
-    session: Session, study: Study, channel: Channel, external_id: str, now: datetime | None = None
+    session: Session,
+    study: Study,
+    channel: Channel,
+    external_id: str,
+    now: datetime | None = None,
+    *,
+    enrolment: Enrolment | None = None,
 ) -> AnnotatorRef:
-    """The study's annotator for a platform id (MTurk workerId, panel participant), made once."""
+    """The study's annotator for a platform id (MTurk workerId, panel participant), made once.
+
+    A new identity is made only within `enrolment`'s limits (429 past them), and records
+    the keyed hash of the address it came from.
+    """
     now = now or utcnow()
-    external_id = external_id.strip()
-    if not external_id or len(external_id) > 255:
-        raise AnnotationError("The platform did not send a valid worker id.", 400)
+    external_id = platform_id(external_id)
     begin_write(session)
     query = select(Annotator.id).where(
         Annotator.study_id == study.id,
@@ -248,6 +384,8 @@ def crowd_annotator(
     )
     annotator_id = session.scalar(query)
     if annotator_id is None:
+        if enrolment is not None:
+            _check_enrolment(session, study, enrolment, now)
         try:
             with session.begin_nested():
                 new = Annotator(
@@ -255,6 +393,8 @@ def crowd_annotator(
                     channel=channel,
                     external_id=external_id,
                     invite_nonce=secrets.token_urlsafe(16),
+                    enrolled_from=enrolment.address_key if enrolment else None,
+                    created_at=now,
                 )
                 session.add(new)
             annotator_id = new.id
@@ -273,20 +413,121 @@ def crowd_annotator(
 
 
 def study_by_slug(session: Session, slug: str) -> Study:
+    if not _SLUG.fullmatch(slug):  # never sent to the database (NUL bytes, over-long text)
+        raise AnnotationError("There is no such study.", 404)
     study = session.scalar(select(Study).where(Study.slug == slug))
     if study is None:
         raise AnnotationError("There is no such study.", 404)
     return study
 
 
-def check_submit_to(study: Study, submit_to: str) -> str:
+def channel_settings(study: Study | StudyRef, channel: Channel) -> dict:
+    """The study's settings of a crowd channel, if the study takes people through it.
+
+    Channels are opt-in: a study that does not enable one answers as if it did not exist
+    (no oracle for which studies exist), so anyone who knows a slug cannot enrol.
+    """
+    settings = (study.channels or {}).get(channel.value) or {}
+    if not settings.get("enabled"):
+        raise AnnotationError("There is no such study.", 404)
+    return settings
+
+
+def panel_entry_key(secret_key: str, slug: str) -> str:
+    """The study's panel entry key: proves a panel URL came from the researcher's dashboard.
+
+    Derived from the secret key (HMAC of the slug), so it needs no storage and changes
+    with the secret key.
+    """
+    mac = hmac.new(secret_key.encode(), b"ebc-panel-entry\0" + slug.encode(), hashlib.sha256)
+    return base64.urlsafe_b64encode(mac.digest()[:16]).rstrip(b"=").decode()
+
+
+PANEL_KEY_PARAM = "key"
+
+
+def panel_entry_url(base_url: str, secret_key: str, study: Study) -> str:
+    """The URL to paste into the panel (Prolific's placeholders for its ids)."""
+    panel = (study.channels or {}).get("panel") or {}
+    names = [
+        panel.get("participant_param") or "PROLIFIC_PID",
+        panel.get("study_param") or "STUDY_ID",
+        panel.get("session_param") or "SESSION_ID",
+    ]
+    ids = "&".join(f"{quote(n)}={{{{%{quote(n)}%}}}}" for n in names)
+    key = panel_entry_key(secret_key, study.slug)
+    return f"{base_url.rstrip('/')}/p/{study.slug}?{PANEL_KEY_PARAM}={key}&{ids}"
+
+
+def crowd_entry_urls(base_url: str, secret_key: str, study: Study) -> dict[str, str | None]:
+    """The URLs to give each enabled crowd channel (None: the channel is off)."""
+    channels = study.channels or {}
+    panel = (channels.get("panel") or {}).get("enabled")
+    mturk = (channels.get("mturk") or {}).get("enabled")
+    return {
+        "panel": panel_entry_url(base_url, secret_key, study) if panel else None,
+        "mturk": f"{base_url.rstrip('/')}/mturk/{study.slug}" if mturk else None,
+    }
+
+
+def check_panel_key(secret_key: str, slug: str, params: Mapping[str, str]) -> None:
+    """403 unless the entry carries the study's panel entry key (checked before any lookup)."""
+    presented = (params.get(PANEL_KEY_PARAM) or "").encode()
+    if not hmac.compare_digest(presented, panel_entry_key(secret_key, slug).encode()):
+        raise AnnotationError(
+            "This link did not come from the study's panel. Please open the study again "
+            "from the panel's website.",
+            403,
+        )
+
+
+def check_panel_entry(study: Study, params: Mapping[str, str]) -> tuple[str, str | None]:
+    """A panel entry's (participant id, session id), once its key was checked
+    (`check_panel_key`): 404 if the study takes nobody through a panel, 403 for another
+    panel study's id, 400 for ids that are not platform ids."""
+    panel = channel_settings(study, Channel.panel)
+    expected = panel.get("study_id")
+    study_param = panel.get("study_param") or "STUDY_ID"
+    if expected and params.get(study_param) != expected:
+        raise AnnotationError(
+            "This link belongs to another study on the panel. Please open the study again "
+            "from the panel's website.",
+            403,
+        )
+    participant = platform_id(
+        params.get(panel.get("participant_param") or "PROLIFIC_PID"), "participant id"
+    )
+    session_id = platform_id(
+        params.get(panel.get("session_param") or "SESSION_ID"), "session id", required=False
+    )
+    return participant, session_id
+
+
+def check_submit_to(study: Study | StudyRef, submit_to: str) -> str:
     """`turkSubmitTo` must be an MTurk site (or one the study lists, for a sandbox stand-in)."""
     extra = (study.channels.get("mturk") or {}).get("submit_origins") or []
-    parts = urlsplit(submit_to)
+    refused = AnnotationError("This page was opened with an unknown turkSubmitTo.", 400)
+    if len(submit_to) > 1024 or not submit_to.isascii() or not submit_to.isprintable():
+        raise refused
+    try:
+        parts = urlsplit(submit_to)
+    except ValueError:  # e.g. an unbalanced "[" in the host
+        raise refused from None
     origin = f"{parts.scheme}://{parts.netloc}"
     if origin not in (*MTURK_SUBMIT_ORIGINS, *extra) or parts.query or parts.fragment:
-        raise AnnotationError("This page was opened with an unknown turkSubmitTo.", 400)
+        raise refused
     return origin
+
+
+def safe_redirect(url: str | None) -> str | None:
+    """A panel's return URL if it is an http(s) URL (never `javascript:` or `data:`)."""
+    if not url or len(url) > 2048 or not url.isascii() or not url.isprintable():
+        return None
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
+    return url if parts.scheme in ("http", "https") and parts.netloc else None
 
 
 # -- work -------------------------------------------------------------------------------
@@ -475,6 +716,8 @@ def next_assignment(
             "external_hit_id": external_hit_id,
             "external_session_id": external_session_id,
             "submit_to": submit_to,
+            # MTurk work counts once the assignment is confirmed through the MTurk API.
+            "unverified": annotator.channel is Channel.mturk,
         },
     ).scalar_one()
     work.status, work.assignment = WorkStatus.assigned, lease
@@ -702,8 +945,10 @@ def expire_leases(session: Session, study: Study, now: datetime | None = None) -
 def _own_assignment(
     session: Session, annotator: Annotator | AnnotatorRef, public_id: str, *, lock: bool = False
 ) -> Lease:
-    session.flush()  # Core statements do not autoflush pending ORM changes
-    row = session.execute(_OWN_LOCKED if lock else _OWN, {"public_id": public_id}).first()
+    row = None
+    if PLATFORM_ID.fullmatch(public_id or ""):  # a public id is token_urlsafe(24)
+        session.flush()  # Core statements do not autoflush pending ORM changes
+        row = session.execute(_OWN_LOCKED if lock else _OWN, {"public_id": public_id}).first()
     # Someone else's assignment gets the same answer as a made-up one: no oracle.
     if row is None or row.annotator_id != annotator.id:
         raise AnnotationError("This HIT is not one of yours. Reload the page to continue.", 404)
@@ -842,27 +1087,47 @@ def hit_page(
     )
 
 
+def kept_page(session: Session, result: Submission) -> HitPage:
+    """A submitted HIT with the answers that were kept (after a repeat that differed)."""
+    lease = result.assignment
+    return HitPage(
+        public_id=lease.public_id,
+        positions=list(hit_content(session, lease.hit_id).positions),
+        task="",
+        expires_at_iso=lease.expires_at.isoformat(timespec="seconds"),
+        answers=dict(result.kept),
+    )
+
+
 # -- submissions ------------------------------------------------------------------------
 
 
 def answers_from_form(form: Mapping[str, str]) -> tuple[dict[int, int], dict[int, int]]:
-    """`o{pos}` -> chosen screen slot, `ms{pos}` -> client milliseconds. Junk is refused."""
+    """`o{pos}` -> chosen screen slot, `ms{pos}` -> client milliseconds. Junk is refused.
+
+    Numbers are plain ASCII digits (`str.isdigit` alone also takes `²` and other
+    scripts' digits, and `int()` takes those, underscores and spaces; `inf` is no number
+    here). Client times may be negative (clipped to 0 when stored). Checked inline: this
+    runs for every field of every submission.
+    """
     answers: dict[int, int] = {}
     times: dict[int, int] = {}
     for name, value in form.items():
-        if name.startswith("o"):
-            target, rest = answers, name[1:]
-        elif name.startswith("ms"):
-            target, rest = times, name[2:]
-        else:
-            continue
-        if rest.isdigit() and len(rest) <= 3:
-            if value == "" and target is times:
+        if name[:1] == "o":
+            rest = name[1:]
+            if not (0 < len(rest) <= 3 and rest.isascii() and rest.isdigit()):
                 continue
-            try:
-                target[int(rest)] = int(value)
-            except ValueError:
-                raise AnnotationError(f"The answer field {name} is not valid.", 400) from None
+            if not (0 < len(value) <= 2 and value.isascii() and value.isdigit()):
+                raise AnnotationError(f"The answer field {name} is not valid.", 400)
+            answers[int(rest)] = int(value)
+        elif name[:2] == "ms":
+            rest = name[2:]
+            if value == "" or not (0 < len(rest) <= 3 and rest.isascii() and rest.isdigit()):
+                continue
+            number = value[1:] if value[:1] == "-" else value
+            if not (0 < len(number) <= 12 and number.isascii() and number.isdigit()):
+                raise AnnotationError(f"The answer field {name} is not valid.", 400)
+            times[int(rest)] = int(value)
     return answers, times
 
 
@@ -875,6 +1140,9 @@ _SUBMITTED = (
         status=AssignmentStatus.submitted,
         submitted_at=bindparam("now", type_=_TIME),
         late=bindparam("late"),
+        over_cap=bindparam("over_cap"),
+        extra_replica=bindparam("extra_replica"),
+        after_block=bindparam("after_block"),
     )
 )
 # PostgreSQL stores a submission in one statement of fixed text: the judgments (one array
@@ -895,7 +1163,9 @@ _PG_STORE_SUBMISSION = text(
                     CAST(:client_ms AS integer[]), CAST(:too_fast AS boolean[]))
              AS u(position, item_id, option, chosen_rank, chosen_word, d, client_ms, too_fast)
     ), submitted AS (
-        UPDATE assignments SET status = :status, submitted_at = :now, late = :late
+        UPDATE assignments SET status = :status, submitted_at = :now, late = :late,
+                               over_cap = :over_cap, extra_replica = :extra_replica,
+                               after_block = :after_block
         WHERE id = :assignment_id
     )
     UPDATE hits
@@ -909,6 +1179,7 @@ _PG_STORE_SUBMISSION = text(
     bindparam("now", type_=_TIME),
     bindparam("status", type_=_assignments.c.status.type),
     bindparam("was_leased", type_=Boolean()),
+    *(bindparam(flag, type_=Boolean()) for flag in ("over_cap", "extra_replica", "after_block")),
 )
 _JUDGMENT_COLUMNS = (
     "position",
@@ -922,6 +1193,18 @@ _JUDGMENT_COLUMNS = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class _Flags:
+    """Why a kept submission may not count (assignments' flags; see the results' rules)."""
+
+    over_cap: bool = False  # past the annotator's cap (a late answer after others)
+    extra_replica: bool = False  # past the HIT's replicas (a late answer after a re-let)
+    after_block: bool = False  # sent after the annotator was blocked
+
+
+_NO_FLAGS = _Flags()
+
+
 def _store_submission(
     session: Session,
     assignment: Lease,
@@ -930,8 +1213,15 @@ def _store_submission(
     late: bool,
     now: datetime,
     rows: list[tuple],
+    flags: _Flags = _NO_FLAGS,
 ) -> None:
-    """Write a HIT's judgments (`rows` hold `_JUDGMENT_COLUMNS`), its status and counters."""
+    """Write a HIT's judgments (`rows` hold `_JUDGMENT_COLUMNS`), its status, flags and
+    counters."""
+    flag_params = {
+        "over_cap": flags.over_cap,
+        "extra_replica": flags.extra_replica,
+        "after_block": flags.after_block,
+    }
     if session.get_bind().dialect.name == "postgresql":
         columns = [list(column) for column in zip(*rows, strict=True)]
         params: dict[str, object] = dict(zip(_JUDGMENT_COLUMNS, columns, strict=True))
@@ -942,6 +1232,7 @@ def _store_submission(
             was_leased=was_leased,
             late=late,
             now=now,
+            **flag_params,
         )
         session.execute(_PG_STORE_SUBMISSION, params)
         return
@@ -950,8 +1241,54 @@ def _store_submission(
         _INSERT_JUDGMENTS,
         [{**common, **dict(zip(_JUDGMENT_COLUMNS, row, strict=True))} for row in rows],
     )
-    session.execute(_SUBMITTED, {"assignment_id": assignment.id, "now": now, "late": late})
+    session.execute(
+        _SUBMITTED, {"assignment_id": assignment.id, "now": now, "late": late, **flag_params}
+    )
     _leave_slot(session, assignment.hit_id, was_leased=was_leased, submitted=True)
+
+
+_STORED_ANSWERS = select(_judgments.c.position, _judgments.c.option).where(
+    _judgments.c.assignment_id == bindparam("assignment_id")
+)
+_LOCK_HIT = select(_hits.c.replicas).where(_hits.c.id == bindparam("hit_id")).with_for_update()
+_a = _assignments.c
+_held = or_(
+    _a.status == AssignmentStatus.submitted,
+    and_(_a.status == AssignmentStatus.leased, _a.expires_at > bindparam("now", type_=_TIME)),
+)
+# What a late submission competes with, besides itself: the annotator's work held (for the
+# cap) and the HIT's replica slots held by others (submitted, or leased and unexpired).
+_LATE_COUNTS = select(
+    select(func.count())
+    .where(_a.annotator_id == bindparam("annotator_id"), _a.id != bindparam("self"), _held)
+    .scalar_subquery(),
+    select(func.count())
+    .where(_a.hit_id == bindparam("hit_id"), _a.id != bindparam("self"), _held)
+    .scalar_subquery(),
+)
+
+
+def _late_flags(
+    session: Session, annotator: Annotator | AnnotatorRef, assignment: Lease, cap: int, now
+) -> tuple[bool, bool]:
+    """(over_cap, extra_replica) of a late submission, counted under the HIT's row lock.
+
+    Only late ones need this: an unexpired lease holds one of the annotator's cap and
+    one of the HIT's replica slots, counted when it was leased. A lapsed lease's slot
+    may have gone to someone else, and the annotator may have taken other work since:
+    kept, but flagged when the others already fill the cap or the replicas.
+    """
+    replicas = session.execute(_LOCK_HIT, {"hit_id": assignment.hit_id}).scalar_one()
+    mine, theirs = session.execute(
+        _LATE_COUNTS,
+        {
+            "annotator_id": annotator.id,
+            "hit_id": assignment.hit_id,
+            "self": assignment.id,
+            "now": now,
+        },
+    ).one()
+    return mine >= cap, theirs >= replicas
 
 
 def submit(
@@ -965,15 +1302,26 @@ def submit(
     """Store one judgment per position; d comes from the stored screen order.
 
     Repeating a submitted assignment writes nothing and returns the stored
-    result. A submission after the lease ran out (or after a return) is
-    stored and flagged late. Call with the annotator locked.
+    result (with the stored answers when the repeat's differ). A submission after the
+    lease ran out is stored and flagged late (and `over_cap` / `extra_replica` when
+    others took the annotator's cap or the HIT's replicas meanwhile); one from a blocked
+    annotator is stored and flagged `after_block`. A HIT the annotator gave back cannot
+    be submitted (409). Call with the annotator locked.
     """
     now = now or utcnow()
     client_ms = client_ms or {}
     # The assignment, locked: a concurrent duplicate waits here, then sees it submitted.
     assignment = _own_assignment(session, annotator, public_id, lock=True)
     if assignment.status is AssignmentStatus.submitted:
-        return Submission(assignment, assignment.late, repeated=True, too_fast=0)
+        stored = dict(session.execute(_STORED_ANSWERS, {"assignment_id": assignment.id}).all())
+        kept = stored if stored != dict(answers) else {}
+        return Submission(assignment, assignment.late, repeated=True, too_fast=0, kept=kept)
+    if assignment.status is AssignmentStatus.returned:
+        raise AnnotationError(
+            "You gave this HIT back (\u201cSkip this HIT\u201d), so its answers can no longer "
+            "be sent. Nothing was saved; reload the page for your next HIT.",
+            409,
+        )
     study = _study_for(session, annotator)
     slots = hit_content(session, assignment.hit_id).slots
     if not slots:  # never built that way; refused rather than stored empty
@@ -991,6 +1339,14 @@ def submit(
 
     was_leased = assignment.status is AssignmentStatus.leased
     late = not was_leased or now > assignment.expires_at
+    flags = _NO_FLAGS
+    if late or annotator.blocked:
+        over_cap = extra = False
+        if late:
+            over_cap, extra = _late_flags(
+                session, annotator, assignment, annotator_cap(annotator, study), now
+            )
+        flags = _Flags(over_cap, extra, bool(annotator.blocked))
     # No client time (no JavaScript): the server's time since the page was
     # served, spread over the items, is the best evidence of haste.
     served = assignment.page_served_at or assignment.leased_at
@@ -1010,7 +1366,9 @@ def submit(
             word = slot.words[int(rank)]
             d = 0.0 if rank == 0 else 1.0
             rows.append((position, slot.item_id, option, int(rank), word, d, ms, fast))
-    _store_submission(session, assignment, was_leased=was_leased, late=late, now=now, rows=rows)
+    _store_submission(
+        session, assignment, was_leased=was_leased, late=late, now=now, rows=rows, flags=flags
+    )
     assignment.status = AssignmentStatus.submitted
     assignment.submitted_at = now
     assignment.late = late

@@ -23,7 +23,9 @@ class Annotator(Base):
     __table_args__ = (
         UniqueConstraint("study_id", "channel", "external_id"),
         # Invite tokens carry the nonce only (no sequential id): the link is looked up by it.
-        UniqueConstraint("invite_nonce"),
+        # A unique index, not a constraint: SQLite adds an index in place, while adding a
+        # constraint recreates the table (see revision 0004).
+        Index("ix_annotators_invite_nonce", "invite_nonce", unique=True),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)

@@ -8,7 +8,8 @@ without the token it carries.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 from urllib.parse import parse_qsl, quote
@@ -17,36 +18,87 @@ from anyio import to_thread
 from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from markupsafe import Markup
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
+from starlette.formparsers import MultiPartException, MultiPartParser
 
-from app.annotation.schemas import AnnotatorRef, HitPage, StudyRef, Work, WorkStatus
+from app.annotation.schemas import AnnotatorRef, HitPage, InviteRef, StudyRef, Work, WorkStatus
 from app.annotation.service import (
     MTURK_FRAME_ANCESTORS,
     PREVIEW_ASSIGNMENT,
     AnnotationError,
+    Enrolment,
     InvalidAnswers,
+    address_key,
     annotator_for_invite,
     answers_from_form,
+    channel_settings,
+    check_panel_entry,
+    check_panel_key,
     check_submit_to,
     crowd_annotator,
     hit_page,
     invite_token,
+    kept_page,
     next_assignment,
+    platform_id,
     read_invite_token,
     return_assignment,
+    safe_redirect,
     study_by_slug,
     submit,
 )
 from app.models import Channel, Study
 from app.web.templating import templates
 
+log = logging.getLogger(__name__)
+
 router = APIRouter(include_in_schema=False)
 
 T = TypeVar("T")
 
 
-async def _transaction(request: Request, work: Callable[..., T], *args) -> T:
+RETRY_AFTER = 5  # seconds, with a 503 while the database cannot be reached
+
+
+class Unavailable(AnnotationError):
+    """The database could not be reached: nothing of this request was stored (or, if the
+    connection broke during the commit, it may have been, and a resend stores nothing twice).
+
+    `resend` holds the posted form, so the page can offer to send the same answers again.
+    """
+
+    def __init__(self, message: str, resend: dict[str, str] | None = None) -> None:
+        super().__init__(message, 503, retry_after=RETRY_AFTER)
+        self.resend = resend
+
+
+def _database_down(exc: BaseException) -> bool:
+    """A connection that failed, broke or timed out (not a bad statement of ours)."""
+    if isinstance(exc, OperationalError | InterfaceError | PoolTimeout):
+        return True
+    return isinstance(exc, DBAPIError) and exc.connection_invalidated
+
+
+UNSAVED = (
+    "Your answers were not saved \u2014 press Send again. (The service could not reach its "
+    "database for a moment; sending again never stores anything twice.)"
+)
+
+
+async def _transaction(
+    request: Request,
+    work: Callable[..., T],
+    *args,
+    resend: dict[str, str] | None = None,
+    unsaved: str = UNSAVED,
+) -> T:
     """Run `work(session, *args)` in one transaction on a worker thread (see _in_transaction).
+
+    When the database cannot be reached (down, cut, pool exhausted, timed out) the
+    annotator gets a 503 page that says so, with the posted form (`resend`) ready to send
+    again, instead of a bare 500 that leaves them guessing whether their answers were saved.
 
     The database is used off the event loop: on the loop, a wait for a pooled connection
     (or a row lock) would stall every request of this process, and the connection it waits
@@ -57,7 +109,18 @@ async def _transaction(request: Request, work: Callable[..., T], *args) -> T:
     close overflow connections past the pool (a new PostgreSQL backend each time).
     """
     limiter = getattr(request.app.state, "db_limiter", None)
-    return await to_thread.run_sync(_in_transaction, request, work, *args, limiter=limiter)
+    try:
+        return await to_thread.run_sync(_in_transaction, request, work, *args, limiter=limiter)
+    except (DBAPIError, PoolTimeout) as exc:
+        if not _database_down(exc):
+            raise
+        log.warning("annotator request without a database: %s", type(exc).__name__)
+        if resend is None:
+            raise Unavailable(
+                "The service cannot reach its database right now. Please reload this page "
+                "in a few seconds."
+            ) from None
+        raise Unavailable(unsaved, resend) from None
 
 
 def _in_transaction(request: Request, work: Callable[..., T], *args) -> T:
@@ -118,7 +181,11 @@ def _panel_finish(study: StudyRef, annotator: AnnotatorRef) -> dict[str, str | N
     if annotator.channel is not Channel.panel:
         return None
     panel = study.channels.get("panel") or {}
-    return {"code": panel.get("completion_code"), "redirect": panel.get("redirect_url")}
+    # Checked again where it is emitted: only http(s) (a stored `javascript:` never runs).
+    return {
+        "code": panel.get("completion_code"),
+        "redirect": safe_redirect(panel.get("redirect_url")),
+    }
 
 
 def _render(
@@ -180,10 +247,14 @@ _NOTICES = {
     "late": "Your time for that HIT had run out, but your answers were saved.",
     "returned": "The HIT was returned.",
 }
+KEPT = (
+    "These answers had already been sent (from another tab, or by an earlier click). "
+    "The answers sent first were kept; the later, different ones were not saved."
+)
 
 
-def _invite(request: Request, session, token: str):
-    ref = read_invite_token(request.app.state.settings.secret_key, token)
+def _invite(request: Request, session, token: str, ref: InviteRef | None = None):
+    ref = ref or read_invite_token(request.app.state.settings.secret_key, token)
     annotator = annotator_for_invite(session, ref)
     ch = Channelled(
         submit_url=f"/a/{token}/submit",
@@ -212,32 +283,72 @@ def _invite_page(session: Session, request: Request, token: str, n: str | None) 
 
 
 MAX_FORM_FIELDS = 1000  # as Starlette's form parser: a page posts about 25
+# The page posts under 2 kB; a form is read into memory, so anything much larger is refused
+# before it is read (by its Content-Length) or while it streams in (chunked).
+MAX_BODY = 64 * 1024
+_TOO_LARGE = "The form is too large."
+
+
+async def _read_body(request: Request) -> bytes:
+    length = request.headers.get("content-length")
+    if length is not None:
+        if not (length.isascii() and length.isdigit()):
+            raise AnnotationError("The request is malformed.", 400)
+        if int(length) > MAX_BODY:
+            raise AnnotationError(_TOO_LARGE, 413)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise AnnotationError(_TOO_LARGE, 413)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 async def _read_form(request: Request) -> dict[str, str]:
-    """The posted fields (the last value of a repeated name), files ignored.
+    """The posted fields (the last value of a repeated name), files refused; at most
+    MAX_BODY bytes.
 
     A plain urlencoded form, what the page posts, is decoded with `parse_qsl`: several
     times cheaper than the streaming multipart parser behind `request.form()`.
     """
-    if request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
-        body = (await request.body()).decode("utf-8", "replace")
+    body = await _read_body(request)
+    if request.headers.get("content-type", "").startswith("multipart/form-data"):
+
+        async def stream() -> AsyncIterator[bytes]:
+            yield body
+
+        parser = MultiPartParser(request.headers, stream(), max_files=0, max_fields=MAX_FORM_FIELDS)
         try:
-            return dict(parse_qsl(body, keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS))
-        except ValueError:
-            raise AnnotationError("The form has too many fields.", 400) from None
-    return {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
+            form = await parser.parse()
+        except MultiPartException:
+            raise AnnotationError("The form is malformed.", 400) from None
+        return {k: v for k, v in form.items() if isinstance(v, str)}
+    try:
+        return dict(
+            parse_qsl(
+                body.decode("utf-8", "replace"),
+                keep_blank_values=True,
+                max_num_fields=MAX_FORM_FIELDS,
+            )
+        )
+    except ValueError:
+        raise AnnotationError("The form has too many fields.", 400) from None
 
 
 @router.post("/a/{token}/submit", response_class=HTMLResponse)
 async def invite_submit(request: Request):
     token = request.path_params["token"]  # see invite_page
+    # The signature first: a post to a made-up link is refused before its body is read.
+    ref = read_invite_token(request.app.state.settings.secret_key, token)
     form = await _read_form(request)  # on the loop; then one hop: session, submit, commit
-    return await _transaction(request, _invite_submit, request, token, form)
+    return await _transaction(request, _invite_submit, request, token, ref, form, resend=form)
 
 
-def _invite_submit(session: Session, request: Request, token: str, form: dict[str, str]):
-    ref, annotator, ch = _invite(request, session, token)
+def _invite_submit(
+    session: Session, request: Request, token: str, ref: InviteRef, form: dict[str, str]
+):
+    ref, annotator, ch = _invite(request, session, token, ref)
     answers, times = answers_from_form(form)
     try:
         result = submit(session, annotator, form.get("assignment", ""), answers, times)
@@ -253,35 +364,67 @@ def _invite_submit(session: Session, request: Request, token: str, form: dict[st
             answers=exc.answers,
             status_code=400,
         )
+    if result.kept:
+        return templates.TemplateResponse(
+            request,
+            "annotate/kept.html",
+            {"page": kept_page(session, result), "notice": KEPT, "next_url": f"/a/{token}"},
+            headers=LINK_HEADERS,
+        )
     flag = "late" if result.late else "ok"
     return RedirectResponse(f"/a/{token}?n={flag}", status.HTTP_303_SEE_OTHER, LINK_HEADERS)
 
 
 @router.post("/a/{token}/return")
 async def invite_return(request: Request, token: str) -> RedirectResponse:
-    assignment = (await _read_form(request)).get("assignment", "")
-    return await _transaction(request, _invite_return, request, token, assignment)
+    ref = read_invite_token(request.app.state.settings.secret_key, token)
+    form = await _read_form(request)
+    assignment = form.get("assignment", "")
+    return await _transaction(
+        request,
+        _invite_return,
+        request,
+        token,
+        ref,
+        assignment,
+        resend={"assignment": assignment},
+        unsaved="The HIT was not given back \u2014 press Send again in a few seconds.",
+    )
 
 
-def _invite_return(session: Session, request: Request, token: str, assignment: str):
-    _, annotator, _ = _invite(request, session, token)
+def _invite_return(session: Session, request: Request, token: str, ref, assignment: str):
+    _, annotator, _ = _invite(request, session, token, ref)
     return_assignment(session, annotator, assignment)
     return RedirectResponse(f"/a/{token}?n=returned", status.HTTP_303_SEE_OTHER, LINK_HEADERS)
 
 
+def _enrolment(request: Request) -> Enrolment:
+    settings = request.app.state.settings
+    host = request.client.host if request.client else None
+    return Enrolment(
+        address_key=address_key(settings.secret_key, host),
+        per_address_per_hour=settings.enrol_per_address_per_hour,
+        per_study_per_minute=settings.enrol_per_study_per_minute,
+    )
+
+
 @router.get("/p/{slug}")
 async def panel_entry(request: Request, slug: str) -> RedirectResponse:
-    """A panel participant arrives with their ids; from here on they use a signed link."""
+    """A panel participant arrives with their ids; from here on they use a signed link.
+
+    The entry must carry the study's panel entry key (shown on the dashboard as the URL to
+    give the panel), checked before anything is looked up.
+    """
+    check_panel_key(request.app.state.settings.secret_key, slug, request.query_params)
     return await _transaction(request, _panel_entry, request, slug)
 
 
 def _panel_entry(session: Session, request: Request, slug: str) -> RedirectResponse:
     study = study_by_slug(session, slug)
-    names = study.channels.get("panel") or {}
-    params = request.query_params
-    participant = params.get(names.get("participant_param", "PROLIFIC_PID"), "")
-    session_id = params.get(names.get("session_param", "SESSION_ID")) or None
-    annotator = crowd_annotator(session, study, Channel.panel, participant)
+    participant, session_id = check_panel_entry(study, request.query_params)
+    annotator = crowd_annotator(
+        session, study, Channel.panel, participant, enrolment=_enrolment(request)
+    )
     token = invite_token(request.app.state.settings.secret_key, annotator, session_id)
     return RedirectResponse(f"/a/{token}", status.HTTP_303_SEE_OTHER, LINK_HEADERS)
 
@@ -310,23 +453,28 @@ def _mturk_page(
     turkSubmitTo: str,
 ) -> Response:
     study = study_by_slug(session, slug)
+    channel_settings(study, Channel.mturk)
     if not assignmentId or assignmentId == PREVIEW_ASSIGNMENT:
         return templates.TemplateResponse(
             request, "annotate/mturk_preview.html", {"study": study}, headers=mturk_headers()
         )
+    assignment_id = platform_id(assignmentId, "assignment id")
+    hit_id = platform_id(hitId, "HIT id", required=False)
     origin = check_submit_to(study, turkSubmitTo)
-    annotator = crowd_annotator(session, study, Channel.mturk, workerId)
+    annotator = crowd_annotator(
+        session, study, Channel.mturk, workerId, enrolment=_enrolment(request)
+    )
     work = next_assignment(
         session,
         annotator,
-        external_assignment_id=assignmentId,
-        external_hit_id=hitId,
+        external_assignment_id=assignment_id,
+        external_hit_id=hit_id,
         submit_to=turkSubmitTo,
         serve=True,
     )
     if work.assignment is not None and work.assignment.submitted_at is not None:
         return _mturk_done(request, work.assignment, study)
-    ch = _mturk_channel(slug, origin, assignmentId, workerId)
+    ch = _mturk_channel(slug, origin, assignment_id, workerId)
     return _render(request, session, annotator.study, work, ch)
 
 
@@ -342,14 +490,15 @@ def _mturk_channel(slug: str, origin: str, assignment_id: str, worker_id: str) -
 @router.post("/mturk/{slug}/submit", response_class=HTMLResponse)
 async def mturk_submit(request: Request, slug: str):
     form = await _read_form(request)
-    return await _transaction(request, _mturk_submit, request, slug, form)
+    return await _transaction(request, _mturk_submit, request, slug, form, resend=form)
 
 
 def _mturk_submit(session: Session, request: Request, slug: str, form: dict[str, str]) -> Response:
     study = study_by_slug(session, slug)
+    channel_settings(study, Channel.mturk)
+    external = platform_id(form.get("assignmentId"), "assignment id")
     annotator = crowd_annotator(session, study, Channel.mturk, form.get("workerId", ""))
     answers, times = answers_from_form(form)
-    external = form.get("assignmentId", "")
     try:
         result = submit(session, annotator, form.get("assignment", ""), answers, times)
     except InvalidAnswers as exc:
@@ -368,11 +517,19 @@ def _mturk_submit(session: Session, request: Request, slug: str, form: dict[str,
         )
     if result.assignment.external_assignment_id != external:
         raise AnnotationError("The MTurk assignment does not match this HIT.", 400)
+    if result.kept:
+        return _mturk_done(request, result.assignment, study, kept=kept_page(session, result))
     return _mturk_done(request, result.assignment, study)
 
 
-def _mturk_done(request: Request, assignment, study: Study) -> HTMLResponse:
-    """Stored; now the browser posts to MTurk (automatically with JS, a button without)."""
+def _mturk_done(
+    request: Request, assignment, study: Study, *, kept: HitPage | None = None
+) -> HTMLResponse:
+    """Stored; now the browser posts to MTurk (automatically with JS, a button without).
+
+    After a repeat with different answers the page says which were kept and waits for the
+    button, so the worker reads it.
+    """
     origin = check_submit_to(study, assignment.submit_to or "")
     return templates.TemplateResponse(
         request,
@@ -381,18 +538,34 @@ def _mturk_done(request: Request, assignment, study: Study) -> HTMLResponse:
             "action": f"{assignment.submit_to.rstrip('/')}/mturk/externalSubmit",
             "assignment_id": assignment.external_assignment_id,
             "late": assignment.late,
+            "page": kept,
+            "notice": KEPT if kept else None,
         },
         headers=mturk_headers(origin),
     )
 
 
 def annotation_error(request: Request, exc: AnnotationError) -> HTMLResponse:
-    """A refused annotator request: a clear message, framed like the page it came from."""
-    headers = mturk_headers() if request.url.path.startswith("/mturk") else LINK_HEADERS
+    """A refused annotator request: a clear message, framed like the page it came from.
+
+    429 and 503 say when to try again (Retry-After); a 503 of a post offers its form,
+    unchanged, to send again.
+    """
+    headers = dict(mturk_headers() if request.url.path.startswith("/mturk") else LINK_HEADERS)
+    if exc.retry_after:
+        headers["Retry-After"] = str(exc.retry_after)
+    resend = getattr(exc, "resend", None)
+    kind = "unavailable" if exc.status_code == 503 else "error"
     return templates.TemplateResponse(
         request,
         "annotate/message.html",
-        {"kind": "error", "message": exc.message, "work": None, "ch": None},
+        {
+            "kind": kind,
+            "message": exc.message,
+            "work": None,
+            "ch": None,
+            "resend": {"action": request.url.path, "fields": resend} if resend else None,
+        },
         status_code=exc.status_code,
         headers=headers,
     )

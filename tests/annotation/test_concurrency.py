@@ -44,7 +44,7 @@ def _setup(sm, n_annotators, **study_kw):
     with sm() as s, s.begin():
         study = make_study(s, **study_kw)
         refs = [
-            InviteRef(a.id, a.invite_nonce)
+            InviteRef(a.invite_nonce)
             for a in (annotator(s, study, str(i)) for i in range(n_annotators))
         ]
     return refs

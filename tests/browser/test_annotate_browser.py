@@ -70,7 +70,7 @@ def server(tmp_path_factory):
         study = make_study(s, slug="web", per_cell=50, lengths=(10,), min_ms_per_item=0)
         study.channels = {
             **study.channels,
-            "mturk": {"submit_origins": [f"http://127.0.0.1:{turk_port}"]},
+            "mturk": {"enabled": True, "submit_origins": [f"http://127.0.0.1:{turk_port}"]},
         }
         links = [
             f"/a/{invite_token(settings.secret_key, annotator(s, study, str(i)))}" for i in range(6)
@@ -207,3 +207,32 @@ def test_mturk_preview_then_submit_then_external_submit(server, browser):
     assert path == "/mturk/externalSubmit" and fields["assignmentId"] == ["MT-A1"]
     assert len(_judgments(server, public_id=public_id)) == n  # stored before the post
     page.close()
+
+
+def test_a_second_tab_learns_that_the_first_answers_were_kept(server, browser):
+    context = browser.new_context()
+    first, second = context.new_page(), context.new_page()
+    for page in (first, second):
+        page.goto(server["base"] + server["links"][4])
+    public_id = _public_id(first)
+    assert _public_id(second) == public_id  # the same HIT in both tabs
+    n = first.locator("fieldset.item").count()
+    for page, key in ((first, "1"), (second, "2")):
+        page.bring_to_front()
+        page.locator("fieldset.item input[type=radio]").first.focus()
+        for _ in range(n):
+            page.keyboard.press(key)
+    first.keyboard.press("Enter")
+    first.wait_for_selector("text=your answers were saved")
+    second.keyboard.press("Enter")
+    second.wait_for_selector("#kept")
+    text = second.locator("#kept").inner_text()
+    assert "answers sent first were kept" in text and "were not saved" in text
+    # The kept answers are shown: slot 1 checked everywhere, nothing can be changed.
+    checked = second.locator("input[type=radio]:checked")
+    assert checked.count() == n and all(
+        checked.nth(i).get_attribute("value") == "0" and checked.nth(i).is_disabled()
+        for i in range(n)
+    )
+    assert {j.option for j in _judgments(server, public_id=public_id)} == {0}
+    context.close()

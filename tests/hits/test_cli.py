@@ -7,7 +7,7 @@ from sqlalchemy import select
 from app.annotation.service import read_invite_token
 from app.db import build_engine, make_sessionmaker
 from app.migrate import upgrade
-from app.models import Hit, Study, StudyStatus
+from app.models import Annotator, Hit, Study, StudyStatus
 from tests.hits.factory import make_study
 from tests.test_cli import ebc
 
@@ -25,8 +25,10 @@ def test_build_then_invite(empty_db, tmp_path):
     rows = list(csv.DictReader(csv_path.open()))
     assert len(rows) == 3 and all("/a/" in r["link"] for r in rows)
     token = rows[0]["link"].rsplit("/a/", 1)[1]
-    assert read_invite_token(empty_db.settings().secret_key, token).annotator_id > 0
+    # The link carries the annotator's nonce only (no id): it names one invited annotator.
+    nonce = read_invite_token(empty_db.settings().secret_key, token).nonce
     with make_sessionmaker(engine)() as s:
+        assert s.scalar(select(Annotator.label).where(Annotator.invite_nonce == nonce))
         assert len(s.scalars(select(Hit)).all()) == 4
         assert s.scalar(select(Study.status)) is StudyStatus.collecting
     assert ebc("hits", "build", "nope", db=empty_db, check=False).returncode == 1
