@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.studies.schemas import DatasetSection, ModelSection, StudyConfig
+from app.validation import INT64_MAX, BadInput, parse_int
 
 OPTIONAL_KINDS = ("data_shuffled", "random")
 # Checkboxes: absent from a submitted form means False.
@@ -124,8 +125,8 @@ def _split(text: str) -> list[str]:
 
 def _number(text: str) -> int | str:
     try:
-        return int(text)
-    except ValueError:
+        return parse_int(text, ge=-INT64_MAX, le=INT64_MAX)
+    except BadInput:
         return text  # pydantic names the bad entry
 
 

@@ -10,11 +10,53 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from app.models.enums import SpecialTop1, Task
+from app.validation import INT32_MAX, Line, Text
+
+# Strings as long as their columns (app/models/studies.py) or, for JSON settings, as long
+# as any sensible value; no control characters anywhere (app/validation.py).
+Name = Line(1024)
+Short = Line(255)
+Param = Line(64)
+Url = Line(2048)
+# A study file is a few sections deep; anything nested deeper is not a study file (and a
+# deep enough one would exhaust the TOML parser's recursion).
+MAX_DEPTH = 8
 
 STUDY_KINDS = ("data", "model")
+SLUG = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+# Slugs a study may not take. `new` and `upload` are literal routes beside
+# /dashboard/studies/{slug} (GET /dashboard/studies/new would never reach a study called
+# `new`; tests/web/test_authorization_matrix.py derives such collisions from the routes);
+# the others are the service's own top-level words, kept free so a URL naming a study
+# is never mistaken for one of them.
+RESERVED_SLUGS = frozenset(
+    {
+        "new",
+        "upload",
+        "mturk",
+        "api",
+        "static",
+        "login",
+        "logout",
+        "dashboard",
+        "users",
+        "tokens",
+        "docs",
+        "healthz",
+        "readyz",
+        "admin",
+    }
+)
 _KIND_RE = re.compile(
     r"^(data|model|data_shuffled|random|(data|model)_corrupted@(0(\.\d+)?|1(\.0+)?))$"
 )
@@ -22,7 +64,9 @@ _KIND_RE = re.compile(
 
 def parse_kind(kind: str) -> tuple[str, float | None]:
     """`"data_corrupted@0.3"` -> `("data_corrupted", 0.3)`; `"model"` -> `("model", None)`."""
-    if not _KIND_RE.match(kind):
+    if len(kind) > 64:  # the items' kind column
+        raise ValueError(f"prefix kind {kind[:20]!r}... is longer than 64 characters")
+    if not _KIND_RE.fullmatch(kind):
         raise ValueError(
             f"unknown prefix kind {kind!r}: use data, model, data_shuffled, random, "
             "data_corrupted@c or model_corrupted@c with 0 < c <= 1"
@@ -33,26 +77,42 @@ def parse_kind(kind: str) -> tuple[str, float | None]:
     return base, float(rate) if rate else None
 
 
+def nesting_depth(value: object) -> int:
+    """How deeply dicts and lists nest in `value` (iterative: any depth is safe to ask)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict | list):
+            deepest = max(deepest, depth)
+            if depth <= MAX_DEPTH:  # past the limit the answer is already known
+                children = node.values() if isinstance(node, dict) else node
+                stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Infinity and NaN are valid TOML floats; no setting means anything with them.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class ModelSection(_Section):
-    name: str = Field(min_length=1, description="Hugging Face hub name or local directory")
-    revision: str | None = None
-    tokenizer: str | None = Field(None, description="defaults to the model's own")
+    name: Name = Field(min_length=1, description="Hugging Face hub name or local directory")
+    revision: Short | None = None
+    tokenizer: Name | None = Field(None, description="defaults to the model's own")
 
 
 class DatasetSection(_Section):
-    path: str = Field(min_length=1)
+    path: Name = Field(min_length=1)
     format: Literal["text", "jsonl", "tsv"] = "text"
 
 
 class DecodingSection(_Section):
-    temperature: float = Field(1.0, gt=0)
-    top_k: int | None = Field(None, ge=1, description="sampling top-k; None: full vocabulary")
+    temperature: float = Field(1.0, gt=0, le=100)
+    top_k: int | None = Field(
+        None, ge=1, le=10_000_000, description="sampling top-k; None: full vocabulary"
+    )
     top_p: float | None = Field(None, gt=0, le=1)
-    beam_width: int = Field(10, ge=1, description="seq2seq model prefixes")
+    beam_width: int = Field(10, ge=1, le=1000, description="seq2seq model prefixes")
     resample_on_eos: bool = Field(True, description="re-sample a prefix that ends too early")
     # The word search's longest choice word, in tokens.  Without a limit a model that keeps a
     # partial word probable token after token ("bpupbpupbpup...": seen with random weights, and
@@ -66,8 +126,8 @@ class DecodingSection(_Section):
 
 
 class HitSection(_Section):
-    mix: dict[str, int] = Field(default_factory=lambda: {"data": 5, "model": 5})
-    attention: int = Field(1, ge=0, description="attention items per HIT")
+    mix: dict[str, int] = Field(default_factory=lambda: {"data": 5, "model": 5}, max_length=20)
+    attention: int = Field(1, ge=0, le=100, description="attention items per HIT")
     replicas: int = Field(1, ge=1, le=50)
     overlap_share: float = Field(0.05, ge=0, le=1)
     overlap_replicas: int = Field(3, ge=2, le=50)
@@ -77,18 +137,18 @@ class HitSection(_Section):
     def _mix_counts(cls, mix: dict[str, int]) -> dict[str, int]:
         for kind, n in mix.items():
             parse_kind(kind)
-            if n < 0:
-                raise ValueError(f"mix count for {kind!r} must be >= 0")
+            if not 0 <= n <= 1000:
+                raise ValueError(f"mix count for {kind!r} must be between 0 and 1000")
         if sum(mix.values()) < 1:
             raise ValueError("a HIT needs at least one item")
         return mix
 
 
 class AnnotatorSection(_Section):
-    per_annotator_cap: int = Field(200, ge=1)
+    per_annotator_cap: int = Field(200, ge=1, le=1_000_000)
     max_cell_share: float | None = Field(None, gt=0, le=1)
     lease_minutes: float = Field(30, gt=0, le=24 * 60)
-    min_seconds_per_item: float = Field(1.0, ge=0)
+    min_seconds_per_item: float = Field(1.0, ge=0, le=3600)
 
 
 class ExclusionSection(_Section):
@@ -100,22 +160,49 @@ class ExclusionSection(_Section):
 
 
 class PaymentSection(_Section):
-    reward_cents: int = Field(0, ge=0, description="per assignment (one HIT)")
+    reward_cents: int = Field(0, ge=0, le=INT32_MAX, description="per assignment (one HIT)")
     platform_fee: float = Field(0.0, ge=0, le=2, description="share paid on top, e.g. 0.2")
 
 
 class PanelSection(_Section):
-    participant_param: str = "PROLIFIC_PID"
-    study_param: str = "STUDY_ID"
-    session_param: str = "SESSION_ID"
-    completion_code: str | None = None
-    redirect_url: str | None = None
+    # Channels are opt-in: a study takes nobody through a panel unless this is set. An
+    # entry must then carry the study's panel entry key (the dashboard shows the URL).
+    enabled: bool = False
+    # The panel's own id of this study (Prolific: 24 hex digits): when set, an entry with
+    # another STUDY_ID is refused.
+    study_id: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    participant_param: Param = "PROLIFIC_PID"
+    study_param: Param = "STUDY_ID"
+    session_param: Param = "SESSION_ID"
+    completion_code: Short | None = None
+    redirect_url: Url | None = None
+
+    @field_validator("participant_param", "study_param", "session_param")
+    @classmethod
+    def _param_name(cls, name: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name) or name == "key":
+            raise ValueError(
+                "a URL parameter name: letters, digits, '_', '-' or '.' (and not 'key', "
+                "which carries the entry key)"
+            )
+        return name
+
+    @field_validator("redirect_url")
+    @classmethod
+    def _http_only(cls, url: str | None) -> str | None:
+        # The annotator's page links to it: a `javascript:` or `data:` URL would run there.
+        if url is not None and not re.fullmatch(r"https?://[^\s/?#]+[^\s]*", url, re.IGNORECASE):
+            raise ValueError("the redirect must be an http:// or https:// URL")
+        return url
 
 
 class MTurkSection(_Section):
+    # Opt-in, as every crowd channel. MTurk work counts in the results once its assignment
+    # is confirmed through the MTurk API (until then it is stored, flagged unverified).
+    enabled: bool = False
     sandbox: bool = True
     # Extra origins allowed as `turkSubmitTo` besides MTurk's own (a local stand-in in tests).
-    submit_origins: list[str] = Field(default_factory=list)
+    submit_origins: list[Url] = Field(default_factory=list, max_length=20)
 
 
 class ChannelSection(_Section):
@@ -124,14 +211,14 @@ class ChannelSection(_Section):
 
 
 class StudyConfig(_Section):
-    slug: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,63}$")
-    title: str = Field(min_length=1, max_length=255)
-    description: str = ""
+    slug: str = Field(pattern=SLUG.pattern)
+    title: Short = Field(min_length=1)
+    description: Text(20_000) = ""
     task: Task = Task.lm
     model: ModelSection
     dataset: DatasetSection
-    prefix_lengths: list[int] = Field(min_length=1)
-    kinds: list[str] = Field(default_factory=lambda: list(STUDY_KINDS))
+    prefix_lengths: list[int] = Field(min_length=1, max_length=100)
+    kinds: list[str] = Field(default_factory=lambda: list(STUDY_KINDS), max_length=20)
     items_per_cell: int = Field(ge=1, le=1_000_000)
     top_k: int = Field(5, ge=2, le=10)
     prompt_words: int = Field(0, ge=0, le=512)
@@ -143,6 +230,23 @@ class StudyConfig(_Section):
     exclusions: ExclusionSection = Field(default_factory=ExclusionSection)
     payment: PaymentSection = Field(default_factory=PaymentSection)
     channels: ChannelSection = Field(default_factory=ChannelSection)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shallow(cls, data: object) -> object:
+        if nesting_depth(data) > MAX_DEPTH:
+            raise ValueError(f"the study file nests deeper than {MAX_DEPTH} levels")
+        return data
+
+    @field_validator("slug")
+    @classmethod
+    def _slug_not_reserved(cls, slug: str, info: ValidationInfo) -> str:
+        # A study stored before a word was reserved still loads (app.studies.service.config_of).
+        if slug in RESERVED_SLUGS and not (info.context or {}).get("stored"):
+            raise ValueError(
+                f"{slug!r} is reserved (it names a page of the service); choose another slug"
+            )
+        return slug
 
     @field_validator("prefix_lengths")
     @classmethod

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import hashlib
 import tomllib
+from enum import IntEnum
 from pathlib import Path
 
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from app.hits.schemas import BuildReport
 from app.hits.service import build_hits
-from app.models import Hit, Item, PrecomputeJob, Study, StudyStatus, User, utcnow
+from app.models import Hit, Item, PrecomputeJob, Study, StudyMember, StudyStatus, User, utcnow
 from app.precompute.service import active_job, cancel_job, plan_job
 from app.studies.schemas import (
+    SLUG,
     AnnotatorSection,
     ChannelSection,
     DatasetSection,
@@ -46,6 +48,8 @@ def parse_config(text: str, source: str = "study file") -> StudyConfig:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise StudyError(f"{source}: not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise StudyError(f"{source}: nested far deeper than any study file") from None
     try:
         return StudyConfig.model_validate(raw)
     except ValidationError as exc:
@@ -104,7 +108,12 @@ def create_study(session: Session, config: StudyConfig, created_by: User | None 
 
 def config_of(study: Study) -> StudyConfig:
     """The study file that recreates `study` (for exports and the provenance manifest)."""
-    return StudyConfig(
+    # Validated as stored: a slug reserved after the study was made must not break its pages.
+    return StudyConfig.model_validate(_stored_fields(study), context={"stored": True})
+
+
+def _stored_fields(study: Study) -> dict:
+    return dict(
         slug=study.slug,
         title=study.title,
         description=study.description,
@@ -144,7 +153,87 @@ def list_studies(session: Session) -> list[Study]:
     return list(session.scalars(select(Study).order_by(Study.created_at.desc(), Study.id.desc())))
 
 
+# -- who may do what ---------------------------------------------------------------------
+
+
+class Access(IntEnum):
+    """What a researcher may do with a study; each level includes the ones below it.
+
+    `view`: the study's pages, results and exports, but no secrets (invite links) and no
+    changes. `manage`: everything the owner can do with the study. `share`: the owner and
+    administrators, who may also add and remove members.
+    """
+
+    view = 1
+    manage = 2
+    share = 3
+
+
+MEMBER_ROLES = {"view": Access.view, "manage": Access.manage}
+
+
+def study_access(session: Session, study: Study, user: User) -> Access | None:
+    """`user`'s access to `study`; None when they may not even know it exists."""
+    if user.is_admin or (study.created_by_id is not None and study.created_by_id == user.id):
+        return Access.share
+    role = session.scalar(
+        select(StudyMember.role).where(
+            StudyMember.study_id == study.id, StudyMember.user_id == user.id
+        )
+    )
+    return MEMBER_ROLES.get(role) if role else None
+
+
+def visible_studies(session: Session, user: User) -> list[Study]:
+    """The studies `user` may see, newest first (administrators: all of them)."""
+    query = select(Study).order_by(Study.created_at.desc(), Study.id.desc())
+    if not user.is_admin:
+        shared = select(StudyMember.study_id).where(StudyMember.user_id == user.id)
+        query = query.where(or_(Study.created_by_id == user.id, Study.id.in_(shared)))
+    return list(session.scalars(query))
+
+
+def share_study(session: Session, study: Study, user: User, role: str) -> StudyMember:
+    """Make `user` a member of `study` with `role` (or change their role)."""
+    if role not in MEMBER_ROLES:
+        raise StudyError(f"the role is one of {', '.join(MEMBER_ROLES)}, not {role!r}")
+    if study.created_by_id == user.id:
+        raise StudyError(f"{user.username} owns {study.slug}: nothing to share")
+    member = session.scalar(
+        select(StudyMember).where(StudyMember.study_id == study.id, StudyMember.user_id == user.id)
+    )
+    if member is None:
+        member = StudyMember(study_id=study.id, user_id=user.id, role=role)
+        session.add(member)
+    member.role = role
+    session.flush()
+    return member
+
+
+def unshare_study(session: Session, study: Study, user: User) -> None:
+    member = session.scalar(
+        select(StudyMember).where(StudyMember.study_id == study.id, StudyMember.user_id == user.id)
+    )
+    if member is None:
+        raise StudyError(f"{user.username} is not a member of {study.slug}")
+    session.delete(member)
+    session.flush()
+
+
+def set_owner(session: Session, study: Study, user: User) -> None:
+    """Give `study` to `user`; a membership they held becomes redundant and is removed."""
+    study.created_by_id = user.id
+    member = session.scalar(
+        select(StudyMember).where(StudyMember.study_id == study.id, StudyMember.user_id == user.id)
+    )
+    if member is not None:
+        session.delete(member)
+    session.flush()
+
+
 def get_study(session: Session, slug: str) -> Study | None:
+    if not SLUG.fullmatch(slug):  # names no study (and a NUL byte never reaches the database)
+        return None
     return session.scalar(select(Study).where(Study.slug == slug))
 
 
@@ -156,6 +245,8 @@ def save_dataset(data_dir: Path, slug: str, filename: str, content: bytes) -> tu
     name = Path(filename.replace("\\", "/")).name.strip() or "dataset.txt"
     if name.startswith("."):
         name = "dataset" + name
+    while len(name.encode()) > 200:  # file systems take 255 bytes; keep the suffix
+        name = name[1:]
     folder = (Path(data_dir) / "uploads" / slug).resolve()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name

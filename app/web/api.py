@@ -25,7 +25,12 @@ def version() -> VersionOut:
     return VersionOut(service="ebc-judge", version=__version__)
 
 
-@router.get("/me", response_model=MeOut, summary="The user the token belongs to")
+@router.get(
+    "/me",
+    response_model=MeOut,
+    responses={k: api_results.ERRORS[k] for k in (401, 403, 503)},
+    summary="The user the token belongs to",
+)
 def me(user: ApiUserDep) -> MeOut:
     return MeOut(username=user.username, is_admin=user.is_admin)
 

@@ -1,4 +1,5 @@
-"""Dashboard: a study's annotators: invite links, quality figures, blocks and caps."""
+"""Dashboard: a study's annotators: invite links (revoke, re-issue), quality figures,
+blocks and caps. Viewers see the figures; links and every change need manage access."""
 
 from __future__ import annotations
 
@@ -14,19 +15,22 @@ from app.annotation.admin import (
     invite_link,
     links_csv,
     local_annotators,
+    reissue_invite,
+    revoke_invite,
     set_cap,
     unblock,
 )
-from app.annotation.service import AnnotationError, annotator_cap
+from app.annotation.service import AnnotationError, annotator_cap, crowd_entry_urls
 from app.audit.service import record
 from app.db import SessionDep
 from app.models import Annotator, Study
 from app.results.schemas import ResultQuery
 from app.results.service import study_results
 from app.studies.queries import annotator_rows
-from app.studies.service import StudyError, set_study_cap
+from app.studies.service import Access, StudyError, set_study_cap
+from app.validation import INT32_MAX, MAX_CAP, check_text, parse_int
 from app.web.pages import LOGIN, StudyDep, flash, redirect, render, study_url
-from app.web.security import CsrfDep, UserDep
+from app.web.security import CsrfDep, ManageStudyDep, UserDep, access_of
 
 router = APIRouter(prefix="/dashboard/studies", include_in_schema=False, dependencies=LOGIN)
 
@@ -35,7 +39,8 @@ QUALITY_QUERY = ResultQuery(b=100)
 
 
 def _annotator(session, study: Study, annotator_id: int) -> Annotator:
-    found = get_annotator(session, study, annotator_id)
+    # An id past the column names nobody (and would overflow the driver).
+    found = get_annotator(session, study, annotator_id) if 0 < annotator_id <= INT32_MAX else None
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, "There is no such annotator.")
     return found
@@ -50,6 +55,7 @@ def annotators(request: Request, session: SessionDep, study: StudyDep) -> HTMLRe
     settings = request.app.state.settings
     rows = annotator_rows(session, study)
     quality = {q.annotator_id: q for q in study_results(session, study, QUALITY_QUERY).quality}
+    can_manage = access_of(request) >= Access.manage
     return render(
         request,
         "annotators.html",
@@ -57,11 +63,18 @@ def annotators(request: Request, session: SessionDep, study: StudyDep) -> HTMLRe
             "study": study,
             "rows": rows,
             "quality": quality,
+            "can_manage": can_manage,
+            # Invite links are credentials: only those who may manage the study see them.
             "links": {
                 r.annotator.id: invite_link(settings.base_url, settings.secret_key, r.annotator)
                 for r in rows
+                if can_manage
             },
             "caps": {r.annotator.id: annotator_cap(r.annotator, study) for r in rows},
+            # The panel URL carries the study's entry key: a credential too.
+            "crowd": crowd_entry_urls(settings.base_url, settings.secret_key, study)
+            if can_manage
+            else None,
         },
     )
 
@@ -71,11 +84,12 @@ def invite_annotators(
     request: Request,
     session: SessionDep,
     user: UserDep,
-    study: StudyDep,
+    study: ManageStudyDep,
     count: Annotated[int, Form(ge=1, le=1000)] = 1,
     label: Annotated[str, Form(max_length=200)] = "",
     as_csv: Annotated[bool, Form()] = False,
 ) -> Response:
+    check_text(label, max_length=200, field="label")
     try:
         made = invite(session, study, count, label)
     except AnnotationError as exc:
@@ -97,7 +111,9 @@ def invite_annotators(
 
 
 @router.get("/{slug}/annotators/links.csv")
-def all_links(request: Request, session: SessionDep, user: UserDep, study: StudyDep) -> Response:
+def all_links(
+    request: Request, session: SessionDep, user: UserDep, study: ManageStudyDep
+) -> Response:
     settings = request.app.state.settings
     record(session, "export", user=user, study=study, what="invite links")
     return Response(
@@ -115,11 +131,12 @@ def block_annotator(
     request: Request,
     session: SessionDep,
     user: UserDep,
-    study: StudyDep,
+    study: ManageStudyDep,
     annotator_id: int,
     reason: Annotated[str, Form(max_length=2000)] = "",
     exclude_past: Annotated[bool, Form()] = False,
 ) -> RedirectResponse:
+    check_text(reason, max_length=2000, multiline=True, field="reason")
     a = _annotator(session, study, annotator_id)
     block(session, a, reason=reason, exclude_past=exclude_past)
     record(
@@ -138,7 +155,7 @@ def block_annotator(
 
 @router.post("/{slug}/annotators/{annotator_id}/unblock", dependencies=[CsrfDep])
 def unblock_annotator(
-    request: Request, session: SessionDep, user: UserDep, study: StudyDep, annotator_id: int
+    request: Request, session: SessionDep, user: UserDep, study: ManageStudyDep, annotator_id: int
 ) -> RedirectResponse:
     a = _annotator(session, study, annotator_id)
     unblock(session, a)
@@ -152,16 +169,13 @@ def annotator_cap_form(
     request: Request,
     session: SessionDep,
     user: UserDep,
-    study: StudyDep,
+    study: ManageStudyDep,
     annotator_id: int,
     cap: Annotated[str, Form()] = "",
 ) -> RedirectResponse:
     a = _annotator(session, study, annotator_id)
-    cap = cap.strip()
-    if cap and not cap.isdigit():
-        flash(request, "The cap is a whole number of HITs (empty: the study's cap).", "error")
-        return _back(study)
-    set_cap(session, a, int(cap) if cap else None)
+    cap = cap.strip()  # empty: the study's cap
+    set_cap(session, a, parse_int(cap, ge=0, le=MAX_CAP, field="cap") if cap else None)
     record(
         session,
         "annotator_cap_changed",
@@ -179,8 +193,8 @@ def study_cap(
     request: Request,
     session: SessionDep,
     user: UserDep,
-    study: StudyDep,
-    cap: Annotated[int, Form()] = 0,
+    study: ManageStudyDep,
+    cap: Annotated[int, Form(le=MAX_CAP)] = 0,
 ) -> RedirectResponse:
     try:
         set_study_cap(session, study, cap)
@@ -189,4 +203,35 @@ def study_cap(
         return _back(study)
     record(session, "study_cap_changed", user=user, study=study, cap=cap)
     flash(request, f"Every annotator without a cap of their own: at most {cap} HITs.")
+    return _back(study)
+
+
+@router.post("/{slug}/annotators/{annotator_id}/revoke", dependencies=[CsrfDep])
+def revoke_link(
+    request: Request, session: SessionDep, user: UserDep, study: ManageStudyDep, annotator_id: int
+) -> RedirectResponse:
+    a = _annotator(session, study, annotator_id)
+    try:
+        revoke_invite(session, a)
+    except AnnotationError as exc:
+        flash(request, exc.message, "error")
+        return _back(study)
+    record(session, "invite_revoked", user=user, study=study, annotator=a.label or a.id)
+    flash(request, f"The invite link of {a.label or a.id} no longer works.")
+    return _back(study)
+
+
+@router.post("/{slug}/annotators/{annotator_id}/reissue", dependencies=[CsrfDep])
+def reissue_link(
+    request: Request, session: SessionDep, user: UserDep, study: ManageStudyDep, annotator_id: int
+) -> RedirectResponse:
+    a = _annotator(session, study, annotator_id)
+    try:
+        reissue_invite(session, a)
+    except AnnotationError as exc:
+        flash(request, exc.message, "error")
+        return _back(study)
+    record(session, "invite_reissued", user=user, study=study, annotator=a.label or a.id)
+    # The link is not put in the notice (the session cookie is signed, not encrypted).
+    flash(request, f"{a.label or a.id} has a new invite link (below); the old one no longer works.")
     return _back(study)

@@ -1,23 +1,35 @@
 """Dashboard: create studies (form or study file), the study page with live progress,
-the item browser, and the study's actions (precompute, HITs, close, reopen)."""
+the item browser, the study's actions (precompute, HITs, close, reopen) and who may see
+or run it (members). Whoever creates a study owns it."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, UploadFile
+from typing import Annotated
+
+from fastapi import APIRouter, Form, HTTPException, Query, Request, UploadFile, status
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 from starlette.datastructures import UploadFile as StarletteUpload
 
 from app.audit.service import record, study_events
+from app.auth.service import get_user, user_by_name
 from app.db import SessionDep
 from app.hits.service import HitBuildError
 from app.models import Study, StudyStatus
 from app.precompute.service import PrecomputeError, active_job, cancel_job, job_progress, latest_job
 from app.studies.forms import FormErrors, config_from_form, form_defaults, form_values
-from app.studies.queries import browse_items, collection_progress, hit_progress, hit_summary
+from app.studies.queries import (
+    browse_items,
+    collection_progress,
+    hit_progress,
+    hit_summary,
+    study_people,
+)
 from app.studies.schemas import StudyConfig
 from app.studies.service import (
+    MEMBER_ROLES,
+    Access,
     StudyError,
     build_and_open,
     close_study,
@@ -27,10 +39,20 @@ from app.studies.service import (
     plan_precompute,
     reopen_study,
     save_dataset,
+    share_study,
     slug_taken,
+    unshare_study,
 )
+from app.validation import INT32_MAX, RowId, check_text
 from app.web.pages import LOGIN, StudyDep, flash, redirect, render, study_url
-from app.web.security import CsrfDep, UserDep, csrf_token
+from app.web.security import (
+    CsrfDep,
+    ManageStudyDep,
+    ShareStudyDep,
+    UserDep,
+    access_of,
+    csrf_token,
+)
 from app.web.templating import templates
 
 router = APIRouter(prefix="/dashboard/studies", include_in_schema=False, dependencies=LOGIN)
@@ -38,7 +60,6 @@ router = APIRouter(prefix="/dashboard/studies", include_in_schema=False, depende
 MAX_UPLOAD = 512 * 1024 * 1024  # a dataset file
 MAX_STUDY_FILE = 256 * 1024
 HITS_SHOWN = 50
-RESERVED = ("new", "upload")
 LIVE = (StudyStatus.precomputing, StudyStatus.collecting)
 
 
@@ -59,8 +80,6 @@ def new_study(request: Request) -> HTMLResponse:
 
 
 def _create(session, user, config: StudyConfig, upload: StarletteUpload | None, data_dir):
-    if config.slug in RESERVED:
-        raise FormErrors({"slug": f"{config.slug!r} is reserved; choose another name."})
     if slug_taken(session, config.slug):
         raise FormErrors({"slug": f"A study named {config.slug!r} already exists."})
     sha = None
@@ -124,6 +143,7 @@ def _live(request: Request, session, study: Study) -> dict:
     return {
         "study": study,
         "csrf": csrf_token(request),
+        "can_manage": access_of(request) >= Access.manage,
         "active": active_job(session, study) is not None,
         "job": job,
         "precompute": job_progress(session, job) if job else None,
@@ -143,6 +163,9 @@ def study_page(request: Request, session: SessionDep, study: StudyDep) -> HTMLRe
             "hits_shown": HITS_SHOWN,
             "events": study_events(session, study),
             "config": form_values(config_of(study)),
+            "access": access_of(request),
+            "people": study_people(session, study),
+            "roles": list(MEMBER_ROLES),
         },
     )
 
@@ -163,11 +186,12 @@ def items(
     request: Request,
     session: SessionDep,
     study: StudyDep,
-    length: int | None = None,
-    kind: str | None = None,
+    length: Annotated[int | None, Query(ge=1, le=1000)] = None,
+    kind: Annotated[str | None, Query(max_length=64)] = None,
     attention: str | None = None,
-    page: int = 1,
+    page: Annotated[int, Query(ge=1, le=INT32_MAX)] = 1,
 ) -> HTMLResponse:
+    check_text(kind or "", max_length=64, field="kind")
     flag = {"yes": True, "no": False}.get(attention or "")
     rows, total = browse_items(
         session, study, length=length, kind=kind or None, attention=flag, page=page
@@ -188,7 +212,7 @@ def items(
 
 @router.post("/{slug}/precompute", dependencies=[CsrfDep])
 def precompute(
-    request: Request, session: SessionDep, user: UserDep, study: StudyDep
+    request: Request, session: SessionDep, user: UserDep, study: ManageStudyDep
 ) -> RedirectResponse:
     try:
         job = plan_precompute(session, study)
@@ -202,7 +226,7 @@ def precompute(
 
 @router.post("/{slug}/precompute/cancel", dependencies=[CsrfDep])
 def cancel_precompute(
-    request: Request, session: SessionDep, user: UserDep, study: StudyDep
+    request: Request, session: SessionDep, user: UserDep, study: ManageStudyDep
 ) -> RedirectResponse:
     job = active_job(session, study)
     if job is None:
@@ -216,7 +240,7 @@ def cancel_precompute(
 
 @router.post("/{slug}/hits", dependencies=[CsrfDep])
 def build(
-    request: Request, session: SessionDep, user: UserDep, study: StudyDep
+    request: Request, session: SessionDep, user: UserDep, study: ManageStudyDep
 ) -> RedirectResponse:
     try:
         report = build_and_open(session, study)
@@ -233,7 +257,7 @@ def build(
 
 @router.post("/{slug}/close", dependencies=[CsrfDep])
 def close(
-    request: Request, session: SessionDep, user: UserDep, study: StudyDep
+    request: Request, session: SessionDep, user: UserDep, study: ManageStudyDep
 ) -> RedirectResponse:
     try:
         close_study(session, study)
@@ -247,7 +271,7 @@ def close(
 
 @router.post("/{slug}/reopen", dependencies=[CsrfDep])
 def reopen(
-    request: Request, session: SessionDep, user: UserDep, study: StudyDep
+    request: Request, session: SessionDep, user: UserDep, study: ManageStudyDep
 ) -> RedirectResponse:
     try:
         reopen_study(session, study)
@@ -256,4 +280,47 @@ def reopen(
         return redirect(study_url(study))
     record(session, "study_reopened", user=user, study=study, status=study.status.value)
     flash(request, f"The study is open again ({study.status.value}).")
+    return redirect(study_url(study))
+
+
+@router.post("/{slug}/members", dependencies=[CsrfDep])
+def add_member(
+    request: Request,
+    session: SessionDep,
+    user: UserDep,
+    study: ShareStudyDep,
+    username: Annotated[str, Form(max_length=64)] = "",
+    role: Annotated[str, Form(max_length=16)] = "view",
+) -> RedirectResponse:
+    check_text(username, max_length=64, field="username")
+    member = user_by_name(session, username) if username.strip() else None
+    try:
+        if member is None:
+            raise StudyError(f"There is no user {username.strip()!r}.")
+        share_study(session, study, member, role)
+    except StudyError as exc:
+        flash(request, str(exc), "error")
+        return redirect(study_url(study))
+    record(session, "study_shared", user=user, study=study, member=member.username, role=role)
+    flash(request, f"{member.username} may now {_ROLE_WORDS[role]} this study.")
+    return redirect(study_url(study))
+
+
+_ROLE_WORDS = {"view": "view", "manage": "view and manage"}
+
+
+@router.post("/{slug}/members/{user_id}/remove", dependencies=[CsrfDep])
+def remove_member(
+    request: Request, session: SessionDep, user: UserDep, study: ShareStudyDep, user_id: RowId
+) -> RedirectResponse:
+    member = get_user(session, user_id)
+    try:
+        if member is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, "There is no such member.")
+        unshare_study(session, study, member)
+    except StudyError as exc:
+        flash(request, str(exc), "error")
+        return redirect(study_url(study))
+    record(session, "study_unshared", user=user, study=study, member=member.username)
+    flash(request, f"{member.username} no longer has access to this study.")
     return redirect(study_url(study))

@@ -2,7 +2,7 @@ import pytest
 from pydantic import ValidationError
 
 from app.studies.schemas import StudyConfig, parse_kind
-from app.studies.service import StudyError, config_of, create_study, load_config
+from app.studies.service import StudyError, config_of, create_study, load_config, parse_config
 
 MINIMAL = {
     "slug": "wiki",
@@ -102,3 +102,47 @@ def test_duplicate_slug_is_refused(session):
     create_study(session, StudyConfig.model_validate(MINIMAL))
     with pytest.raises(StudyError, match="already exists"):
         create_study(session, StudyConfig.model_validate(MINIMAL))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"title": "a\x00b"}, "control characters"),
+        ({"model": {"name": "gp\x1bt2"}}, "control characters"),
+        ({"dataset": {"path": "d" * 1025}}, "at most 1024 characters"),
+        ({"title": "t" * 256}, "at most 255 characters"),
+        ({"description": "x" * 20_001}, "at most 20000 characters"),
+        ({"decoding": {"temperature": float("inf")}}, "finite number"),
+        ({"hits": {"overlap_share": float("nan")}}, "finite number"),
+        ({"annotators": {"min_seconds_per_item": 1e300}}, "less than or equal to 3600"),
+        ({"annotators": {"per_annotator_cap": 10**18}}, "less than or equal to 1000000"),
+        ({"payment": {"reward_cents": 2**40}}, "less than or equal to 2147483647"),
+        ({"hits": {"attention": 10**9}}, "less than or equal to 100"),
+        ({"hits": {"mix": {"data": 10**12, "model": 5}}}, "between 0 and 1000"),
+        ({"kinds": ["data", "model", "data_corrupted@0." + "1" * 80]}, "longer than 64"),
+        ({"kinds": ["data\n", "model"]}, "unknown prefix kind"),
+        ({"channels": {"panel": {"completion_code": "C\x00"}}}, "control characters"),
+        ({"channels": {"mturk": {"submit_origins": ["x"] * 21}}}, "at most 20 items"),
+        ({"description": [[[[[[[[["deep"]]]]]]]]]}, "nests deeper than 8"),
+    ],
+)
+def test_values_that_cannot_be_stored_are_refused(change, message):
+    with pytest.raises(ValidationError, match=message):
+        StudyConfig.model_validate({**MINIMAL, **change})
+
+
+def test_a_description_keeps_its_lines_and_tabs():
+    text = "Line one\n\tindented\r\nend"
+    assert StudyConfig.model_validate({**MINIMAL, "description": text}).description == text
+
+
+def test_a_study_file_nested_past_the_parser_is_refused_with_a_message():
+    deep = "slug = 'x'\ndescription = " + "[" * 5000 + "]" * 5000 + "\n"
+    with pytest.raises(StudyError, match="nested far deeper"):
+        parse_config(deep)
+    table = "slug = 'x'\nx = " + "{a = " * 2000 + "1" + "}" * 2000 + "\n"
+    with pytest.raises(StudyError, match="nested far deeper"):
+        parse_config(table)
+    dotted = "slug = 'x'\nx." + ".".join(["a"] * 3000) + " = 1\n"  # deep, yet parsed
+    with pytest.raises(StudyError, match="nests deeper than 8"):
+        parse_config(dotted)
