@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: demo test lint install install-dev pg-up browser clean
+.PHONY: demo test lint audit install install-dev pg-up browser clean
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
@@ -29,6 +29,7 @@ install: $(VENV)/.installed-worker
 install-dev: $(VENV)/.installed-dev
 
 # Builds (once) the demo model, precomputes the demo study, builds HITs and serves.
+# Without apt-get (the Austen corpus is a Debian package): $(BIN)/ebc demo --corpus FILE.
 demo: install
 	$(BIN)/ebc demo
 
@@ -44,10 +45,27 @@ browser:
 	@command -v chromium >/dev/null || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
+# Debian's Compose (1.29): its `docker-compose config` needs no Docker engine.
+compose-cli:
+	@command -v docker-compose >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose; }
+
+# What is shipped must run: the wheel built, installed (not editable) into a fresh venv,
+# migrated and served; docker-compose.yml validated. See .ci/wheel-check.
+.PHONY: compose-cli wheel-check
+wheel-check: compose-cli
+	PYTHON=$(PYTHON) .ci/wheel-check
+
 lint: install-dev
 	$(BIN)/ruff check .
 
-test: install-dev pg-up browser lint
+# Known vulnerabilities of the installed packages (PyPI's advisory data; the editable
+# project itself is not on PyPI). Fails on a vulnerability; a package whose release PyPI
+# does not answer for is listed as skipped.
+audit: install-dev
+	$(BIN)/pip-audit --skip-editable --progress-spinner off
+
+test: install-dev pg-up browser lint audit wheel-check
 	$(BIN)/python -m pytest --db=all
 
 clean:

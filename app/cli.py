@@ -18,12 +18,18 @@ from app.config import Settings
 cli = typer.Typer(help="ebc-judge: exposure bias of language models, judged by people.")
 db_cli = typer.Typer(help="Database schema (Alembic migrations).")
 admin_cli = typer.Typer(help="Researcher accounts and API tokens.")
-study_cli = typer.Typer(help="Studies.")
+study_cli = typer.Typer(
+    help=(
+        "Studies, and who may see or run them. The CLI is the operator's tool: whoever runs "
+        "it holds the database's credentials, so it acts as an administrator on every "
+        "study. Owners and members (share, unshare) govern the dashboard and the API."
+    )
+)
 cli.add_typer(db_cli, name="db")
 cli.add_typer(admin_cli, name="admin")
 cli.add_typer(study_cli, name="study")
 hits_cli = typer.Typer(help="HITs: build them from a study's items.")
-annotators_cli = typer.Typer(help="Annotators: invite links.")
+annotators_cli = typer.Typer(help="Annotators: invite links (create, revoke, re-issue).")
 cli.add_typer(hits_cli, name="hits")
 cli.add_typer(annotators_cli, name="annotators")
 
@@ -135,7 +141,9 @@ def serve(
         port=port,
         workers=workers,
         log_level=settings.log_level,
-        proxy_headers=True,
+        # X-Forwarded-For is read by the app itself, from EBC_TRUSTED_PROXIES only; uvicorn's
+        # own handling would trust 127.0.0.1 (or FORWARDED_ALLOW_IPS) besides.
+        proxy_headers=False,
     )
 
 
@@ -213,9 +221,31 @@ def revoke_token(prefix: Annotated[str, typer.Argument(help="the token's first 1
     typer.echo(f"revoked {prefix[:12]}…")
 
 
+def _user_named(session: Session, username: str):
+    from app.auth.service import user_by_name
+
+    user = user_by_name(session, username)
+    if user is None:
+        fail(f"no user {username!r}")
+    return user
+
+
+def _study_named(session: Session, slug: str):
+    from app.studies.service import get_study
+
+    found = get_study(session, slug)
+    if found is None:
+        fail(f"no study {slug!r}")
+    return found
+
+
 @study_cli.command("create")
 def study_create(
     config: Annotated[Path, typer.Option("--config", "-c", help="study file (TOML)")],
+    owner: Annotated[
+        str | None,
+        typer.Option(help="the researcher who owns it; without one only administrators see it"),
+    ] = None,
 ) -> None:
     """Create a study from a study file."""
     from app.studies.service import StudyError, create_study, load_config
@@ -223,22 +253,104 @@ def study_create(
     try:
         cfg = load_config(config)
         with session_scope(load_settings()) as session:
-            study = create_study(session, cfg)
+            by = _user_named(session, owner) if owner else None
+            study = create_study(session, cfg, created_by=by)
             slug = study.slug
     except StudyError as exc:
         fail(str(exc))
-    typer.echo(f"created study {slug}")
+    typer.echo(f"created study {slug}" + (f" owned by {owner}" if owner else ""))
 
 
 @study_cli.command("list")
-def study_list() -> None:
+def study_list(
+    user: Annotated[
+        str | None, typer.Option(help="only the studies this researcher may see, with access")
+    ] = None,
+) -> None:
     """List the studies."""
-    from app.studies.service import list_studies
+    from app.studies.service import list_studies, study_access, visible_studies
 
     with session_scope(load_settings()) as session:
-        for s in list_studies(session):
+        who = _user_named(session, user) if user else None
+        for s in visible_studies(session, who) if who else list_studies(session):
             lengths = ",".join(map(str, s.prefix_lengths))
-            typer.echo(f"{s.slug}\t{s.status.value}\t{s.task.value}\tl={lengths}\t{s.title}")
+            line = f"{s.slug}\t{s.status.value}\t{s.task.value}\tl={lengths}\t{s.title}"
+            if who:
+                line += f"\t{study_access(session, s, who).name}"
+            typer.echo(line)
+
+
+@study_cli.command("share")
+def study_share(
+    study: Annotated[str, typer.Argument(help="the study's slug")],
+    username: Annotated[str, typer.Argument(help="the researcher to share it with")],
+    role: Annotated[
+        str,
+        typer.Option(
+            help="view: pages, results, exports, no invite links, no changes; "
+            "manage: everything the owner can do"
+        ),
+    ] = "view",
+) -> None:
+    """Let a researcher see (or run) a study; again with another --role changes theirs."""
+    from app.audit.service import record
+    from app.studies.service import StudyError, share_study
+
+    try:
+        with session_scope(load_settings()) as session:
+            found, user = _study_named(session, study), _user_named(session, username)
+            share_study(session, found, user, role)
+            record(session, "study_shared", study=found, member=username, role=role, by="cli")
+    except StudyError as exc:
+        fail(str(exc))
+    typer.echo(f"{username} may {role} {study}")
+
+
+@study_cli.command("unshare")
+def study_unshare(
+    study: Annotated[str, typer.Argument(help="the study's slug")],
+    username: Annotated[str, typer.Argument(help="the member to remove")],
+) -> None:
+    """Remove a researcher's access to a study (the owner's cannot be removed: set-owner)."""
+    from app.audit.service import record
+    from app.studies.service import StudyError, unshare_study
+
+    try:
+        with session_scope(load_settings()) as session:
+            found, user = _study_named(session, study), _user_named(session, username)
+            unshare_study(session, found, user)
+            record(session, "study_unshared", study=found, member=username, by="cli")
+    except StudyError as exc:
+        fail(str(exc))
+    typer.echo(f"{username} no longer has access to {study}")
+
+
+@study_cli.command("set-owner")
+def study_set_owner(
+    study: Annotated[str, typer.Argument(help="the study's slug")],
+    username: Annotated[str, typer.Argument(help="the new owner")],
+) -> None:
+    """Give a study to a researcher (e.g. one made with `study create` without --owner)."""
+    from app.audit.service import record
+    from app.studies.service import set_owner
+
+    with session_scope(load_settings()) as session:
+        found, user = _study_named(session, study), _user_named(session, username)
+        set_owner(session, found, user)
+        record(session, "study_owner_set", study=found, owner=username, by="cli")
+    typer.echo(f"{username} owns {study}")
+
+
+@study_cli.command("members")
+def study_members(study: Annotated[str, typer.Argument(help="the study's slug")]) -> None:
+    """Print the study's owner and members with their roles."""
+    from app.studies.queries import study_people
+
+    with session_scope(load_settings()) as session:
+        people = study_people(session, _study_named(session, study))
+        typer.echo(f"{people.owner.username if people.owner else '(no owner)'}\towner")
+        for user, role in people.members:
+            typer.echo(f"{user.username}\t{role}")
 
 
 @hits_cli.command("build")
@@ -303,6 +415,47 @@ def annotators_invite(
         typer.echo(f"wrote {count} links to {csv_out}")
     else:
         typer.echo(table, nl=False)
+
+
+def _change_link(study: str, annotator: str, reissue: bool) -> None:
+    from app.annotation.admin import find_annotator, invite_link, reissue_invite, revoke_invite
+    from app.annotation.service import AnnotationError
+    from app.audit.service import record
+
+    settings = load_settings()
+    try:
+        with session_scope(settings) as session:
+            found = _study_named(session, study)
+            a = find_annotator(session, found, annotator)
+            (reissue_invite if reissue else revoke_invite)(session, a)
+            action = "invite_reissued" if reissue else "invite_revoked"
+            record(session, action, study=found, annotator=a.label or a.id, by="cli")
+            link = invite_link(settings.base_url, settings.secret_key, a)
+            name = a.label or str(a.id)
+    except AnnotationError as exc:
+        fail(exc.message)
+    if reissue:
+        typer.echo(f"{name}\t{link}")
+    else:
+        typer.echo(f"revoked the invite link of {name}")
+
+
+@annotators_cli.command("revoke")
+def annotators_revoke(
+    study: Annotated[str, typer.Argument(help="the study's slug")],
+    annotator: Annotated[str, typer.Argument(help="the annotator's id or (unique) label")],
+) -> None:
+    """Make an invited annotator's link stop working (their judgments are kept)."""
+    _change_link(study, annotator, reissue=False)
+
+
+@annotators_cli.command("reissue")
+def annotators_reissue(
+    study: Annotated[str, typer.Argument(help="the study's slug")],
+    annotator: Annotated[str, typer.Argument(help="the annotator's id or (unique) label")],
+) -> None:
+    """Print a new link for an invited annotator; the old one stops working."""
+    _change_link(study, annotator, reissue=True)
 
 
 def _read_password(password: str | None) -> str:

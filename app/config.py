@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEV_SECRET_KEY = "dev-insecure-secret-key-change-me"
@@ -49,7 +50,52 @@ class Settings(BaseSettings):
     data_dir: Path = Field(Path("var"), description="local state: SQLite file, demo model, caches")
     session_max_age: int = Field(14 * 24 * 3600, description="researcher login lifetime, seconds")
     db_pool_size: int = Field(10, description="connections per web process (PostgreSQL)")
+    # A stalled network or database must answer 503 in bounded time, not hang every request.
+    db_connect_timeout: int = Field(
+        10, ge=1, le=600, description="seconds to wait for a new database connection"
+    )
+    db_statement_timeout: float = Field(
+        30,
+        ge=0,
+        le=86_400,
+        description="seconds a web request's SQL statement may run (PostgreSQL; 0: no limit); "
+        "the worker and migrations have none",
+    )
+    db_pool_timeout: float = Field(
+        10, ge=0, le=600, description="seconds a request waits for a free pooled connection"
+    )
+    db_tcp_timeout: int = Field(
+        60,
+        ge=10,
+        le=3600,
+        description="seconds after which a silent database connection counts as lost "
+        "(TCP keepalives and tcp_user_timeout; PostgreSQL)",
+    )
+    enrol_per_address_per_hour: int = Field(
+        20, ge=0, description="new panel/MTurk identities per client address per study per hour"
+    )
+    enrol_per_study_per_minute: int = Field(
+        300, ge=0, description="new panel/MTurk identities per study per minute (all addresses)"
+    )
     log_level: str = Field("info", description="uvicorn and application log level")
+    trusted_proxies: str = Field(
+        "",
+        description="comma-separated addresses or CIDRs of reverse proxies whose "
+        "X-Forwarded-For is believed (empty: nobody's)",
+    )
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxy_addresses(cls, value: str) -> str:
+        entries = [e.strip() for e in value.split(",") if e.strip()]
+        for entry in entries:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"EBC_TRUSTED_PROXIES: {entry!r} is not an IP address or CIDR"
+                ) from None
+        return ",".join(entries)
 
     @model_validator(mode="after")
     def _refuse_dev_secrets_in_production(self) -> Settings:

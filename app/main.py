@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -11,19 +12,25 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy import Connection
+from sqlalchemy.exc import DataError, IntegrityError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import __version__
 from app.annotation.service import HIT_CACHE, AnnotationError, HitContentCache
 from app.config import PACKAGE, Environment, Settings
 from app.db import build_engine, make_sessionmaker
 from app.migrate import head_revisions
+from app.results.stats.power import PlanError
+from app.validation import BadInput
 from app.web import (
     annotate,
     api,
+    api_docs,
     dashboard,
     dashboard_annotators,
     dashboard_results,
@@ -46,6 +53,10 @@ DEFAULT_SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",
     "X-Frame-Options": "DENY",
 }
+# Researcher pages and the API show secrets (invite links, new API tokens and passwords,
+# link CSVs): no browser or proxy may keep a copy of any of their responses.
+NO_STORE_PREFIXES = ("/dashboard", API_PREFIX + "/", "/login", "/logout")
+HSTS = "max-age=31536000"
 
 
 def create_app(settings: Settings | None = None, *, bind: Connection | None = None) -> FastAPI:
@@ -69,7 +80,7 @@ def create_app(settings: Settings | None = None, *, bind: Connection | None = No
             )
             yield
             return
-        engine = build_engine(settings)
+        engine = build_engine(settings, web=True)
         app.state.engine = engine
         app.state.sessionmaker = make_sessionmaker(engine, info=info)
         try:
@@ -82,7 +93,9 @@ def create_app(settings: Settings | None = None, *, bind: Connection | None = No
         version=__version__,
         summary="Exposure bias (EB-C) of language models with human next-word judgments.",
         openapi_url=f"{API_PREFIX}/openapi.json",
-        docs_url=f"{API_PREFIX}/docs",
+        # Swagger UI is served by app.web.api_docs from local files (FastAPI's page needs a
+        # CDN and an inline script, which the Content-Security-Policy refuses).
+        docs_url=None,
         redoc_url=None,
         lifespan=lifespan,
     )
@@ -98,12 +111,17 @@ def create_app(settings: Settings | None = None, *, bind: Connection | None = No
         https_only=settings.base_url.startswith("https://"),
     )
 
-    app.add_middleware(SecurityHeaders)
+    app.add_middleware(SecurityHeaders, hsts=settings.base_url.startswith("https://"))
+    if settings.trusted_proxies:
+        # Outermost: the client address is the proxy's report only when a trusted proxy
+        # sent it (login throttling keys on it); from anyone else X-Forwarded-For is ignored.
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.trusted_proxies)
     app.mount("/static", StaticFiles(directory=PACKAGE / "static"), name="static")
     # The annotator pages come first: the router tries routes in order, and these are
     # the ones a crowd hits at high rates (no other route matches their paths).
     app.include_router(annotate.router)
     app.include_router(health.router)
+    api_docs.install(app)
     app.include_router(api.router)
     app.include_router(dashboard.router)
     app.include_router(dashboard.pages)
@@ -123,15 +141,20 @@ class SecurityHeaders:
     group and memory streams per request, a fifth of the annotator hot path.
     A route that sets its own CSP decides its framing with frame-ancestors
     (annotator pages in iframes, MTurk), so X-Frame-Options is left off there.
+    Dashboard and API responses are never cached (NO_STORE_PREFIXES); with an https
+    base URL every response carries HSTS.
     """
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, hsts: bool = False) -> None:
         self.app = app
+        self.hsts = hsts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+
+        no_store = scope["path"].startswith(NO_STORE_PREFIXES)
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -140,6 +163,10 @@ class SecurityHeaders:
                 for name, value in DEFAULT_SECURITY_HEADERS.items():
                     if not (own_csp and name == "X-Frame-Options"):
                         headers.setdefault(name, value)
+                if no_store:
+                    headers["Cache-Control"] = "no-store"
+                if self.hsts:
+                    headers["Strict-Transport-Security"] = HSTS
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
@@ -147,6 +174,38 @@ class SecurityHeaders:
 
 def _wants_json(request: Request) -> bool:
     return request.url.path.startswith(API_PREFIX)
+
+
+log = logging.getLogger(__name__)
+# Seconds a client should wait before trying again when the database is unavailable.
+RETRY_AFTER = "30"
+
+
+def _error(
+    request: Request,
+    status_code: int,
+    message: str,
+    headers: dict[str, str] | None = None,
+    errors: list[dict] | None = None,
+) -> Response:
+    """The error answer: JSON under /api/v1 (`errors` as a 422 lists them), else a page."""
+    if _wants_json(request):
+        body: dict = {"detail": message, "status": status_code}
+        if errors is not None:
+            body["errors"] = errors
+        return JSONResponse(body, status_code=status_code, headers=headers)
+    return templates.TemplateResponse(
+        request,
+        "error.html",
+        {"status_code": status_code, "message": message},
+        status_code=status_code,
+        headers=headers,
+    )
+
+
+def _unique_violation(exc: IntegrityError) -> bool:
+    orig = exc.orig
+    return getattr(orig, "sqlstate", None) == "23505" or "UNIQUE constraint failed" in str(orig)
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -187,6 +246,50 @@ def _install_error_handlers(app: FastAPI) -> None:
             {"status_code": 400, "message": "The request was incomplete or malformed."},
             status_code=400,
         )
+
+    # What no edge check caught still answers 4xx when the client's input is at fault, and
+    # 503 when the database is away or too slow: never a 500 with a driver's message.
+    @app.exception_handler(BadInput)
+    async def bad_input(request: Request, exc: BadInput) -> Response:
+        return _error(request, 400, str(exc))
+
+    @app.exception_handler(DataError)
+    async def data_error(request: Request, exc: DataError) -> Response:
+        # The driver's message only: the statement's parameters may hold secrets.
+        log.warning(
+            "%s %s: database refused a value: %s", request.method, request.url.path, exc.orig
+        )
+        return _error(
+            request,
+            400,
+            "A value in the request cannot be stored: too long, out of range, or with "
+            "characters that are not allowed.",
+        )
+
+    @app.exception_handler(IntegrityError)
+    async def integrity_error(request: Request, exc: IntegrityError) -> Response:
+        if not _unique_violation(exc):
+            raise exc  # a broken invariant of ours: a server error
+        return _error(
+            request, 409, "This conflicts with something that already exists; reload and retry."
+        )
+
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(PoolTimeout)
+    async def database_unavailable(request: Request, exc: Exception) -> Response:
+        reason = getattr(exc, "orig", None) or exc
+        log.error("%s %s: database unavailable: %s", request.method, request.url.path, reason)
+        return _error(
+            request,
+            503,
+            "The database is unavailable or too slow right now; try again in a minute.",
+            headers={"Retry-After": RETRY_AFTER},
+        )
+
+    @app.exception_handler(PlanError)
+    async def plan_error(request: Request, exc: PlanError) -> Response:
+        errors = [{"loc": ["query", exc.param], "msg": exc.reason, "type": "plan_infeasible"}]
+        return _error(request, 422, exc.reason, errors=errors)
 
 
 def _friendly(exc: StarletteHTTPException) -> str:

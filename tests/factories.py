@@ -5,7 +5,8 @@ large ones with executemany (exports, memory bounds).
 
 Items get the choices ``w0 .. w{k-1}`` in model rank order (``w0`` is the top-1). A HIT
 shows the item at position ``p`` with the ranks rotated by ``p``: screen slot ``s``
-holds rank ``(s + p) % k``, so the screen slot and the model rank differ.
+holds rank ``(s + p) % k``, so the screen slot and the model rank differ. Screen orders
+end in ``"none"`` (slot k) as `app.hits.service.build_hits` stores them.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import insert, select
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
+from app.hits.service import NONE_SLOT
 from app.models import (
     Annotator,
     Assignment,
@@ -40,8 +42,8 @@ from app.studies.schemas import (
 from app.studies.service import create_study
 
 
-def choice_order(position: int, k: int) -> list[int]:
-    return [(s + position) % k for s in range(k)]
+def choice_order(position: int, k: int) -> list[int | str]:
+    return [*((s + position) % k for s in range(k)), NONE_SLOT]
 
 
 class StudyFactory:
@@ -195,7 +197,7 @@ class StudyFactory:
                     assignment_id=assignment.id,
                     position=p,
                     item_id=item_id,
-                    option=self.k if rank is None else order.index(rank),
+                    option=order.index(NONE_SLOT if rank is None else rank),
                     chosen_rank=rank,
                     chosen_word=None if rank is None else f"w{rank}",
                     d=0.0 if rank == 0 else 1.0,
@@ -413,3 +415,55 @@ def make_handmade(session: Session) -> HandMade:
     f.answer(a["B"], hit2, [0, None, None, 3, 0])
     f.answer(a["E"], hit2, [0, 0, 0, 0, 2])
     return HandMade(f, f.study, hit1, hit2, a)
+
+
+# --------------------------------------------------------------------------- production-built set
+
+# Dataset words and platform ids that a spreadsheet would run as formulas (CSV injection).
+FORMULA_WORDS = ["=1+1", "+44", "-A1", "@SUM(A1)", "river", "stone", "light", "city", "quiet"]
+
+
+def answered_study(session: Session, slug: str = "rt", *, seed: int = 5) -> Study:
+    """A study built the way production builds it: HITs from `build_hits`, three annotators
+    each doing one HIT through the annotation service with seeded random answers ("none"
+    included). Its words, annotator labels and platform ids start with formula characters.
+    """
+    import random
+
+    from app.annotation.service import next_assignment, submit
+    from tests.hits.factory import annotator, make_study
+
+    study = make_study(
+        session, slug=slug, lengths=(10,), per_cell=15, words=FORMULA_WORDS, min_ms_per_item=0
+    )
+    people = [
+        annotator(session, study, '=HYPERLINK("http://x.test")', channel=Channel.panel,
+                  external_id="-A1"),
+        annotator(session, study, "@SUM(A1)", channel=Channel.mturk, external_id="+A2"),
+        annotator(session, study, "\tlab member"),
+    ]  # fmt: skip
+    rng = random.Random(seed)
+    for person in people:
+        work = next_assignment(session, person).assignment
+        assert work is not None, "the study has a HIT for each annotator"
+        orders = session.execute(
+            select(HitPosition.position, HitPosition.choice_order).where(
+                HitPosition.hit_id == work.hit_id
+            )
+        ).all()
+        answers = {p: rng.randrange(len(order)) for p, order in orders}
+        submit(session, person, work.public_id, answers, {p: 3000 + p for p in answers})
+    session.flush()
+    return study
+
+
+def broken_study(session: Session, slug: str = "broken", *, last: bool) -> StudyFactory:
+    """2,500 judgments (two export batches) of which the first (or, with `last`, the last)
+    item's choices are not a list, so the export cannot convert that item's rows: a failure
+    before the first byte of an export, or after its first batch."""
+    f = StudyFactory(session, slug)
+    bulk_judgments(session, f, n_hits=250, n_annotators=20)
+    edge = func.max(Item.id) if last else func.min(Item.id)
+    target = session.scalar(select(edge).where(Item.study_id == f.study.id))
+    session.execute(update(Item).where(Item.id == target).values(choices=5))
+    return f

@@ -7,7 +7,8 @@ Judgment export columns (one row per judgment, judgment-id order):
   ``position`` (of the item in its HIT), ``item_id``, ``kind``, ``length``,
   ``is_attention``;
 - ``displayed_ranks``: the model rank (0-based) of the word at each screen slot, in
-  screen order ("none" follows, at slot k); ``displayed_words``: the same as words;
+  screen order, then ``"none"`` (slot k, "None of the above is plausible");
+  ``displayed_words``: the same as words (null at the "none" slot);
   ``choices``: the words in model rank order (top-1 first); ``top1_word``;
   ``true_next_word`` (data prefixes; never shown);
 - ``option`` (screen slot chosen; k = none), ``chosen_rank`` (0-based model rank, empty
@@ -17,9 +18,22 @@ Judgment export columns (one row per judgment, judgment-id order):
   ``external_assignment_id``, ``external_hit_id``, ``external_session_id``,
   ``assignment_status``, ``review_status``;
 - timings: ``leased_at``, ``page_served_at``, ``submitted_at``, ``judged_at`` (UTC, ISO
-  8601), ``client_ms``; flags ``too_fast``, ``late``.
+  8601), ``client_ms``; flags ``too_fast``, ``late``;
+- the assignment's flags on kept work that may not count (the results' exclusion rules):
+  ``over_cap``, ``extra_replica`` (late answers past the annotator's cap or the HIT's
+  replicas), ``after_block`` (sent after the annotator was blocked), ``unverified`` (MTurk
+  work not yet confirmed through the MTurk API).
 
-In CSV, lists are JSON arrays and empty cells are nulls; JSON lines keep the types.
+In CSV, lists are JSON arrays and empty cells are nulls; JSON lines keep the types. A CSV
+text cell that a spreadsheet would run as a formula (it begins with ``=``, ``+``, ``-``,
+``@``, a tab or a carriage return) is written with a ``'`` in front (OWASP's rule against
+CSV injection; drop that first ``'`` to get the stored text). Numbers we write stay numbers.
+
+A download that fails says so. It is not a short file behind a ``200``: the first batch is
+made before the status line is sent (a failure there is an error status, no file), and a
+failure later ends the file with one error record (CSV: a one-cell row that begins with
+``ERROR:``; JSON lines: ``{"error": ...}``) after which the connection is aborted, so the
+client reports an incomplete transfer.
 """
 
 from __future__ import annotations
@@ -45,6 +59,7 @@ JUDGMENT_FIELDS = [
     "annotator_exclude_past", "assignment", "external_assignment_id", "external_hit_id",
     "external_session_id", "assignment_status", "review_status", "leased_at",
     "page_served_at", "submitted_at", "judged_at", "client_ms", "too_fast", "late",
+    "over_cap", "extra_replica", "after_block", "unverified",
 ]  # fmt: skip
 
 ITEM_FIELDS = [
@@ -54,12 +69,27 @@ ITEM_FIELDS = [
     "provenance",
 ]  # fmt: skip
 
+# OWASP "CSV injection": cells that begin with these are formulas to a spreadsheet.
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_text(v: str) -> str:
+    """`v` as a CSV cell that no spreadsheet runs as a formula."""
+    return "'" + v if v.startswith(FORMULA_START) else v
+
+
 RESULT_FIELDS = [
     "study", "exclusions", "estimator", "unit", "name", "length", "kind", "reference_kind",
     "estimate", "se", "low", "high", "method", "level", "delta_se", "delta_low",
     "delta_high", "iid_se", "design_effect", "n_judgments", "n_items", "n_annotators",
-    "n_clusters", "few_annotators", "p_value", "p_greater", "paper_mean", "paper_std",
+    "n_clusters", "few_annotators", "n_effective", "p_value", "p_greater", "test",
+    "permutation_p_value", "permutation_p_greater", "paper_mean", "paper_std",
 ]  # fmt: skip
+"""Results CSV columns. ``p_value``/``p_greater`` are the headline test's (for EB-C and
+diagnostic ratios: wild cluster bootstrap by annotator, H0: population ratio = 1; for
+the trend under the default interval: jackknife t, H0: slope = 0), named in ``test``;
+until issue 11 they held the within-HIT permutation test's, now in ``permutation_*``
+(secondary). ``n_effective``: effective number of annotators."""
 
 
 def _json(v: Any) -> Any:
@@ -90,6 +120,10 @@ _CONVERT = {
     "annotator_exclude_past": _bool,
     "too_fast": _bool,
     "late": _bool,
+    "over_cap": _bool,
+    "extra_replica": _bool,
+    "after_block": _bool,
+    "unverified": _bool,
     "leased_at": _time,
     "page_served_at": _time,
     "submitted_at": _time,
@@ -105,10 +139,12 @@ def _records(keys: list[str], rows: list[tuple]) -> Iterator[dict[str, Any]]:
         }
 
 
-def _shown(words: list[str], order: list[int] | None) -> list[str | None] | None:
+def _shown(words: list[str], order: list[int | str] | None) -> list[str | None] | None:
+    """The words in screen order; the "none" slot (and a rank with no word) is null."""
     if order is None:
         return None
-    return [words[i] if 0 <= i < len(words) else None for i in order]
+    n = len(words)
+    return [words[i] if type(i) is int and 0 <= i < n else None for i in order]
 
 
 def judgment_record(study: str, r: dict[str, Any]) -> dict[str, Any]:
@@ -149,6 +185,8 @@ def _csv_cell(v: Any) -> Any:
         return _csv_bool(v)
     if isinstance(v, list | dict):
         return _csv_json(v)
+    if isinstance(v, str):
+        return csv_text(v)
     return v  # csv writes None as an empty cell
 
 
@@ -158,31 +196,62 @@ _JSON_FIELDS = {
 }  # fmt: skip
 
 
+def _failure(rows: int, exc: Exception) -> str:
+    # The exception itself is re-raised after this record: the server logs it.
+    return (
+        f"ERROR: the export failed after {rows} rows ({type(exc).__name__}); "
+        "this file is incomplete"
+    )
+
+
 def _csv_chunks(fields: list[str], batches: Iterable[list[dict[str, Any]]]) -> Iterator[str]:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(fields)
     bools = [f for f in fields if f in _BOOL_FIELDS]
     lists = [f for f in fields if f in _JSON_FIELDS]
-    for batch in batches:
-        for rec in batch:
-            for f in bools:
-                rec[f] = _csv_bool(rec[f])
-            for f in lists:
-                rec[f] = _csv_json(rec[f])
-        writer.writerows([rec[f] for f in fields] for rec in batch)
-        yield buf.getvalue()
+    others = [f for f in fields if f not in _BOOL_FIELDS and f not in _JSON_FIELDS]
+    rows = 0
+    try:
+        for batch in batches:
+            for rec in batch:
+                for f in bools:
+                    rec[f] = _csv_bool(rec[f])
+                for f in lists:
+                    rec[f] = _csv_json(rec[f])
+                for f in others:
+                    v = rec[f]
+                    if type(v) is str and v.startswith(FORMULA_START):
+                        rec[f] = "'" + v
+            writer.writerows([rec[f] for f in fields] for rec in batch)
+            yield buf.getvalue()
+            rows += len(batch)
+            buf.seek(0)
+            buf.truncate()
+    except Exception as exc:
+        if not rows:
+            raise  # nothing sent yet: the caller answers with an error status instead
         buf.seek(0)
         buf.truncate()
+        writer.writerow([_failure(rows, exc)])
+        yield buf.getvalue()
+        raise
     if buf.tell():
         yield buf.getvalue()
 
 
 def _jsonl_chunks(fields: list[str], batches: Iterable[list[dict[str, Any]]]) -> Iterator[str]:
-    for batch in batches:
-        yield "".join(
-            json.dumps({f: rec[f] for f in fields}, ensure_ascii=False) + "\n" for rec in batch
-        )
+    rows = 0
+    try:
+        for batch in batches:
+            lines = [json.dumps({f: rec[f] for f in fields}, ensure_ascii=False) for rec in batch]
+            yield "\n".join(lines) + "\n"
+            rows += len(batch)
+    except Exception as exc:
+        if not rows:
+            raise
+        yield json.dumps({"error": _failure(rows, exc)}) + "\n"
+        raise
 
 
 def _judgment_batches(session: Session, study: Study) -> Iterator[list[dict[str, Any]]]:
@@ -219,19 +288,31 @@ def items_jsonl(session: Session, study: Study) -> Iterator[str]:
 
 def _result_rows(results: ResultsOut, rs: ResultSet) -> Iterator[dict[str, Any]]:
     perm = {p.length: p for p in rs.permutation}
+    tests = {t.length: t for t in rs.tests}
     paper = {(f.name, f.length, f.kind): f for f in rs.paper_comparable}
     qs: list[QuantityOut] = [*rs.cgd, *rs.ratios, *([rs.trend] if rs.trend else [])]
     for q in qs:
         row = q.model_dump()
         p = perm.get(q.length) if q.name == "ebc" else None
+        t = tests.get(q.length) if q.name == "ebc" else None
         f = paper.get((q.name, q.length, q.kind)) if q.name in ("cgd", "ebc") else None
+        test = None
+        if q.p_value is not None:
+            test = (
+                "jackknife t, H0: slope = 0"
+                if q.name == "trend"
+                else f"{t.method if t else 'wild cluster bootstrap-t by annotator'}; H0: "
+                f"{t.null if t else 'population ratio = 1, annotators as the sampled unit'}"
+            )
         row |= {
             "study": results.study,
             "exclusions": "on" if rs.exclusions_applied else "off",
             "estimator": rs.estimator,
             "unit": rs.unit,
-            "p_value": p.p_value if p else None,
-            "p_greater": p.p_greater if p else None,
+            "p_greater": t.p_greater if t else None,
+            "test": test,
+            "permutation_p_value": p.p_value if p else None,
+            "permutation_p_greater": p.p_greater if p else None,
             "paper_mean": f.mean if f else None,
             "paper_std": f.std if f else None,
         }
@@ -280,8 +361,9 @@ def _pm(mean: float | None, spread: float | None, digits: int = 3) -> str:
 def results_latex(results: ResultsOut, task_label: str, *, paper: bool = False) -> str:
     """A LaTeX table shaped like the paper's Table 4: task, l, CGD(M|D), CGD(M|M), EB-C.
 
-    ``±`` is the bootstrap standard error of the main figures (resampling unit as
-    chosen), or with ``paper=True`` the paper-comparable std over 5 random parts. Needs
+    ``±`` is the standard error of the main figures (jackknife under the default
+    interval, bootstrap under percentile/BCa; resampling unit as chosen), or with
+    ``paper=True`` the paper-comparable std over 5 random parts. Needs
     the ``booktabs`` package.
     """
     rs = results.results
@@ -289,7 +371,10 @@ def results_latex(results: ResultsOut, task_label: str, *, paper: bool = False) 
         what = "mean $\\pm$ std over 5 random disjoint parts of the judgments (paper-comparable)"
     else:
         unit = rs.unit if rs else results.options.unit
-        what = f"estimate $\\pm$ bootstrap standard error (resampling unit: {tex_escape(unit)})"
+        se_kind = {"wild": "jackknife", "cgm": "two-way cluster-robust"}.get(
+            rs.ci if rs else "", "bootstrap"
+        )
+        what = f"estimate $\\pm$ {se_kind} standard error (resampling unit: {tex_escape(unit)})"
     lines = [
         "\\begin{table}[t]",
         "\\centering",
@@ -335,7 +420,8 @@ def results_table(results: ResultsOut) -> str:
             f"{rs.n_judgments} judgments, {rs.n_annotators} annotators"
         )
         out.append(
-            f"{'l':>4}  {'CGD(M|D)':>24}  {'CGD(M|M)':>24}  {'EB-C':>24}  {'p':>7}  {'n ann':>5}"
+            f"{'l':>4}  {'CGD(M|D)':>24}  {'CGD(M|M)':>24}  {'EB-C':>24}  {'p':>7}  "
+            f"{'perm p':>7}  {'n ann':>5}  {'eff':>5}"
         )
         for row in rs.table:
             cells = []
@@ -344,13 +430,20 @@ def results_table(results: ResultsOut) -> str:
                     cells.append(f"{'--':>24}")
                 else:
                     lo = "?" if q.low is None else f"{q.low:.3f}"
-                    hi = "?" if q.high is None else f"{q.high:.3f}"
+                    hi = "inf" if q.high is None else f"{q.high:.3f}"
                     cells.append(f"{q.estimate:.3f} [{lo}, {hi}]".rjust(24))
-            p = row.permutation.p_value if row.permutation else None
+            p = row.test.p_value if row.test else None
+            perm = row.permutation.p_value if row.permutation else None
             n_ann = row.ebc.n_annotators if row.ebc else 0
-            warn = " (few annotators)" if row.ebc and row.ebc.few_annotators else ""
+            eff = row.ebc.n_effective if row.ebc else None
+            warn = " (few effective annotators)" if row.ebc and row.ebc.few_annotators else ""
             p_txt = "--" if p is None else f"{p:.4f}"
-            out.append(f"{row.length:>4}  " + "  ".join(cells) + f"  {p_txt:>7}  {n_ann:>5}{warn}")
+            perm_txt = "--" if perm is None else f"{perm:.4f}"
+            eff_txt = "--" if eff is None else f"{eff:.1f}"
+            out.append(
+                f"{row.length:>4}  " + "  ".join(cells) + f"  {p_txt:>7}  {perm_txt:>7}  "
+                f"{n_ann:>5}  {eff_txt:>5}{warn}"
+            )
         if rs.trend is not None and rs.trend.estimate is not None:
             t = rs.trend
             out.append(
@@ -358,6 +451,11 @@ def results_table(results: ResultsOut) -> str:
                 if t.low is not None and t.high is not None
                 else f"trend of ln EB-C per word: {t.estimate:+.5f}"
             )
+        t0 = next(iter(rs.tests), None)
+        if t0 is not None:
+            out.append(f"p: {t0.method}; H0: {t0.null}")
+        if rs.permutation:
+            out.append(f"perm p: within-HIT permutation test, {rs.permutation[0].label}")
         out.extend(f"warning: {w}" for w in rs.warnings)
         out.append("")
     out.extend(f"note: {m}" for m in results.messages)

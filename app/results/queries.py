@@ -95,6 +95,9 @@ class Judgments:
     annotator_exclude_past: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     annotator_labels: list[str] = field(default_factory=list)
     annotator_channels: list[str] = field(default_factory=list)
+    # Per judgment, its assignment's flags (FLAG_* bits: kept work that may not count);
+    # None: no flags known (judgments made up in tests).
+    assignment_flags: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.d.shape[0])
@@ -102,6 +105,12 @@ class Judgments:
     @property
     def top1_is_true(self) -> np.ndarray:
         return self.true_rank == 1
+
+    def flagged(self, flag: int) -> np.ndarray:
+        """Which judgments' assignments carry `flag` (a FLAG_* bit)."""
+        if self.assignment_flags is None:
+            return np.zeros(len(self), bool)
+        return (self.assignment_flags & flag) != 0
 
     def take(self, mask: np.ndarray) -> Judgments:
         """The judgments where ``mask`` holds (annotator columns unchanged)."""
@@ -129,6 +138,7 @@ class Judgments:
             annotator_exclude_past=self.annotator_exclude_past,
             annotator_labels=self.annotator_labels,
             annotator_channels=self.annotator_channels,
+            assignment_flags=None if self.assignment_flags is None else self.assignment_flags[mask],
             **cols,
         )
 
@@ -148,7 +158,12 @@ def _judgment_spec(dialect: str = "sqlite", asg: Any = Assignment) -> list[tuple
                 BigInteger,
                 ">i8",
             ),
-            ("flags_ms", _pair(_FLAGS, func.coalesce(Judgment.client_ms, -1)), BigInteger, ">i8"),
+            (
+                "flags_ms",
+                _pair(_flags(asg), func.coalesce(Judgment.client_ms, -1)),
+                BigInteger,
+                ">i8",
+            ),
             ("d", Judgment.d, Float, ">f8"),
         ]
     return [
@@ -158,7 +173,7 @@ def _judgment_spec(dialect: str = "sqlite", asg: Any = Assignment) -> list[tuple
         ("hit", asg.hit_id, Integer, ">i4"),
         # Screen slot, model rank + 1 (0: none) and the too-fast flag in one integer:
         # one column fewer to pack and ship per judgment.
-        ("flags", _FLAGS, Integer, ">i4"),
+        ("flags", _flags(asg), Integer, ">i4"),
         ("d", Judgment.d, Float, ">f8"),
         ("client_ms", func.coalesce(Judgment.client_ms, -1), Integer, ">i4"),
     ]
@@ -187,19 +202,40 @@ def _split_pairs(cols: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-# option (< 16, top_k <= 10) | (chosen_rank + 1) << 4 | too_fast << 12
-_FLAGS = (
-    Judgment.option
-    + 16 * (func.coalesce(Judgment.chosen_rank, -1) + 1)
-    + 4096 * cast(Judgment.too_fast, Integer)
+# Assignment flags (kept work that may not count; the results' exclusion rules).
+FLAG_OVER_CAP = 1  # a late answer past the annotator's cap
+FLAG_EXTRA_REPLICA = 2  # a late answer past the HIT's replicas
+FLAG_AFTER_BLOCK = 4  # sent after the annotator was blocked
+FLAG_UNVERIFIED = 8  # MTurk work not yet confirmed through the MTurk API
+_ASSIGNMENT_FLAGS = (
+    ("over_cap", FLAG_OVER_CAP),
+    ("extra_replica", FLAG_EXTRA_REPLICA),
+    ("after_block", FLAG_AFTER_BLOCK),
+    ("unverified", FLAG_UNVERIFIED),
 )
 
 
-def _unpack_flags(flags: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(option, choice, too_fast)`` from the packed column; ``choice`` is the model rank
-    (1-based) of the chosen word, 0 for none."""
+def _flags(asg: Any = Assignment):
+    """option (< 16, top_k <= 10) | (chosen_rank + 1) << 4 | too_fast << 12
+    | the assignment's flags << 13, in one integer (under 2**17)."""
+    packed = (
+        Judgment.option
+        + 16 * (func.coalesce(Judgment.chosen_rank, -1) + 1)
+        + 4096 * cast(Judgment.too_fast, Integer)
+    )
+    for name, bit in _ASSIGNMENT_FLAGS:
+        packed = packed + 8192 * bit * cast(getattr(asg, name), Integer)
+    return packed
+
+
+def _unpack_flags(
+    flags: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(option, choice, too_fast, assignment flags)`` from the packed column; ``choice``
+    is the model rank (1-based) of the chosen word, 0 for none."""
     flags = flags.astype(np.int64)
-    return flags & 15, (flags >> 4) & 255, (flags >> 12).astype(bool)
+    too_fast = ((flags >> 12) & 1).astype(bool)
+    return flags & 15, (flags >> 4) & 255, too_fast, (flags >> 13) & 15
 
 
 def _item_spec(codes: dict[str, int], top_k: int, dialect: str) -> list[tuple]:
@@ -368,7 +404,12 @@ def load_judgments(session: Session, study: Study) -> Judgments:
     # one table: one hash probe per judgment instead of two. OFFSET 0 keeps the planner
     # from flattening the subquery and joining judgments to all assignments first.
     study_asg = (
-        select(Assignment.id, Assignment.annotator_id, Assignment.hit_id)
+        select(
+            Assignment.id,
+            Assignment.annotator_id,
+            Assignment.hit_id,
+            *(getattr(Assignment, name) for name, _ in _ASSIGNMENT_FLAGS),
+        )
         .join(Hit, Hit.id == Assignment.hit_id)
         .where(Hit.study_id == study.id)
         .offset(0)
@@ -404,7 +445,7 @@ def load_judgments(session: Session, study: Study) -> Judgments:
         )
         .all()
     )
-    option, choice, too_fast = _unpack_flags(cols["flags"])
+    option, choice, too_fast, assignment_flags = _unpack_flags(cols["flags"])
     client_ms = cols["client_ms"].astype(float)
     return Judgments(
         kinds=names,
@@ -425,6 +466,7 @@ def load_judgments(session: Session, study: Study) -> Judgments:
         annotator_exclude_past=np.array([bool(a[2]) for a in annotators], dtype=bool),
         annotator_labels=[a[3] or a[4] or f"annotator {a[0]}" for a in annotators],
         annotator_channels=[getattr(a[5], "value", str(a[5])) for a in annotators],
+        assignment_flags=assignment_flags,
     )
 
 
@@ -494,6 +536,11 @@ def iter_judgment_rows(session: Session, study: Study) -> Iterator[tuple[list[st
         (Judgment.client_ms, None),
         (Judgment.too_fast, "bool"),
         (Judgment.late, "bool"),
+        # Kept work that may not count (see app.results.service.exclusion_mask).
+        (Assignment.over_cap, "bool"),
+        (Assignment.extra_replica, "bool"),
+        (Assignment.after_block, "bool"),
+        (Assignment.unverified, "bool"),
     ]
     stmt = (
         select(*_raw_columns(spec))

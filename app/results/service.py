@@ -21,10 +21,18 @@ from sqlalchemy.orm import Session
 from app import __version__
 from app.models import Study
 from app.results import queries
-from app.results.queries import Judgments, kind_codes
+from app.results.queries import (
+    FLAG_AFTER_BLOCK,
+    FLAG_EXTRA_REPLICA,
+    FLAG_OVER_CAP,
+    FLAG_UNVERIFIED,
+    Judgments,
+    kind_codes,
+)
 from app.results.schemas import (
     AgreementOut,
     AnnotatorQualityOut,
+    ClusterTestOut,
     CountsOut,
     ExclusionReport,
     LengthRow,
@@ -39,11 +47,13 @@ from app.results.schemas import (
     ResultSet,
     ResultsOut,
     SanityOut,
+    SoftwareOut,
     StudyDetailOut,
     StudySummaryOut,
 )
 from app.results.stats import (
     DATA_KIND,
+    FEW_ANNOTATORS,
     MODEL_KIND,
     PAPER_LABEL,
     EBCResults,
@@ -60,9 +70,18 @@ from app.results.stats import (
     sanity,
     smallest_detectable_ebc,
 )
+from app.results.stats.power import PlanError
+from app.software import software
 from app.studies.service import config_of
 
-DEFAULT_RULES = {"blocked": True, "attention_min_accuracy": 0.5, "too_fast": True}
+DEFAULT_RULES = {
+    "blocked": True,
+    "attention_min_accuracy": 0.5,
+    "too_fast": True,
+    # Kept-but-flagged work (app.annotation.service.submit); not settable in a study file.
+    "over_cap": True,
+    "extra_replica": True,
+}
 PLAN_B = 2000  # resamples for the design effect when the main unit is not the annotator
 # Item bootstrap of the agreement coefficients: a secondary figure over thousands of
 # overlap items, where 2,000 resamples put the Monte Carlo error of a 95% bound well
@@ -106,7 +125,16 @@ def exclusion_mask(
       attention items (share choosing the model's top-1, which for an attention item
       is its unambiguous answer) is below the threshold; annotators without attention
       items are kept;
-    - ``too_fast``: each judgment answered faster than the study's minimum time.
+    - ``too_fast``: each judgment answered faster than the study's minimum time;
+    - ``blocked`` also drops every judgment sent after its annotator was blocked
+      (``after_block``: the HIT they held when blocked), whatever ``exclude_past`` says;
+    - ``over_cap``, ``extra_replica``: late answers kept beyond the annotator's cap or the
+      HIT's replicas (a lapsed lease whose slot or cap others took meanwhile);
+    - ``unverified``: MTurk work not yet confirmed through the MTurk API. Not a rule one
+      can switch off: it is left out of the figures without exclusions as well
+      (:func:`counted`).
+
+    The flagged-work rules appear in ``excluded_by_rule`` when they drop something.
     """
     rules = {**DEFAULT_RULES, **(rules or {})}
     n = len(j)
@@ -124,6 +152,18 @@ def exclusion_mask(
     if rules.get("blocked"):
         gone = j.annotator_blocked & j.annotator_exclude_past
         drop_annotators("blocked", j.annotator_ids[gone])
+        after = j.flagged(FLAG_AFTER_BLOCK)
+        by_rule["blocked"] = int((after | np.isin(j.annotator, j.annotator_ids[gone])).sum())
+        keep &= ~after
+    for rule, flag in (("over_cap", FLAG_OVER_CAP), ("extra_replica", FLAG_EXTRA_REPLICA)):
+        flagged = j.flagged(flag)
+        if rules.get(rule) and flagged.any():
+            by_rule[rule] = int(flagged.sum())
+            keep &= ~flagged
+    unverified = j.flagged(FLAG_UNVERIFIED)
+    if unverified.any():
+        by_rule["unverified"] = int(unverified.sum())
+        keep &= ~unverified
     threshold = rules.get("attention_min_accuracy")
     if threshold is not None:
         ids, acc = attention_accuracy(j)
@@ -139,6 +179,13 @@ def exclusion_mask(
         annotators_excluded=whole,
     )
     return keep, report
+
+
+def counted(j: Judgments) -> np.ndarray | None:
+    """The judgments any figure may count, exclusions or not: all but unconfirmed MTurk
+    work (None: all of them)."""
+    unverified = j.flagged(FLAG_UNVERIFIED)
+    return ~unverified if unverified.any() else None
 
 
 def attention_accuracy(j: Judgments) -> tuple[np.ndarray, np.ndarray]:
@@ -167,16 +214,22 @@ def compute_results(
     keep, report = exclusion_mask(j, study.exclusions)
     k = int(study.top_k)
     messages: list[str] = []
+    if report.excluded_by_rule.get("unverified"):
+        messages.append(
+            f"{report.excluded_by_rule['unverified']} judgments of MTurk assignments not yet "
+            "confirmed through the MTurk API are left out, with exclusions and without"
+        )
     with_excl = _result_set(j, keep, query, k, applied=True, messages=messages)
     if keep.all() and with_excl is not None:  # nothing excluded: the same figures
         without = with_excl.model_copy(update={"exclusions_applied": False})
     else:
-        without = _result_set(j, None, query, k, applied=False, messages=messages)
+        without = _result_set(j, counted(j), query, k, applied=False, messages=messages)
     main, other = (with_excl, without) if query.exclusions == "on" else (without, with_excl)
     quality = _quality(j, study, keep, report)
     plan = None
     if main is not None:
-        plan = _plan(study, j, keep if query.exclusions == "on" else None, query, main)
+        basis = keep if query.exclusions == "on" else counted(j)
+        plan = _plan(study, j, basis, query, main, messages)
     return ResultsOut(
         study=study.slug,
         kinds=j.kinds,
@@ -242,6 +295,7 @@ def _result_set(
         sub.d, sub.length, sub.kind, sub.hit, sub.item, b=query.b, seed=query.seed
     )
     perms_out = [PermutationOut.model_validate(_clean(p.as_dict())) for p in perms]
+    tests_out = [ClusterTestOut.model_validate(_clean(t.as_dict())) for t in res.tests]
     paper = [
         PaperFigureOut.model_validate(_clean(p.as_dict()) | {"kind": _kind_name(kinds, p.kind)})
         for p in paper_comparable(sub.d, sub.length, sub.kind, seed=query.seed)
@@ -270,10 +324,21 @@ def _result_set(
     san = sanity(sub.item, sub.kind, sub.choice, sub.true_rank)
     quantities = [_quantity(q, kinds) for q in res.cgd]
     ratios = [_quantity(q, kinds) for q in res.ratios]
-    table = _table(res, quantities, ratios, perms_out, paper)
+    table = _table(res, quantities, ratios, perms_out, paper, tests_out)
     if res.few_annotators:
+        # The warning rests on the effective number (a few busy annotators count as few).
+        eff = [q.n_effective for q in res.cgd + res.ratios if math.isfinite(q.n_effective)]
+        worst = f"{min(eff):.1f}" if eff else "?"
+        if res.n_annotators < FEW_ANNOTATORS:
+            who = f"only {res.n_annotators} annotators (effective number {worst})"
+        else:
+            who = (
+                f"{res.n_annotators} annotators, but an effective number of only {worst} "
+                "(a few did most of the work)"
+            )
         messages.append(
-            f"{label}: only {res.n_annotators} annotators; intervals are unreliable below 30"
+            f"{label}: {who}; intervals and tests are unreliable below "
+            f"{FEW_ANNOTATORS} effective annotators"
         )
     return ResultSet(
         exclusions_applied=applied,
@@ -288,11 +353,14 @@ def _result_set(
         n_annotators=res.n_annotators,
         n_clusters=res.n_clusters,
         few_annotators=res.few_annotators,
+        n_effective=num(res.n_effective),
+        interval=res.interval,
         warnings=res.warnings,
         table=table,
         cgd=quantities,
         ratios=ratios,
         trend=_quantity(res.trend, kinds) if res.trend else None,
+        tests=tests_out,
         permutation=perms_out,
         paper_label=PAPER_LABEL,
         paper_comparable=paper,
@@ -316,6 +384,7 @@ def _table(
     ratios: list[QuantityOut],
     perms: list[PermutationOut],
     paper: list[PaperFigureOut],
+    tests: list[ClusterTestOut],
 ) -> list[LengthRow]:
     rows = []
     lengths = sorted({q.length for q in cgd if q.length is not None})
@@ -340,6 +409,7 @@ def _table(
                 cgd_model=cell("model"),
                 ebc=ebc,
                 ratios=[q for q in ratios if q.length == ln and q.name == "ratio"],
+                test=next((t for t in tests if t.length == ln), None),
                 permutation=next((p for p in perms if p.length == ln), None),
                 paper=figs,
             )
@@ -404,12 +474,15 @@ def _plan(
     keep: np.ndarray | None,
     query: ResultQuery,
     main: ResultSet,
+    messages: list[str],
     *,
     target_ebc: float | None = 1.02,
     halfwidth: float | None = None,
     power: float = 0.8,
     alpha: float = 0.05,
-) -> PlanOut:
+) -> PlanOut | None:
+    """The default plan shown with the results; None (and a message) when the study's
+    own CGD(data) makes the default target impossible (EB-C x CGD(data) >= 1)."""
     deff = main.design_effect
     if deff is None:
         mask = ~j.attention if keep is None else keep & ~j.attention
@@ -432,17 +505,21 @@ def _plan(
     cgd_measured = bool(cgd) and 0 < float(np.mean(cgd)) < 1
     cgd_data = float(np.mean(cgd)) if cgd_measured else 0.73
     n_now = [q.n_judgments for q in main.cgd if q.kind in ("data", "model")]
-    return plan_for_study(
-        study,
-        target_ebc=target_ebc,
-        halfwidth=halfwidth,
-        power=power,
-        alpha=alpha,
-        cgd_data=cgd_data,
-        cgd_data_measured=cgd_measured,
-        design_effect=deff,
-        judgments_now=min(n_now) if n_now else 0,
-    )
+    try:
+        return plan_for_study(
+            study,
+            target_ebc=target_ebc,
+            halfwidth=halfwidth,
+            power=power,
+            alpha=alpha,
+            cgd_data=cgd_data,
+            cgd_data_measured=cgd_measured,
+            design_effect=deff,
+            judgments_now=min(n_now) if n_now else 0,
+        )
+    except PlanError as exc:
+        messages.append(f"planner: {exc.reason}")
+        return None
 
 
 def plan_for_study(
@@ -457,7 +534,10 @@ def plan_for_study(
     design_effect: float | None = None,
     judgments_now: int = 0,
 ) -> PlanOut:
-    """DESIGN.md's power formula with the study's layout, cap and payment."""
+    """DESIGN.md's power formula with the study's layout, cap and payment.
+
+    Raises PlanError (answered 422 with its reason) when no finite study reaches the target.
+    """
     deff_ok = design_effect is not None and math.isfinite(design_effect) and design_effect > 0
     deff = float(design_effect) if deff_ok else 1.0
     mix = dict(study.hit_layout.get("mix", {"data": 5, "model": 5}))
@@ -582,6 +662,11 @@ def study_detail(session: Session, study: Study) -> StudyDetailOut:
 def manifest(session: Session, study: Study) -> ManifestOut:
     """The provenance manifest: what the study's figures were computed from."""
     config = config_of(study).model_dump(mode="json")
+    examples = queries.provenance_examples(session, study)
+    made_with: list[dict] = []
+    for prov in examples.values():
+        if isinstance(prov, dict) and prov.get("software") and prov["software"] not in made_with:
+            made_with.append(prov["software"])
     return ManifestOut(
         study=study.slug,
         title=study.title,
@@ -600,8 +685,10 @@ def manifest(session: Session, study: Study) -> ManifestOut:
         decoding=dict(study.decoding),
         config=config,
         counts=CountsOut(**queries.study_counts(session, study)),
-        item_provenance=queries.provenance_examples(session, study),
+        item_provenance=examples,
         results_defaults=ResultQuery(),
+        software=SoftwareOut(**software()),
+        precompute_software=[SoftwareOut(**s) for s in made_with],
     )
 
 

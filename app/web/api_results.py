@@ -7,16 +7,13 @@ committed and closed before the body is sent).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
-from fastapi.responses import PlainTextResponse, Response, StreamingResponse
-from pydantic import BaseModel
-from sqlalchemy.orm import Session
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import Response, StreamingResponse
+from pydantic import BaseModel, Field
 
 from app.db import SessionDep
-from app.models import Study
 from app.results import exports, service
 from app.results.plot import results_plot
 from app.results.schemas import (
@@ -27,13 +24,37 @@ from app.results.schemas import (
     StudyDetailOut,
     StudySummaryOut,
 )
-from app.studies.service import get_study, list_studies
-from app.web.security import api_user
+from app.studies.service import visible_studies
+from app.web.downloads import export_response
+from app.web.security import ApiStudyDep, ApiUserDep, api_user
 
 
 class ErrorOut(BaseModel):
+    """Every error of /api/v1 (app.main's handlers)."""
+
     detail: str
     status: int
+
+
+class ErrorItem(BaseModel):
+    loc: list[str | int] = Field(description="where: query, path or body, then the name")
+    msg: str
+    type: str
+
+
+class ValidationErrorOut(ErrorOut):
+    """422: parameters that do not validate, or a plan no study can reach."""
+
+    errors: list[ErrorItem]
+
+
+# The answers every authenticated route may give besides its own (app.main's handlers).
+ERRORS: dict[int | str, dict] = {
+    401: {"model": ErrorOut, "description": "missing, invalid or revoked token"},
+    403: {"model": ErrorOut, "description": "an annotator's invite token (not for the API)"},
+    422: {"model": ValidationErrorOut, "description": "invalid parameters"},
+    503: {"model": ErrorOut, "description": "the database is unavailable or too slow"},
+}
 
 
 class LatexQuery(ResultQuery):
@@ -43,19 +64,14 @@ class LatexQuery(ResultQuery):
 router = APIRouter(
     tags=["studies"],
     dependencies=[Depends(api_user)],
-    responses={401: {"model": ErrorOut, "description": "missing, invalid or revoked token"}},
+    responses=ERRORS,
 )
 _404 = {404: {"model": ErrorOut, "description": "no such study"}}
 
 
-def valid_study(slug: str, session: SessionDep) -> Study:
-    study = get_study(session, slug)
-    if study is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no study {slug!r}")
-    return study
-
-
-StudyDep = Annotated[Study, Depends(valid_study)]
+# The study, if the token's user may see it: 404 otherwise, as for a study that does not
+# exist (app.web.security.api_study). Every route here only reads.
+StudyDep = ApiStudyDep
 ResultQueryDep = Annotated[ResultQuery, Query()]
 
 
@@ -66,27 +82,17 @@ def _file(content_type: str, what: str) -> dict:
     }
 
 
-def _streamed(
-    request: Request, study: Study, chunks: Callable[[Session, Study], Iterator[str]]
-) -> Iterator[str]:
-    make_session = request.app.state.sessionmaker
-    study_id = study.id
-
-    def body() -> Iterator[str]:
-        with make_session() as session:
-            own = session.get(Study, study_id)
-            yield from chunks(session, own)
-
-    return body()
-
-
 def _attachment(name: str) -> dict[str, str]:
     return {"Content-Disposition": f'attachment; filename="{name}"'}
 
 
-@router.get("/studies", response_model=list[StudySummaryOut], summary="All studies")
-def studies(session: SessionDep) -> list[StudySummaryOut]:
-    return service.study_summaries(list_studies(session))
+@router.get(
+    "/studies",
+    response_model=list[StudySummaryOut],
+    summary="The studies the token's user may see (administrators: all)",
+)
+def studies(session: SessionDep, user: ApiUserDep) -> list[StudySummaryOut]:
+    return service.study_summaries(visible_studies(session, user))
 
 
 @router.get(
@@ -111,7 +117,7 @@ def results(study: StudyDep, session: SessionDep, query: ResultQueryDep) -> Resu
 
 @router.get(
     "/studies/{slug}/results.csv",
-    response_class=PlainTextResponse,
+    response_class=Response,
     responses=_file("text/csv", "one row per figure, both exclusion settings"),
     summary="Results as CSV",
 )
@@ -122,7 +128,7 @@ def results_csv(study: StudyDep, session: SessionDep, query: ResultQueryDep) -> 
 
 @router.get(
     "/studies/{slug}/results.tex",
-    response_class=PlainTextResponse,
+    response_class=Response,
     responses=_file("application/x-tex", "a booktabs table shaped like the paper's Table 4"),
     summary="Results as a LaTeX table",
 )
@@ -172,10 +178,8 @@ def plot(
 def judgments(request: Request, study: StudyDep, fmt: Literal["csv", "jsonl"]) -> Response:
     chunks = exports.judgments_csv if fmt == "csv" else exports.judgments_jsonl
     media = "text/csv" if fmt == "csv" else "application/x-ndjson"
-    return StreamingResponse(
-        _streamed(request, study, chunks),
-        media_type=media,
-        headers=_attachment(f"{study.slug}-judgments.{fmt}"),
+    return export_response(
+        request, study, chunks, media_type=media, filename=f"{study.slug}-judgments.{fmt}"
     )
 
 
@@ -194,10 +198,8 @@ def judgments(request: Request, study: StudyDep, fmt: Literal["csv", "jsonl"]) -
 def items(request: Request, study: StudyDep, fmt: Literal["csv", "jsonl"]) -> Response:
     chunks = exports.items_csv if fmt == "csv" else exports.items_jsonl
     media = "text/csv" if fmt == "csv" else "application/x-ndjson"
-    return StreamingResponse(
-        _streamed(request, study, chunks),
-        media_type=media,
-        headers=_attachment(f"{study.slug}-items.{fmt}"),
+    return export_response(
+        request, study, chunks, media_type=media, filename=f"{study.slug}-items.{fmt}"
     )
 
 
@@ -214,7 +216,14 @@ def manifest(study: StudyDep, session: SessionDep) -> ManifestOut:
 @router.get(
     "/studies/{slug}/plan",
     response_model=PlanOut,
-    responses=_404,
+    responses={
+        **_404,
+        422: {
+            "model": ValidationErrorOut,
+            "description": "invalid parameters, or a target no study can reach (the detail "
+            "says why: EB-C x CGD(data) >= 1, or more judgments than any study collects)",
+        },
+    },
     summary="Power and budget planner (design effect measured on the study's data)",
 )
 def plan(
@@ -224,7 +233,7 @@ def plan(
     halfwidth: Annotated[float | None, Query(gt=0, le=1)] = None,
     power: Annotated[float, Query(gt=0.05, lt=1)] = 0.8,
     alpha: Annotated[float, Query(gt=0, lt=0.5)] = 0.05,
-    seed: Annotated[int, Query(ge=0)] = 0,
+    seed: Annotated[int, Query(ge=0, lt=2**63)] = 0,
 ) -> PlanOut:
     return service.study_plan(
         session,

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Query, Request, status
-from fastapi.responses import HTMLResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, Response
 from pydantic import Field
 from sqlalchemy.orm import Session
 
@@ -19,6 +19,7 @@ from app.results import exports
 from app.results.plot import results_plot
 from app.results.schemas import ResultQuery
 from app.results.service import manifest, study_plan, study_results, task_label
+from app.web.downloads import export_response
 from app.web.pages import LOGIN, StudyDep, render
 from app.web.security import UserDep
 
@@ -97,18 +98,6 @@ def results_page(
     )
 
 
-def _streamed(request: Request, study: Study, chunks) -> Iterator[str]:
-    # The request's session is committed and closed before the body is sent.
-    make_session = request.app.state.sessionmaker
-    study_id = study.id
-
-    def body() -> Iterator[str]:
-        with make_session() as session:
-            yield from chunks(session, session.get(Study, study_id))
-
-    return body()
-
-
 @router.get("/{slug}/results/{name}")
 def download(
     request: Request,
@@ -126,9 +115,7 @@ def download(
     filename = f"{study.slug}-{name}"
     headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
     if name in STREAMED:
-        return StreamingResponse(
-            _streamed(request, study, STREAMED[name]), media_type=media, headers=headers
-        )
+        return export_response(request, study, STREAMED[name], media_type=media, filename=filename)
     if name == "manifest.json":
         body = manifest(session, study).model_dump_json(indent=2)
         return Response(body, media_type=media, headers=headers)

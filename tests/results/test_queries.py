@@ -150,7 +150,7 @@ def test_export_rows_carry_everything_a_reanalysis_needs(session, handmade):
     assert len(rows) == 25
     first = rows[0]
     order = first["choice_order"]  # raw: JSON text on SQLite, parsed by psycopg
-    assert (json.loads(order) if isinstance(order, str) else order) == [0, 1, 2, 3, 4]
+    assert (json.loads(order) if isinstance(order, str) else order) == [0, 1, 2, 3, 4, "none"]
     assert first["kind"] == "data" and first["annotator_label"] == "A"
     assert first["external_assignment_id"].startswith("asg-")
     batches = list(queries.iter_item_rows(session, handmade.study))

@@ -207,7 +207,7 @@ def test_items_csv_and_jsonl(client, handmade, auth):
     d2 = records[1]
     assert d2["true_next_word"] == "w1" and d2["true_rank"] == 1
     assert d2["choices"][0] == d2["top1_word"] == "w0"
-    assert d2["displayed_ranks"] == [1, 2, 3, 4, 0]
+    assert d2["displayed_ranks"] == [1, 2, 3, 4, 0, "none"]
     assert rows[1]["provenance"] and json.loads(rows[1]["choices"]) == d2["choices"]
 
 
