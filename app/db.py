@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
 
-from fastapi import Depends, Request
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
@@ -100,13 +99,12 @@ def make_sessionmaker(bind, **kwargs) -> sessionmaker[Session]:
     return sessionmaker(bind=bind, expire_on_commit=False, **kwargs)
 
 
-def get_session(request: Request) -> Iterator[Session]:
-    """One session per request; the request commits, services only flush.
-
-    Used with `scope="function"` so the commit happens before the response is
-    sent: a client never sees a success that was not stored.
-    """
-    session: Session = request.app.state.sessionmaker()
+@contextmanager
+def unit_of_work(make_session: Callable[[], Session]) -> Iterator[Session]:
+    """One transaction: the one way anything here commits (requests, annotator routes, the
+    CLI, the worker, streamed downloads). Services only flush; this commits on success,
+    rolls back on any exception (a client disconnect included) and always closes."""
+    session = make_session()
     try:
         yield session
         session.commit()
@@ -115,6 +113,3 @@ def get_session(request: Request) -> Iterator[Session]:
         raise
     finally:
         session.close()
-
-
-SessionDep = Annotated[Session, Depends(get_session, scope="function")]

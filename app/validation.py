@@ -13,7 +13,6 @@ import re
 from functools import partial
 from typing import Annotated
 
-from fastapi import Path
 from pydantic import AfterValidator, Field
 
 # INTEGER columns (ids, caps, counts) on PostgreSQL; BIGINT ones (seeds) hold 2^63 - 1.
@@ -88,7 +87,3 @@ def Text(max_length: int):
         Field(max_length=max_length),
         AfterValidator(partial(_pydantic_text, multiline=True)),
     ]
-
-
-# A row id in a URL: an INTEGER primary key, so anything past it names no row.
-RowId = Annotated[int, Path(ge=1, le=INT32_MAX)]

@@ -132,3 +132,23 @@ def test_serve_migrates_then_answers_healthz(empty_db):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_a_command_builds_one_engine_and_disposes_it_when_it_ends(empty_db, monkeypatch):
+    from typer.testing import CliRunner
+
+    from app.cli import cli, common
+
+    settings = empty_db.settings()
+    with common.session_scope(settings) as first:
+        pass
+    with common.session_scope(settings) as second:
+        pass
+    assert first.get_bind() is second.get_bind()  # one engine, however many transactions
+    common.dispose_engines()
+    assert common._engines == {}
+    monkeypatch.setenv("DATABASE_URL", empty_db.url)
+    monkeypatch.setenv("EBC_ENV", "test")
+    out = CliRunner().invoke(cli, ["db", "current"])
+    assert out.exit_code == 0 and "current: (empty)" in out.output
+    assert common._engines == {}  # disposed when the command ended

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 
 from app.config import Settings
-from app.db import build_engine, make_sessionmaker
+from app.db import build_engine, make_sessionmaker, unit_of_work
 from app.models import PrecomputeShard, Study
 from app.precompute import service
+from app.precompute.datasets import Dataset, DatasetError, load_dataset
 from app.software import software
-from worker.datasets import Dataset, DatasetError, check_dataset, load_dataset
 from worker.prefixes import PrefixItem, PrefixSpec, make_items
 
 log = logging.getLogger("ebc.worker")
@@ -37,7 +37,7 @@ log = logging.getLogger("ebc.worker")
 class WorkerOptions:
     device: str | None = None  # None: cuda when present, else cpu
     dtype: str = "float32"
-    batch_size: int | None = None  # None: the per-device default
+    batch_size: int | None = None  # None: worker.models.DEFAULT_BATCH_SIZE
     lease_seconds: float = 120.0
     poll_seconds: float = 2.0
     once: bool = False  # stop when no shard is claimable instead of waiting
@@ -92,29 +92,6 @@ def _spec_record(spec: PrefixSpec) -> dict:
     return record
 
 
-def plan_precompute(
-    session, study: Study, *, shard_size: int = service.DEFAULT_SHARD_SIZE
-) -> service.PrecomputeJob:
-    """Check the study's dataset, then plan its precompute job (nothing is written on error).
-
-    Raises `DatasetError` when the dataset cannot give every cell its items.
-    Attention candidates (extra data prefixes) are limited to the lines left over.
-    """
-    dataset = load_dataset(study.dataset_path, study.dataset_format)
-    check_dataset(
-        dataset,
-        study.prefix_lengths,
-        study.items_per_cell,
-        prompt_words=study.prompt_words,
-        task=study.task.value,
-    )
-    spare = min(
-        len(dataset.eligible(study.prompt_words + length + 1)) - study.items_per_cell
-        for length in study.prefix_lengths
-    )
-    return service.plan_job(session, study, shard_size=shard_size, max_attention=spare)
-
-
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
@@ -132,7 +109,7 @@ class _Heartbeat(threading.Thread):
     def run(self) -> None:
         while not self.stop.wait(self.lease / 4):
             try:
-                with self.sessionmaker() as session, session.begin():
+                with unit_of_work(self.sessionmaker) as session:
                     ok = service.heartbeat(
                         session, self.shard_id, self.worker_id, lease_seconds=self.lease
                     )
@@ -212,7 +189,7 @@ class Worker:
     def run_one(self, on_shard: ProgressCallback | None = None) -> int | None:
         """Claim one shard and process it: 1 if completed, 0 if it failed, None if none."""
         lease = self.options.lease_seconds
-        with self.sessionmaker() as session, session.begin():
+        with unit_of_work(self.sessionmaker) as session:
             shard = service.claim_shard(
                 session, self.worker_id, lease_seconds=lease, study_id=self.options.study_id
             )
@@ -230,13 +207,13 @@ class Worker:
             beat.stop.set()
             error = traceback.format_exc()
             log.error("shard %s failed:\n%s", shard.id, error)
-            with self.sessionmaker() as session, session.begin():
+            with unit_of_work(self.sessionmaker) as session:
                 service.fail_shard(session, shard.id, self.worker_id, error)
             return 0
         finally:
             beat.stop.set()
         seconds = time.perf_counter() - started
-        with self.sessionmaker() as session, session.begin():
+        with unit_of_work(self.sessionmaker) as session:
             if study.dataset_sha256 is None:
                 fresh = session.get(Study, study.id)
                 fresh.dataset_sha256 = fresh.dataset_sha256 or self.dataset_for(study).sha256

@@ -42,6 +42,26 @@ def record(
     return event
 
 
+CLI = "cli"
+Actor = User | str
+"""Who did it: a researcher (dashboard, API) or `CLI`, the operator at the command line."""
+
+
+def record_by(
+    session: Session, by: Actor | None, action: str, *, study: Study | None = None, **detail: Any
+) -> None:
+    """Record `action` done by `by`, as the services do for every verb they carry out.
+
+    `by=None` records nothing: set-up code (fixtures, the demo's seed) that nobody did.
+    """
+    if by is None:
+        return
+    if isinstance(by, User):
+        record(session, action, user=by, study=study, **detail)
+    else:
+        record(session, action, study=study, by=by, **detail)
+
+
 def study_events(session: Session, study: Study, limit: int = 50) -> list[tuple[AuditEvent, str]]:
     """The study's latest events, newest first, with the username ("" when none)."""
     rows = session.execute(

@@ -11,6 +11,7 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.audit.service import Actor, record_by
 from app.models import ApiToken, User, utcnow
 
 _hasher = PasswordHasher()  # argon2id with the library's current recommended parameters
@@ -37,7 +38,14 @@ def generate_password() -> str:
     return secrets.token_urlsafe(12)
 
 
-def create_user(session: Session, username: str, password: str, *, is_admin: bool = False) -> User:
+def create_user(
+    session: Session,
+    username: str,
+    password: str,
+    *,
+    is_admin: bool = False,
+    by: Actor | None = None,
+) -> User:
     username = username.strip()
     if not username or len(username) > 64:
         raise AuthError("username must be 1 to 64 characters")
@@ -48,6 +56,7 @@ def create_user(session: Session, username: str, password: str, *, is_admin: boo
     user = User(username=username, password_hash=hash_password(password), is_admin=is_admin)
     session.add(user)
     session.flush()
+    record_by(session, by, "user_created", username=username, is_admin=is_admin)
     return user
 
 
@@ -62,12 +71,13 @@ def end_sessions(session: Session, user: User) -> int:
     return user.session_epoch  # reloaded from the row
 
 
-def set_password(session: Session, user: User, password: str) -> None:
+def set_password(session: Session, user: User, password: str, *, by: Actor | None = None) -> None:
     """A new password (change or reset) ends every session of the user."""
     if len(password) < MIN_PASSWORD_LENGTH:
         raise AuthError(f"password must be at least {MIN_PASSWORD_LENGTH} characters")
     user.password_hash = hash_password(password)
     end_sessions(session, user)
+    record_by(session, by, "password_reset", username=user.username)
 
 
 def authenticate(session: Session, username: str, password: str) -> User | None:
@@ -99,18 +109,34 @@ class NewToken:
     secret: str  # shown once, never stored
 
 
-def create_api_token(session: Session, user: User, name: str) -> NewToken:
+def create_api_token(
+    session: Session, user: User, name: str, *, by: Actor | None = None
+) -> NewToken:
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
     row = ApiToken(user_id=user.id, name=name, token_hash=_token_hash(secret), prefix=secret[:12])
     session.add(row)
     session.flush()
+    record_by(session, by, "token_created", name=name, prefix=row.prefix, **_owner(user, by))
     return NewToken(row, secret)
 
 
-def revoke_api_token(session: Session, token: ApiToken) -> None:
+def revoke_api_token(session: Session, token: ApiToken, *, by: Actor | None = None) -> None:
     if token.revoked_at is None:
         token.revoked_at = utcnow()
         session.flush()
+    if by is not None:
+        owner = _owner(session.get(User, token.user_id), by)
+        record_by(session, by, "token_revoked", name=token.name, prefix=token.prefix, **owner)
+
+
+def _owner(user: User, by: Actor | None) -> dict:
+    """Names the token's owner when somebody else (the CLI) acted on it."""
+    return {} if by is user else {"username": user.username}
+
+
+def tokens_by_prefix(session: Session, prefix: str) -> list[ApiToken]:
+    """The tokens whose first 12 characters are those of `prefix`."""
+    return list(session.scalars(select(ApiToken).where(ApiToken.prefix == prefix[:12])))
 
 
 def user_for_token(session: Session, secret: str) -> User | None:
@@ -149,6 +175,8 @@ def set_active(session: Session, user: User, active: bool, *, by: User | None = 
     if not active:
         end_sessions(session, user)
     session.flush()
+    action = "user_activated" if active else "user_deactivated"
+    record_by(session, by, action, username=user.username)
 
 
 def list_tokens(session: Session, user: User) -> list[ApiToken]:

@@ -20,6 +20,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
+from app.audit.service import Actor, record_by
 from app.models import (
     Item,
     JobStatus,
@@ -30,6 +31,7 @@ from app.models import (
     StudyStatus,
     utcnow,
 )
+from app.precompute.datasets import check_dataset, load_dataset
 
 # Items per shard: the worker's default batch (256 rows, GPU and CPU), so that one shard fills
 # a batch.  Four shards of 64 made 256 items 10-25 % slower on the 2-core CPU (each shard ends
@@ -140,6 +142,41 @@ def plan_job(
     session.add_all(shards)
     study.status = StudyStatus.precomputing
     session.flush()
+    return job
+
+
+def plan_precompute(
+    session: Session,
+    study: Study,
+    *,
+    shard_size: int = DEFAULT_SHARD_SIZE,
+    by: Actor | None = None,
+) -> PrecomputeJob:
+    """Check a draft study's dataset, then plan its precompute job (nothing is written on
+    error): the dashboard's, the API's and `ebc precompute`'s one way to plan.
+
+    Raises `DatasetError` when the dataset cannot give every cell its items, and
+    `PrecomputeError` for a study that is not a draft. Attention candidates (extra data
+    prefixes) are limited to the lines left over.
+    """
+    if study.status is not StudyStatus.draft:
+        raise PrecomputeError(
+            f"the study is {study.status.value}: precompute is planned for draft studies"
+        )
+    dataset = load_dataset(study.dataset_path, study.dataset_format)
+    check_dataset(
+        dataset,
+        study.prefix_lengths,
+        study.items_per_cell,
+        prompt_words=study.prompt_words,
+        task=study.task.value,
+    )
+    spare = min(
+        len(dataset.eligible(study.prompt_words + length + 1)) - study.items_per_cell
+        for length in study.prefix_lengths
+    )
+    job = plan_job(session, study, shard_size=shard_size, max_attention=spare)
+    record_by(session, by, "precompute_planned", study=study, job=job.id, items=job.total_items)
     return job
 
 

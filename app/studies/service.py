@@ -11,10 +11,11 @@ from pydantic import ValidationError
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
+from app.audit.service import Actor, record_by
 from app.hits.schemas import BuildReport
 from app.hits.service import build_hits
-from app.models import Hit, Item, PrecomputeJob, Study, StudyMember, StudyStatus, User, utcnow
-from app.precompute.service import active_job, cancel_job, plan_job
+from app.models import Hit, Item, Study, StudyMember, StudyStatus, User, utcnow
+from app.precompute.service import active_job, cancel_job
 from app.studies.schemas import (
     SLUG,
     AnnotatorSection,
@@ -193,7 +194,9 @@ def visible_studies(session: Session, user: User) -> list[Study]:
     return list(session.scalars(query))
 
 
-def share_study(session: Session, study: Study, user: User, role: str) -> StudyMember:
+def share_study(
+    session: Session, study: Study, user: User, role: str, *, by: Actor | None = None
+) -> StudyMember:
     """Make `user` a member of `study` with `role` (or change their role)."""
     if role not in MEMBER_ROLES:
         raise StudyError(f"the role is one of {', '.join(MEMBER_ROLES)}, not {role!r}")
@@ -207,10 +210,11 @@ def share_study(session: Session, study: Study, user: User, role: str) -> StudyM
         session.add(member)
     member.role = role
     session.flush()
+    record_by(session, by, "study_shared", study=study, member=user.username, role=role)
     return member
 
 
-def unshare_study(session: Session, study: Study, user: User) -> None:
+def unshare_study(session: Session, study: Study, user: User, *, by: Actor | None = None) -> None:
     member = session.scalar(
         select(StudyMember).where(StudyMember.study_id == study.id, StudyMember.user_id == user.id)
     )
@@ -218,9 +222,10 @@ def unshare_study(session: Session, study: Study, user: User) -> None:
         raise StudyError(f"{user.username} is not a member of {study.slug}")
     session.delete(member)
     session.flush()
+    record_by(session, by, "study_unshared", study=study, member=user.username)
 
 
-def set_owner(session: Session, study: Study, user: User) -> None:
+def set_owner(session: Session, study: Study, user: User, *, by: Actor | None = None) -> None:
     """Give `study` to `user`; a membership they held becomes redundant and is removed."""
     study.created_by_id = user.id
     member = session.scalar(
@@ -229,6 +234,7 @@ def set_owner(session: Session, study: Study, user: User) -> None:
     if member is not None:
         session.delete(member)
     session.flush()
+    record_by(session, by, "study_owner_set", study=study, owner=user.username)
 
 
 def get_study(session: Session, slug: str) -> Study | None:
@@ -282,24 +288,20 @@ def reopen_study(session: Session, study: Study) -> None:
     session.flush()
 
 
-def plan_precompute(session: Session, study: Study) -> PrecomputeJob:
-    """Create the precompute job of a draft study (workers then run it)."""
-    if study.status is not StudyStatus.draft:
-        raise StudyError(
-            f"the study is {study.status.value}: precompute is planned for draft studies"
-        )
-    return plan_job(session, study)
-
-
-def build_and_open(session: Session, study: Study) -> BuildReport:
-    """Place the study's unplaced items into HITs and open the study to annotators."""
+def build_and_open(
+    session: Session, study: Study, *, open_: bool = True, by: Actor | None = None
+) -> BuildReport:
+    """Place the study's unplaced items into HITs and (`open_`) open the study to annotators:
+    the dashboard's and `ebc hits build`'s one way to build."""
     if study.status not in (StudyStatus.ready, StudyStatus.collecting):
         raise StudyError(
             f"the study is {study.status.value}: HITs are built once its items are ready"
         )
     report = build_hits(session, study)
-    study.status = StudyStatus.collecting
+    if open_:
+        study.status = StudyStatus.collecting
     session.flush()
+    record_by(session, by, "hits_built", study=study, hits=report.hits, leftovers=report.leftovers)
     return report
 
 

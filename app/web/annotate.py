@@ -49,6 +49,7 @@ from app.annotation.service import (
     study_by_slug,
     submit,
 )
+from app.db import unit_of_work
 from app.models import Channel, Study
 from app.web.templating import templates
 
@@ -129,19 +130,10 @@ def _in_transaction(request: Request, work: Callable[..., T], *args) -> T:
     The annotator routes manage their session here instead of through `SessionDep`: a sync
     dependency with a teardown costs two more threadpool hops per request (set-up and
     teardown run in their own hops), so a route does its whole request, database and
-    template, in one thread hop. Same rules as `app.db.get_session`: commit on success,
-    roll back on any exception, always close.
+    template, in one thread hop, in the same unit of work as every other commit.
     """
-    session: Session = request.app.state.sessionmaker()
-    try:
-        result = work(session, *args)
-        session.commit()
-        return result
-    except BaseException:
-        session.rollback()
-        raise
-    finally:
-        session.close()
+    with unit_of_work(request.app.state.sessionmaker) as session:
+        return work(session, *args)
 
 
 _CSP = (

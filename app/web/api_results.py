@@ -13,7 +13,6 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, Field
 
-from app.db import SessionDep
 from app.results import exports, service
 from app.results.plot import results_plot
 from app.results.schemas import (
@@ -25,6 +24,7 @@ from app.results.schemas import (
     StudySummaryOut,
 )
 from app.studies.service import visible_studies
+from app.web.deps import SessionDep
 from app.web.downloads import export_response
 from app.web.security import ApiStudyDep, ApiUserDep, api_user
 

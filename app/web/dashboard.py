@@ -10,10 +10,10 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 
 from app.audit.service import login_attempt, login_throttled, record
 from app.auth.service import authenticate, end_sessions
-from app.db import SessionDep
 from app.studies.queries import studies_progress
 from app.studies.service import visible_studies
 from app.validation import MAX_PASSWORD, MAX_USERNAME, BadInput, check_text
+from app.web.deps import SessionDep
 from app.web.pages import LOGIN, render
 from app.web.security import CsrfDep, UserDep, csrf_token, session_user, start_session
 from app.web.templating import templates

@@ -22,13 +22,13 @@ from app.annotation.admin import (
 )
 from app.annotation.service import AnnotationError, annotator_cap, crowd_entry_urls
 from app.audit.service import record
-from app.db import SessionDep
 from app.models import Annotator, Study
 from app.results.schemas import ResultQuery
 from app.results.service import study_results
 from app.studies.queries import annotator_rows
 from app.studies.service import Access, StudyError, set_study_cap
 from app.validation import INT32_MAX, MAX_CAP, check_text, parse_int
+from app.web.deps import SessionDep
 from app.web.pages import LOGIN, StudyDep, flash, redirect, render, study_url
 from app.web.security import CsrfDep, ManageStudyDep, UserDep, access_of
 

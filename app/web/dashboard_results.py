@@ -13,12 +13,12 @@ from pydantic import Field
 from sqlalchemy.orm import Session
 
 from app.audit.service import record
-from app.db import SessionDep
 from app.models import Study
 from app.results import exports
 from app.results.plot import results_plot
 from app.results.schemas import ResultQuery
 from app.results.service import manifest, study_plan, study_results, task_label
+from app.web.deps import SessionDep
 from app.web.downloads import export_response
 from app.web.pages import LOGIN, StudyDep, render
 from app.web.security import UserDep

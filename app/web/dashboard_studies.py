@@ -14,10 +14,17 @@ from starlette.datastructures import UploadFile as StarletteUpload
 
 from app.audit.service import record, study_events
 from app.auth.service import get_user, user_by_name
-from app.db import SessionDep
 from app.hits.service import HitBuildError
 from app.models import Study, StudyStatus
-from app.precompute.service import PrecomputeError, active_job, cancel_job, job_progress, latest_job
+from app.precompute.datasets import DatasetError
+from app.precompute.service import (
+    PrecomputeError,
+    active_job,
+    cancel_job,
+    job_progress,
+    latest_job,
+    plan_precompute,
+)
 from app.studies.forms import FormErrors, config_from_form, form_defaults, form_values
 from app.studies.queries import (
     browse_items,
@@ -36,14 +43,14 @@ from app.studies.service import (
     config_of,
     create_study,
     parse_config,
-    plan_precompute,
     reopen_study,
     save_dataset,
     share_study,
     slug_taken,
     unshare_study,
 )
-from app.validation import INT32_MAX, RowId, check_text
+from app.validation import INT32_MAX, check_text
+from app.web.deps import RowId, SessionDep
 from app.web.pages import LOGIN, StudyDep, flash, redirect, render, study_url
 from app.web.security import (
     CsrfDep,
@@ -215,11 +222,10 @@ def precompute(
     request: Request, session: SessionDep, user: UserDep, study: ManageStudyDep
 ) -> RedirectResponse:
     try:
-        job = plan_precompute(session, study)
-    except (StudyError, PrecomputeError) as exc:
+        job = plan_precompute(session, study, by=user)
+    except (DatasetError, PrecomputeError) as exc:
         flash(request, str(exc), "error")
         return redirect(study_url(study))
-    record(session, "precompute_planned", user=user, study=study, job=job.id, items=job.total_items)
     flash(request, f"Precompute job {job.id} planned: {job.total_items} items. Workers run it.")
     return redirect(study_url(study))
 
@@ -243,13 +249,10 @@ def build(
     request: Request, session: SessionDep, user: UserDep, study: ManageStudyDep
 ) -> RedirectResponse:
     try:
-        report = build_and_open(session, study)
+        report = build_and_open(session, study, by=user)
     except (StudyError, HitBuildError) as exc:
         flash(request, str(exc), "error")
         return redirect(study_url(study))
-    record(
-        session, "hits_built", user=user, study=study, hits=report.hits, leftovers=report.leftovers
-    )
     for line in report.lines():
         flash(request, line.strip())
     return redirect(study_url(study))
@@ -297,11 +300,10 @@ def add_member(
     try:
         if member is None:
             raise StudyError(f"There is no user {username.strip()!r}.")
-        share_study(session, study, member, role)
+        share_study(session, study, member, role, by=user)
     except StudyError as exc:
         flash(request, str(exc), "error")
         return redirect(study_url(study))
-    record(session, "study_shared", user=user, study=study, member=member.username, role=role)
     flash(request, f"{member.username} may now {_ROLE_WORDS[role]} this study.")
     return redirect(study_url(study))
 
@@ -317,10 +319,9 @@ def remove_member(
     try:
         if member is None:
             raise HTTPException(status.HTTP_404_NOT_FOUND, "There is no such member.")
-        unshare_study(session, study, member)
+        unshare_study(session, study, member, by=user)
     except StudyError as exc:
         flash(request, str(exc), "error")
         return redirect(study_url(study))
-    record(session, "study_unshared", user=user, study=study, member=member.username)
     flash(request, f"{member.username} no longer has access to this study.")
     return redirect(study_url(study))

@@ -7,7 +7,6 @@ from typing import Annotated
 from fastapi import APIRouter, Form, HTTPException, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse
 
-from app.audit.service import record
 from app.auth.service import (
     AuthError,
     create_api_token,
@@ -21,9 +20,9 @@ from app.auth.service import (
     set_active,
     set_password,
 )
-from app.db import SessionDep
 from app.models import User
-from app.validation import MAX_PASSWORD, MAX_USERNAME, BadInput, RowId, check_text
+from app.validation import MAX_PASSWORD, MAX_USERNAME, BadInput, check_text
+from app.web.deps import RowId, SessionDep
 from app.web.pages import LOGIN, flash, redirect, render
 from app.web.security import SESSION_EPOCH, AdminDep, CsrfDep, UserDep
 
@@ -60,11 +59,10 @@ def add_user(
     try:
         check_text(username.strip(), max_length=MAX_USERNAME, field="username")
         check_text(password, max_length=MAX_PASSWORD, multiline=True, field="password")
-        made = create_user(session, username, shown, is_admin=is_admin)
+        made = create_user(session, username, shown, is_admin=is_admin, by=admin)
     except (AuthError, BadInput) as exc:
         form = {"username": username, "is_admin": is_admin}
         return _users_page(request, session, error=str(exc), form=form, status_code=400)
-    record(session, "user_created", user=admin, username=made.username, is_admin=is_admin)
     # Rendered, not redirected: a generated password is shown once and never stored in clear.
     return _users_page(request, session, created=made, password=None if password else shown)
 
@@ -75,10 +73,9 @@ def reset_password(
 ) -> HTMLResponse:
     target = _user(session, user_id)
     new = generate_password()
-    set_password(session, target, new)  # ends every session of theirs
+    set_password(session, target, new, by=admin)  # ends every session of theirs
     if target.id == admin.id:
         request.session[SESSION_EPOCH] = target.session_epoch  # except this one
-    record(session, "password_reset", user=admin, username=target.username)
     return _users_page(request, session, reset=target, password=new)
 
 
@@ -96,8 +93,6 @@ def set_user_active(
     except AuthError as exc:
         flash(request, str(exc), "error")
         return redirect("/dashboard/users")
-    action = "user_activated" if active else "user_deactivated"
-    record(session, action, user=admin, username=target.username)
     flash(request, f"{target.username} is {'active' if active else 'deactivated'}.")
     return redirect("/dashboard/users")
 
@@ -123,8 +118,7 @@ def add_token(
             {"tokens": list_tokens(session, user), "error": "Give the token a name (1-128)."},
             status_code=400,
         )
-    new = create_api_token(session, user, name)
-    record(session, "token_created", user=user, name=name, prefix=new.token.prefix)
+    new = create_api_token(session, user, name, by=user)
     # The secret is shown in this response only.
     return render(request, "tokens.html", {"tokens": list_tokens(session, user), "new": new})
 
@@ -136,7 +130,6 @@ def revoke_token(
     token = get_token(session, user, token_id)
     if token is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, "There is no such token.")
-    revoke_api_token(session, token)
-    record(session, "token_revoked", user=user, name=token.name, prefix=token.prefix)
+    revoke_api_token(session, token, by=user)
     flash(request, f"Token {token.prefix}… revoked.")
     return redirect("/dashboard/tokens")

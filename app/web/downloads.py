@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.types import Send
 
+from app.db import unit_of_work
 from app.models import Study
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ def export_response(
     study_id = study.id
 
     def body() -> Iterator[str]:
-        with make_session() as session:
+        with unit_of_work(make_session) as session:
             yield from chunks(session, session.get(Study, study_id))
 
     return ExportResponse(body(), media_type=media_type, filename=filename)

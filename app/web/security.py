@@ -17,9 +17,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from app.annotation.service import AnnotationError, read_invite_token
 from app.auth.service import user_for_token
-from app.db import SessionDep
 from app.models import Study, User
 from app.studies.service import Access, get_study, study_access
+from app.web.deps import SessionDep
 
 SESSION_USER = "uid"
 SESSION_CSRF = "csrf"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from functools import cache
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +24,12 @@ def _user(session, username: str, is_admin: bool) -> User:
     session.add(user)
     session.commit()
     return user
+
+
+def write_dataset(path: Path) -> Path:
+    """A text dataset long enough for any study these tests plan (400 lines of 40 words)."""
+    path.write_text("".join(" ".join(f"w{i}x{j}" for j in range(40)) + "\n" for i in range(400)))
+    return path
 
 
 def csrf_of(html: str) -> str:

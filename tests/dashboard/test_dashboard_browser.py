@@ -21,7 +21,7 @@ from app.migrate import upgrade
 from app.models import Study, StudyStatus
 from app.precompute.service import claim_shard, complete_shard
 from tests.browser.test_annotate_browser import CHROMIUM, _free_port
-from tests.dashboard.conftest import PASSWORD
+from tests.dashboard.conftest import PASSWORD, write_dataset
 from tests.factories import StudyFactory
 
 SHOTS = ROOT / "var" / "screenshots"
@@ -57,7 +57,8 @@ def server(tmp_path_factory):
         if uv.started:
             break
         time.sleep(0.05)
-    yield {"base": f"http://127.0.0.1:{port}", "sm": sm}
+    dataset = write_dataset(tmp / "wiki.txt")  # planning precompute checks it
+    yield {"base": f"http://127.0.0.1:{port}", "sm": sm, "dataset": str(dataset)}
     uv.should_exit = True
     thread.join(10)
     engine.dispose()
@@ -101,7 +102,7 @@ def test_login_create_a_study_and_watch_it(server, page):
     page.fill("#f-slug", "Bad Slug")
     page.fill("#f-title", "GPT-2 on wiki-103")
     page.fill("#f-model\\.name", "gpt2")
-    page.fill("#f-dataset\\.path", "data/wiki.test.tokens")
+    page.fill("#f-dataset\\.path", server["dataset"])
     page.fill("#f-prefix_lengths", "10, 20")
     page.fill("#f-items_per_cell", "20")
     page.click("#create")

@@ -10,6 +10,7 @@ from sqlalchemy import func, select
 
 from app.models import AuditEvent, Item, PrecomputeJob, Study, StudyStatus
 from app.precompute.service import claim_shard, fail_shard
+from tests.dashboard.conftest import write_dataset
 from tests.hits.factory import make_study
 
 VALID = {
@@ -152,8 +153,9 @@ def test_a_reserved_slug_is_refused_but_a_stored_one_still_loads(logged_in, sess
     assert page.status_code == 200 and page.context["config"]["slug"] == "dashboard"
 
 
-def test_study_page_actions_and_audit_log(logged_in, session):
-    r = _post(logged_in, VALID)
+def test_study_page_actions_and_audit_log(logged_in, session, tmp_path):
+    # Planning checks the dataset, so this study's must exist.
+    r = _post(logged_in, {**VALID, "dataset.path": str(write_dataset(tmp_path / "wiki.txt"))})
     assert r.status_code == 303
     page = logged_in.get("/dashboard/studies/wiki")
     assert page.template.name == "study.html" and 'id="plan-precompute"' in page.text

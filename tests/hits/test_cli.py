@@ -17,7 +17,7 @@ def test_build_then_invite(empty_db, tmp_path):
     with engine.begin() as conn:
         upgrade(conn)
     with make_sessionmaker(engine)() as s, s.begin():
-        make_study(s, slug="cli", per_cell=12, build=False)
+        make_study(s, slug="cli", per_cell=12, build=False).status = StudyStatus.ready
     out = ebc("hits", "build", "cli", db=empty_db).stdout
     assert "cli: 4 HITs built" in out and "leftover items: data 2, model 2" in out
     csv_path = tmp_path / "links.csv"

@@ -97,9 +97,9 @@ def test_what_the_database_refuses_is_a_4xx_not_a_500(backend, settings, connect
     from fastapi.testclient import TestClient
     from sqlalchemy import text
 
-    from app.db import SessionDep
     from app.main import create_app
     from app.models import User
+    from app.web.deps import SessionDep
 
     app = create_app(settings, bind=connection)
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from worker.datasets import DatasetError, check_dataset, load_dataset
+from app.precompute.datasets import DatasetError, check_dataset, load_dataset
 
 
 def test_plain_text_skips_blank_lines_and_headings(tmp_path):

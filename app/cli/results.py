@@ -1,4 +1,4 @@
-"""`ebc results STUDY`: the API's results in the terminal (registered by app/cli.py)."""
+"""`ebc results STUDY`: the API's results in the terminal."""
 
 from __future__ import annotations
 
@@ -29,11 +29,11 @@ def results(
     pre-declared exclusions (the same figures as GET /api/v1/studies/{slug}/results)."""
     from pydantic import ValidationError
 
-    from app.cli import fail, load_settings, session_scope
+    from app.cli.common import fail, load_settings, session_scope, study_named
     from app.results import exports
     from app.results.schemas import ResultQuery
     from app.results.service import study_results, task_label
-    from app.studies.service import format_validation_error, get_study
+    from app.studies.service import format_validation_error
 
     if format_ not in FORMATS:
         fail(f"unknown format {format_!r}: use {', '.join(FORMATS)}")
@@ -44,9 +44,7 @@ def results(
     except ValidationError as exc:
         fail(format_validation_error(exc))
     with session_scope(load_settings()) as session:
-        found = get_study(session, study)
-        if found is None:
-            fail(f"no study {study!r}")
+        found = study_named(session, study)
         res = study_results(session, found, query)
         label = task_label(found)
     if format_ == "json":
