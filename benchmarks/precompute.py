@@ -45,7 +45,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-from worker.models import HFCausalLM, default_batch_size
+from worker.hf import HFCausalLM
+from worker.models import DEFAULT_BATCH_SIZE
 from worker.prefixes import PrefixSpec, make_items
 from worker.words import token_classes
 
@@ -199,7 +200,7 @@ def main() -> None:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     print(f"load average at start: {os.getloadavg()} ({os.cpu_count()} CPUs)")
     lm = build_model(device, args.logit_scale, getattr(torch, args.dtype), args.cont_scale)
-    batch = args.batch_size or default_batch_size(device)
+    batch = args.batch_size or DEFAULT_BATCH_SIZE
     lengths = [int(x) for x in args.lengths.split(",")]
     print(f"device {device} ({torch.get_num_threads()} threads), dtype {args.dtype}, batch {batch}")
     print(f"model: GPT-2 small shape, random weights, logit scale {args.logit_scale}, "

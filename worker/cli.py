@@ -28,7 +28,7 @@ def worker_command(
     study: Annotated[str | None, typer.Option(help="only this study's shards")] = None,
 ) -> None:
     """Claim precompute shards from the database and make their items."""
-    from app.cli import fail, load_settings
+    from app.cli.common import fail, load_settings
     from worker.runner import Worker, WorkerOptions
 
     settings = load_settings()
@@ -56,19 +56,19 @@ def precompute_command(
 ) -> None:
     """Plan the study's precompute job and run it here, with a progress bar."""
 
-    from app.cli import fail, load_settings, session_scope
-    from app.precompute.service import DEFAULT_SHARD_SIZE, PrecomputeError
-    from app.studies.service import get_study
-    from worker.datasets import DatasetError
-    from worker.runner import plan_precompute
+    from app.audit.service import CLI
+    from app.cli.common import fail, load_settings, session_scope, study_named
+    from app.models import StudyStatus
+    from app.precompute.datasets import DatasetError
+    from app.precompute.service import DEFAULT_SHARD_SIZE, PrecomputeError, plan_precompute
 
     settings = load_settings()
     with session_scope(settings) as session:
-        row = get_study(session, study)
-        if row is None:
-            fail(f"no study {study!r}")
+        row = study_named(session, study)
+        size = shard_size or DEFAULT_SHARD_SIZE
         try:
-            plan_precompute(session, row, shard_size=shard_size or DEFAULT_SHARD_SIZE)
+            if row.status is not StudyStatus.precomputing:  # else its unfinished job resumes
+                plan_precompute(session, row, shard_size=size, by=CLI)
         except (DatasetError, PrecomputeError) as exc:
             fail(str(exc))
         study_id = row.id
@@ -76,7 +76,7 @@ def precompute_command(
 
 
 def _study_id(settings, slug: str) -> int | None:
-    from app.cli import session_scope
+    from app.cli.common import session_scope
     from app.studies.service import get_study
 
     with session_scope(settings) as session:
@@ -103,13 +103,14 @@ def demo_command(
 ) -> None:
     """The whole loop on the embedded default: model, study, precompute, HITs, serve."""
     from app.annotation.service import create_local_annotators, invite_token
-    from app.cli import fail, load_settings, migrate_database, session_scope
-    from app.cli import serve as serve_app
+    from app.audit.service import CLI
+    from app.cli.common import fail, load_settings, migrate_database, session_scope
+    from app.cli.server import serve as serve_app
     from app.demo import demo_config, seed_demo
-    from app.hits.service import build_hits
     from app.models import Annotator, Channel, Study, StudyStatus
-    from worker.demo_model import CorpusError, build_demo_model
-    from worker.runner import plan_precompute
+    from app.precompute.service import plan_precompute
+    from app.studies.service import build_and_open
+    from worker.demo import CorpusError, build_demo_model
 
     settings = load_settings()
     migrate_database(settings)
@@ -130,15 +131,14 @@ def demo_command(
     with session_scope(settings) as session:
         seeded = seed_demo(session, config)
         study_id, username, password = seeded.study.id, seeded.username, seeded.password
-        if seeded.study.status in (StudyStatus.draft, StudyStatus.precomputing):
-            plan_precompute(session, seeded.study)
+        if seeded.study.status is StudyStatus.draft:  # a precomputing one resumes below
+            plan_precompute(session, seeded.study, by=CLI)
     _run_study(settings, study_id, f"precompute {config.slug}")
     with session_scope(settings) as session:
         study = session.get(Study, study_id)
         if study.status is StudyStatus.ready:
-            for line in build_hits(session, study).lines():
+            for line in build_and_open(session, study, by=CLI).lines():
                 typer.echo(line)
-            study.status = StudyStatus.collecting
         annotator = (
             session.scalar(
                 select(Annotator)
@@ -165,7 +165,7 @@ def _run_study(
     """Run a study's open shards here, with a progress bar; nothing to do is fine."""
     from rich.progress import MofNCompleteColumn, Progress, TimeRemainingColumn
 
-    from app.cli import fail, session_scope
+    from app.cli.common import fail, session_scope
     from app.models import JobStatus, PrecomputeJob
     from app.precompute.service import job_progress
     from worker.runner import Worker, WorkerOptions

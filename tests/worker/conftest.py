@@ -25,7 +25,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from worker.models import HFCausalLM, HFSeq2SeqLM
+from worker.hf import HFCausalLM, HFSeq2SeqLM
 
 # Tiny models run fastest on one thread; several threads spin badly on a shared 2-core machine.
 torch.set_num_threads(1)
@@ -160,7 +160,7 @@ def corpus_lines(n: int = 80) -> list[str]:
 
 @pytest.fixture()
 def text_dataset(tmp_path: Path):
-    from worker.datasets import load_dataset
+    from app.precompute.datasets import load_dataset
 
     path = tmp_path / "wiki.txt"
     lines = [" = Title = ", ""]
@@ -174,7 +174,7 @@ def text_dataset(tmp_path: Path):
 
 @pytest.fixture()
 def pair_dataset(tmp_path: Path):
-    from worker.datasets import load_dataset
+    from app.precompute.datasets import load_dataset
 
     path = tmp_path / "pairs.tsv"
     rows = [f"{line}\t{corpus_lines()[(i + 3) % 80]}" for i, line in enumerate(corpus_lines(40))]

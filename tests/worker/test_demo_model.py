@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from worker import demo_model as dm
-from worker.models import HFCausalLM, load_model
+from worker import demo as dm
+from worker.hf import HFCausalLM
+from worker.models import load_model
 
 # --- a tiny corpus -----------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ import random
 
 import torch
 
-from worker.models import HFCausalLM
+from worker.hf import HFCausalLM
 
 
 def full_logprobs(lm, seqs):

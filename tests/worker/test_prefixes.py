@@ -9,16 +9,16 @@ from collections import Counter
 import pytest
 import torch
 
-from worker.datasets import DatasetError
+from app.precompute.datasets import DatasetError
 from worker.prefixes import (
     PrefixSpec,
-    _sample_tokens,
     get_token_classes,
     item_seed,
     make_items,
     parse_kind,
-    shard_seed,
+    stable_seed,
 )
+from worker.sampler import sample_tokens
 from worker.words import decode_word, segment_words
 
 SPEC = PrefixSpec(batch_size=8)
@@ -46,8 +46,8 @@ def test_seeds_are_stable_hashes():
     expected = int.from_bytes(
         hashlib.sha256(b"shard\x1f7\x1f10\x1fdata\x1f3").digest()[:8], "big"
     ) >> 1
-    assert shard_seed(7, 10, "data", 3) == expected
-    assert len({shard_seed(7, 10, "data", i) for i in range(50)}) == 50
+    assert stable_seed("shard", 7, 10, "data", 3) == expected
+    assert len({stable_seed("shard", 7, 10, "data", i) for i in range(50)}) == 50
     assert item_seed(7, 10, "model", 0) != item_seed(7, 10, "model", 0, attempt=1)
     assert item_seed(7, 10, "model", 0) != item_seed(8, 10, "model", 0)
 
@@ -267,8 +267,8 @@ def test_inverse_cdf_sampling_draws_the_model_distribution(masked):
     u = (torch.arange(n, dtype=torch.float32) + 0.5) / n
     rows = logprobs.expand(n, vocab)
     mask = allowed[None, :] if masked else None
-    plain = _sample_tokens(rows, u, PrefixSpec(), mask)
-    general = _sample_tokens(rows, u, PrefixSpec(sample_top_k=vocab), mask)
+    plain = sample_tokens(rows, u, PrefixSpec(), mask)
+    general = sample_tokens(rows, u, PrefixSpec(sample_top_k=vocab), mask)
     p = logprobs.exp() * allowed
     p = p / p.sum()
     freq = torch.bincount(plain, minlength=vocab).double() / n
@@ -280,9 +280,9 @@ def test_inverse_cdf_sampling_draws_the_model_distribution(masked):
 def test_width_bands_change_no_item(monkeypatch):
     """Finished prefixes far wider than the median are searched apart from the rest (memory,
     padding); a context's words do not depend on which contexts share its search."""
-    import worker.prefixes as prefixes
+    import worker.sampler as sampler
     from tests.worker.conftest import bpe_tokenizer, tiny_gpt2
-    from worker.models import HFCausalLM
+    from worker.hf import HFCausalLM
 
     tok = bpe_tokenizer()
     model = tiny_gpt2(tok, seed=2)
@@ -294,19 +294,19 @@ def test_width_bands_change_no_item(monkeypatch):
         model.lm_head.weight[tok.convert_tokens_to_ids("s"), 0] = 2.0
     lm = HFCausalLM(model, tok, name="long-words")
 
-    real = prefixes._width_bands
+    real = sampler.width_bands
     seen: list[list[int]] = []
 
-    def spy(groups):
-        bands = real(groups)
+    def spy(model, groups):
+        bands = real(model, groups)
         seen.append([sum(len(g[0]) for g in band) for band in bands])
         return bands
 
-    spec = PrefixSpec(batch_size=64, max_tokens_per_word=40)
-    monkeypatch.setattr(prefixes, "_width_bands", spy)
+    spec = PrefixSpec(batch_size=64, prefix_tokens_per_word=40)
+    monkeypatch.setattr(sampler, "width_bands", spy)
     banded = make_items(lm, None, spec, 4, "model", 0, 48, seed=5)
     assert any(len(b) == 2 for b in seen), seen  # the run did split
-    monkeypatch.setattr(prefixes, "_width_bands", lambda groups: [groups])
+    monkeypatch.setattr(sampler, "width_bands", lambda model, groups: [groups])
     single = make_items(lm, None, spec, 4, "model", 0, 48, seed=5)
     assert [(i.words, [w for w, _ in i.choices], i.skip_reason) for i in banded] == [
         (i.words, [w for w, _ in i.choices], i.skip_reason) for i in single

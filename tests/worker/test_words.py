@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tests.worker.conftest import bpe_tokenizer, sp_tokenizer, tiny_gpt2, word_tokenizer
-from worker.models import HFCausalLM
+from worker.hf import HFCausalLM
 from worker.words import decode_word, segment_words, token_classes, top_words
 
 
