@@ -63,7 +63,7 @@ lint: install-dev
 # project itself is not on PyPI). Fails on a vulnerability; a package whose release PyPI
 # does not answer for is listed as skipped.
 audit: install-dev
-	$(BIN)/pip-audit --skip-editable --progress-spinner off
+	.ci/audit
 
 test: install-dev pg-up browser lint audit wheel-check
 	$(BIN)/python -m pytest --db=all
