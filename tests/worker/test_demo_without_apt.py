@@ -34,3 +34,11 @@ def test_without_apt_get_the_demo_names_the_alternative(demo):
 def test_a_missing_corpus_file_is_a_usage_error(demo, tmp_path):
     done = demo("--corpus", str(tmp_path / "nope.txt"))
     assert done.exit_code == 2 and "nope.txt" in done.stderr and "does not exist" in done.stderr
+
+
+def test_a_corpus_too_small_to_train_on_is_a_message(demo, tmp_path):
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_text("one two three\nfour five\n", encoding="utf-8")
+    done = demo("--corpus", str(tiny), "--steps", "2")
+    assert done.exit_code == 1 and not isinstance(done.exception, ValueError)
+    assert "the demo corpus is too small" in done.stderr and "--corpus FILE" in done.stderr

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from worker.demo.corpus import DEB_PACKAGE, TEXT_FORMAT, fetch_austen
+from worker.demo.corpus import DEB_PACKAGE, TEXT_FORMAT, CorpusError, fetch_austen
 from worker.demo.tokenizer import EOS, WORD_PATTERN, tokenize_words, train_tokenizer
 
 CONTEXT = 64
@@ -260,7 +260,10 @@ def build_demo_model(
     val_ids = _stream(tokenizer, heldout, eos)[:VAL_MAX_TOKENS]
     data = torch.tensor(train_ids, dtype=torch.long)
     if len(data) <= CONTEXT:
-        raise ValueError(f"the demo corpus is too small: {len(data)} tokens for context {CONTEXT}")
+        raise CorpusError(
+            f"the demo corpus is too small: {len(data)} tokens for a context of {CONTEXT}; "
+            "give `ebc demo --corpus FILE` a text of at least a few thousand words"
+        )
 
     torch.manual_seed(seed)
     config = GPT2Config(

@@ -31,7 +31,7 @@ _END = re.compile(r"^(the end|finis|a note on the text)\.?$", re.IGNORECASE)
 
 
 class CorpusError(RuntimeError):
-    """The Austen corpus could not be fetched or read; the message says what to do."""
+    """The corpus could not be fetched, read or used; the message says what to do."""
 
 
 # What to do where Debian's package cannot be had (no apt-get: another distribution, macOS).
