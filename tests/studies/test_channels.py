@@ -111,6 +111,24 @@ def test_revision_0004_keeps_channels_in_use_on(empty_db):
                     ),
                     {"p": f"pub{annotator_id}", "h": hit, "a": annotator_id, "r": review},
                 )
+            conn.execute(
+                text(
+                    'INSERT INTO items (study_id, length, kind, "index", is_attention, words, '
+                    "choices, provenance, created_at) VALUES (:s, 10, 'data', 0, false, 'a b c', "
+                    "'[]', '{}', CURRENT_TIMESTAMP)"
+                ),
+                {"s": crowd},
+            )
+            item = conn.execute(text("SELECT id FROM items")).scalar_one()
+            for assignment_id in conn.execute(text("SELECT id FROM assignments")).scalars():
+                conn.execute(
+                    text(
+                        "INSERT INTO judgments (assignment_id, position, item_id, option, d, "
+                        "too_fast, late, created_at) VALUES (:a, 0, :i, 0, 0.0, false, false, "
+                        "CURRENT_TIMESTAMP)"
+                    ),
+                    {"a": assignment_id, "i": item},
+                )
         with engine.begin() as conn:
             upgrade(conn)
             studies = _channels(conn)
@@ -132,12 +150,16 @@ def test_revision_0004_keeps_channels_in_use_on(empty_db):
                 rows[3][0]: False,
             }
             assert local  # (a study without crowd annotators)
+            # ... and so is every judgment (a table copy of `assignments`, which a SQL-expression
+            # server default makes batch mode do on SQLite, deleted them all the same way).
+            assert conn.execute(text("SELECT count(*) FROM judgments")).scalar_one() == 3
         with engine.begin() as conn:
             downgrade(conn, "0003")
             studies = _channels(conn)
             assert "enabled" not in studies["crowd"]["panel"]
             assert "enabled" not in studies["local"]["mturk"]
             assert conn.execute(text("SELECT count(*) FROM assignments")).scalar_one() == 3
+            assert conn.execute(text("SELECT count(*) FROM judgments")).scalar_one() == 3
     finally:
         engine.dispose()
 

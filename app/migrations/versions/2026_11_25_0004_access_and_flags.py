@@ -57,11 +57,13 @@ def upgrade() -> None:
     # table, and dropping the old `annotators` with foreign keys on deletes every assignment
     # (ON DELETE CASCADE) and so every judgment. The index is the same guarantee, in place.
     op.create_index("ix_annotators_invite_nonce", "annotators", ["invite_nonce"], unique=True)
-    with op.batch_alter_table("assignments") as batch_op:
-        for name in ("over_cap", "extra_replica", "after_block", "unverified"):
-            batch_op.add_column(
-                sa.Column(name, sa.Boolean(), server_default=sa.false(), nullable=False)
-            )
+    # Plain ALTER TABLE ... ADD COLUMN, not batch mode: on SQLite a SQL-expression server
+    # default makes batch mode copy `assignments`, and dropping the old table with foreign
+    # keys on deletes every judgment (ON DELETE CASCADE). A constant default needs no copy.
+    for name in ("over_cap", "extra_replica", "after_block", "unverified"):
+        op.add_column(
+            "assignments", sa.Column(name, sa.Boolean(), server_default=sa.false(), nullable=False)
+        )
     _channels_opt_in()
 
 
