@@ -180,6 +180,13 @@ def _panel_finish(study: StudyRef, annotator: AnnotatorRef) -> dict[str, str | N
     }
 
 
+def _kept_answers(work: Work, form: dict[str, str], exc: InvalidAnswers) -> dict[int, int]:
+    """An incomplete form's answers, to show again only on the HIT they were given for: a
+    lapsed lease may have been replaced by another HIT, whose texts they do not belong to."""
+    same = work.assignment is not None and work.assignment.public_id == form.get("assignment")
+    return exc.answers if same else {}
+
+
 def _render(
     request: Request,
     session,
@@ -353,7 +360,7 @@ def _invite_submit(
             work,
             ch,
             error=exc.message,
-            answers=exc.answers,
+            answers=_kept_answers(work, form, exc),
             status_code=400,
         )
     if result.kept:
@@ -470,7 +477,9 @@ def _mturk_page(
     return _render(request, session, annotator.study, work, ch)
 
 
-def _mturk_channel(slug: str, origin: str, assignment_id: str, worker_id: str) -> Channelled:
+def _mturk_channel(
+    slug: str, origin: str | None, assignment_id: str, worker_id: str
+) -> Channelled:
     return Channelled(
         submit_url=f"/mturk/{quote(slug)}/submit",
         return_url=None,  # on MTurk, returning is done on MTurk's own page
@@ -495,7 +504,12 @@ def _mturk_submit(session: Session, request: Request, slug: str, form: dict[str,
         result = submit(session, annotator, form.get("assignment", ""), answers, times)
     except InvalidAnswers as exc:
         work = next_assignment(session, annotator, external_assignment_id=external, serve=True)
-        origin = check_submit_to(study, work.assignment.submit_to or "")
+        # No assignment (blocked, closed, not open): a message page, with no form to post.
+        origin = (
+            check_submit_to(study, work.assignment.submit_to or "")
+            if work.assignment is not None
+            else None
+        )
         ch = _mturk_channel(slug, origin, external, annotator.external_id or "")
         return _render(
             request,
@@ -504,7 +518,7 @@ def _mturk_submit(session: Session, request: Request, slug: str, form: dict[str,
             work,
             ch,
             error=exc.message,
-            answers=exc.answers,
+            answers=_kept_answers(work, form, exc),
             status_code=400,
         )
     if result.assignment.external_assignment_id != external:

@@ -9,6 +9,7 @@ from sqlalchemy import func, select
 
 from app.annotation.service import invite_token, panel_entry_key
 from app.models import (
+    Annotator,
     Assignment,
     AssignmentStatus,
     Hit,
@@ -220,6 +221,40 @@ def test_mturk_refuses_unknown_submit_targets_and_other_workers(client, session,
     assert client.post(f"/mturk/{study.slug}/submit", data=data).status_code == 404
     data = {**hidden, "assignmentId": "A9", **_answer_all(session, hidden["assignment"])}
     assert client.post(f"/mturk/{study.slug}/submit", data=data).status_code == 400
+    assert session.scalar(select(func.count()).select_from(Judgment)) == 0
+
+
+@pytest.mark.parametrize("change", ["block", "close"])
+def test_an_incomplete_mturk_form_after_a_block_or_close_is_a_message(
+    client, session, mturk_study, change
+):
+    study = mturk_study
+    hidden, _ = _form(client.get(_mturk(study.slug)).text)
+    if change == "block":
+        held = session.scalar(select(Assignment).where(Assignment.public_id == hidden["assignment"]))
+        session.get(Annotator, held.annotator_id).blocked = True
+    else:
+        study.status = StudyStatus.closed
+    session.flush()
+    r = client.post(f"/mturk/{study.slug}/submit", data=hidden)  # no answers at all
+    assert r.status_code == 400 and r.template.name == "annotate/message.html"
+    assert "externalSubmit" not in r.text
+    assert session.scalar(select(func.count()).select_from(Judgment)) == 0
+
+
+def test_an_incomplete_form_for_a_lapsed_lease_does_not_fill_in_the_next_hit(
+    client, session, link
+):
+    hidden, _ = _form(client.get(link).text)
+    answers = _answer_all(session, hidden["assignment"])
+    answers.pop("o3")
+    held = session.scalar(select(Assignment).where(Assignment.public_id == hidden["assignment"]))
+    held.expires_at = held.leased_at  # the lease lapsed: the next page is another HIT
+    session.flush()
+    r = client.post(f"{link}/submit", data={"assignment": hidden["assignment"], **answers})
+    assert r.status_code == 400 and r.template.name == "annotate/hit.html"
+    assert _form(r.text)[0]["assignment"] != hidden["assignment"]
+    assert " checked" not in r.text  # the old HIT's answers are not the new HIT's
     assert session.scalar(select(func.count()).select_from(Judgment)) == 0
 
 
