@@ -25,6 +25,7 @@ import base64
 import functools
 import hashlib
 import hmac
+import ipaddress
 import math
 import re
 import secrets
@@ -307,9 +308,19 @@ class Enrolment:
 
 
 def address_key(secret_key: str, address: str | None) -> str | None:
-    """A keyed hash of a client address (64 hex digits): the address itself is never kept."""
+    """A keyed hash of a client address (64 hex digits): the address itself is never kept.
+
+    An IPv6 client holds a whole /64 (and can rotate through it at will), so its network is
+    what is counted, not the single address.
+    """
     if not address:
         return None
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        ip = None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is None:
+        address = str(ipaddress.ip_network(f"{ip}/64", strict=False))
     digest = hmac.new(secret_key.encode(), b"ebc-enrol\0" + address.encode(), hashlib.sha256)
     return digest.hexdigest()
 

@@ -14,6 +14,7 @@ from app.annotation.schemas import WorkStatus
 from app.annotation.service import (
     INVITE_SALT,
     AnnotationError,
+    address_key,
     annotator_for_invite,
     crowd_annotator,
     invite_token,
@@ -244,3 +245,32 @@ def test_the_results_leave_flagged_work_out_by_rule(session):
         ("plain", ()),
         ("relet", ()),
     ]
+
+
+def test_unconfirmed_mturk_work_does_not_fail_a_worker_on_attention(session):
+    study = make_study(session, per_cell=20, lengths=(10,))
+    study.exclusions = {**study.exclusions, "attention_min_accuracy": 0.5, "too_fast": False}
+    worker = crowd_annotator(session, study, Channel.mturk, "A3WORKER")
+    leases = []
+    for n, rank in enumerate((0, 2, 2)):  # attention right once (confirmed), wrong twice
+        lease = next_assignment(session, worker, external_assignment_id=f"ASG{n}").assignment
+        submit(session, worker, lease.public_id, _answers(session, lease, rank=rank))
+        leases.append(lease)
+    session.get(Assignment, leases[0].id).unverified = False  # confirmed through the API
+    session.flush()
+    res = study_results(session, study, ResultQuery(b=200, exclusions="on"))
+    # Counting the unconfirmed HITs, the worker's attention accuracy would be 1/3 and their
+    # confirmed HIT would be dropped too; on the confirmed work alone it is 1/1.
+    assert res.exclusions.annotators_excluded["attention"] == []
+    assert res.exclusions.excluded_by_rule["unverified"] == 22
+    assert res.exclusions.n_kept == 11  # the confirmed HIT: 10 texts and 1 attention item
+
+
+def test_new_identities_are_counted_per_ipv6_network_not_per_address():
+    key = "k" * 40
+    one, other = "2001:db8:1:2::1", "2001:db8:1:2:ffff:ffff:ffff:fffe"
+    assert address_key(key, one) == address_key(key, other)  # the same /64
+    assert address_key(key, one) != address_key(key, "2001:db8:1:3::1")
+    assert address_key(key, "192.0.2.1") != address_key(key, "192.0.2.2")
+    assert address_key(key, "::ffff:192.0.2.1") != address_key(key, "::ffff:192.0.2.2")
+    assert address_key(key, "testclient") and address_key(key, None) is None
