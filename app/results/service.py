@@ -70,7 +70,7 @@ from app.results.stats import (
     sanity,
     smallest_detectable_ebc,
 )
-from app.results.stats.power import PlanError
+from app.results.stats.power import PAPER_CGD_DATA, PlanError, PlanTarget
 from app.software import software
 from app.studies.service import config_of
 
@@ -166,7 +166,8 @@ def exclusion_mask(
         keep &= ~unverified
     threshold = rules.get("attention_min_accuracy")
     if threshold is not None:
-        ids, acc = attention_accuracy(j)
+        # Judged on the work that counts: unconfirmed MTurk work must not drop the rest.
+        ids, acc = attention_accuracy(j, among=~unverified)
         drop_annotators("attention", ids[acc < float(threshold)])
     if rules.get("too_fast"):
         by_rule["too_fast"] = int(j.too_fast.sum())
@@ -188,9 +189,12 @@ def counted(j: Judgments) -> np.ndarray | None:
     return ~unverified if unverified.any() else None
 
 
-def attention_accuracy(j: Judgments) -> tuple[np.ndarray, np.ndarray]:
-    """Per annotator with attention judgments: ``(ids, share of them choosing the top-1)``."""
-    att = j.attention
+def attention_accuracy(
+    j: Judgments, among: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per annotator with attention judgments (of those in `among`, if given): ``(ids,
+    share of them choosing the top-1)``."""
+    att = j.attention if among is None else j.attention & among
     ids, a = np.unique(j.annotator[att], return_inverse=True)
     correct = np.bincount(a, weights=(j.choice[att] == 1), minlength=ids.size)
     return ids, correct / np.bincount(a, minlength=ids.size)
@@ -475,11 +479,6 @@ def _plan(
     query: ResultQuery,
     main: ResultSet,
     messages: list[str],
-    *,
-    target_ebc: float | None = 1.02,
-    halfwidth: float | None = None,
-    power: float = 0.8,
-    alpha: float = 0.05,
 ) -> PlanOut | None:
     """The default plan shown with the results; None (and a message) when the study's
     own CGD(data) makes the default target impossible (EB-C x CGD(data) >= 1)."""
@@ -503,15 +502,11 @@ def _plan(
         deff = num(design_effect(res))
     cgd = [q.estimate for q in main.cgd if q.kind == "data" and q.estimate]
     cgd_measured = bool(cgd) and 0 < float(np.mean(cgd)) < 1
-    cgd_data = float(np.mean(cgd)) if cgd_measured else 0.73
+    cgd_data = float(np.mean(cgd)) if cgd_measured else PAPER_CGD_DATA
     n_now = [q.n_judgments for q in main.cgd if q.kind in ("data", "model")]
     try:
         return plan_for_study(
             study,
-            target_ebc=target_ebc,
-            halfwidth=halfwidth,
-            power=power,
-            alpha=alpha,
             cgd_data=cgd_data,
             cgd_data_measured=cgd_measured,
             design_effect=deff,
@@ -524,20 +519,26 @@ def _plan(
 
 def plan_for_study(
     study: Study,
+    target: PlanTarget | None = None,
     *,
-    target_ebc: float | None = 1.02,
-    halfwidth: float | None = None,
-    power: float = 0.8,
-    alpha: float = 0.05,
-    cgd_data: float = 0.73,
+    cgd_data: float = PAPER_CGD_DATA,
     cgd_data_measured: bool = False,
     design_effect: float | None = None,
     judgments_now: int = 0,
 ) -> PlanOut:
-    """DESIGN.md's power formula with the study's layout, cap and payment.
+    """The planner: DESIGN.md's power formula with the study's layout, cap and payment,
+    for ``target`` (:class:`PlanTarget`'s defaults when None). The results page's default
+    plan and :func:`study_plan` differ only in how they measure its inputs.
 
     Raises PlanError (answered 422 with its reason) when no finite study reaches the target.
     """
+    target = target or PlanTarget()
+    target_ebc, halfwidth, power, alpha = (
+        target.target_ebc,
+        target.halfwidth,
+        target.power,
+        target.alpha,
+    )
     deff_ok = design_effect is not None and math.isfinite(design_effect) and design_effect > 0
     deff = float(design_effect) if deff_ok else 1.0
     mix = dict(study.hit_layout.get("mix", {"data": 5, "model": 5}))
@@ -594,10 +595,10 @@ def study_plan(
     session: Session,
     study: Study,
     *,
-    target_ebc: float | None = 1.02,
-    halfwidth: float | None = None,
-    power: float = 0.8,
-    alpha: float = 0.05,
+    target_ebc: float | None = PlanTarget.target_ebc,
+    halfwidth: float | None = PlanTarget.halfwidth,
+    power: float = PlanTarget.power,
+    alpha: float = PlanTarget.alpha,
     seed: int = 0,
 ) -> PlanOut:
     """The planner with CGD(data) and the design effect measured on the study's data so
@@ -605,10 +606,9 @@ def study_plan(
     j = queries.load_judgments(session, study)
     keep, _ = exclusion_mask(j, study.exclusions)
     mask = keep & ~j.attention
-    kw: dict[str, Any] = {"target_ebc": target_ebc, "halfwidth": halfwidth}
-    kw |= {"power": power, "alpha": alpha}
+    target = PlanTarget(target_ebc, halfwidth, power, alpha)
     if not mask.any():
-        return plan_for_study(study, **kw)
+        return plan_for_study(study, target)
     res = estimate_ebc(
         j.d, j.length, j.kind, j.annotator, j.hit, j.item, b=PLAN_B, seed=seed, keep=mask
     )
@@ -616,8 +616,8 @@ def study_plan(
     n_now = [q.n_judgments for q in res.cgd if q.kind in (DATA_KIND, MODEL_KIND)]
     return plan_for_study(
         study,
-        **kw,
-        cgd_data=float(np.mean(cgd)) if cgd else 0.73,
+        target,
+        cgd_data=float(np.mean(cgd)) if cgd else PAPER_CGD_DATA,
         cgd_data_measured=bool(cgd),
         design_effect=num(design_effect(res)),
         judgments_now=min(n_now) if n_now else 0,

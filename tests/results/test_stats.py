@@ -8,16 +8,13 @@ from scipy import stats
 
 from app.results.stats import (
     PAPER_LABEL,
-    cell_means,
-    d_from_choice,
-    d_gd,
     ebc_ratio,
     estimate_ebc,
     paper_comparable,
     plurality_by_item,
     resample_sums,
-    toy_ebc,
 )
+from tests.results.stats_reference import cell_means, d_from_choice, d_gd, toy_ebc
 
 DATA, MODEL, SHUFFLED = 0, 1, 2
 

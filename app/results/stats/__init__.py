@@ -14,36 +14,22 @@ from .agreement import (
     krippendorff_alpha_nominal,
     percent_agreement,
 )
+from .bootstrap import bca_interval, percentile_interval, resample_cluster_totals, resample_sums
 from .cluster import WildRatio, effective_clusters, jackknife_t, wild_ratio
+from .columns import DATA_KIND, MODEL_KIND
 from .ebc import (
-    DATA_KIND,
     FEW_ANNOTATORS,
     INTERVAL_LABELS,
-    MODEL_KIND,
-    PAPER_LABEL,
     PERMUTATION_LABEL,
     TEST_METHOD,
     TEST_NULL,
-    CellMeans,
     ClusterTest,
     EBCResults,
-    PaperFigure,
     Quantity,
-    ToyResult,
-    bca_interval,
-    cell_means,
-    d_from_choice,
-    d_gd,
-    d_tv,
-    ebc_ratio,
     estimate_ebc,
-    paper_comparable,
-    percentile_interval,
     plurality_by_item,
-    resample_cluster_totals,
-    resample_sums,
-    toy_ebc,
 )
+from .paper import PAPER_LABEL, PaperFigure, ebc_ratio, paper_comparable
 from .permutation import PermutationTest, permutation_test
 from .power import (
     StudyPlan,
@@ -79,7 +65,6 @@ __all__ = [
     "Agreement",
     "AgreementStat",
     "AnnotatorQuality",
-    "CellMeans",
     "ClusterTest",
     "EBCResults",
     "PaperFigure",
@@ -88,16 +73,11 @@ __all__ = [
     "Quantity",
     "Sanity",
     "StudyPlan",
-    "ToyResult",
     "WildRatio",
     "agreement",
     "annotator_quality",
     "bca_interval",
     "category_counts",
-    "cell_means",
-    "d_from_choice",
-    "d_gd",
-    "d_tv",
     "design_effect",
     "ebc_ratio",
     "effective_clusters",
@@ -124,6 +104,5 @@ __all__ = [
     "robust_z",
     "sanity",
     "smallest_detectable_ebc",
-    "toy_ebc",
     "wild_ratio",
 ]

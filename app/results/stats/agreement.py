@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .ebc import percentile_interval, resample_sums, unique_inverse, unique_values
+from .bootstrap import percentile_interval, resample_sums
+from .columns import unique_inverse, unique_values
 
 
 def category_counts(

@@ -21,7 +21,7 @@ Exclusions (blocked annotators, failed attention checks, too-fast answers) are a
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Literal
@@ -29,10 +29,10 @@ from typing import Literal
 import numpy as np
 from scipy import special
 
+from .bootstrap import bca_interval, percentile_interval, resample_cluster_totals
 from .cluster import effective_clusters, jackknife_t, wild_ratio
+from .columns import DATA_KIND, MODEL_KIND, cells, codes, unique_inverse
 
-DATA_KIND = 0
-MODEL_KIND = 1
 FEW_ANNOTATORS = 30
 """Below this *effective* number of annotators (:func:`effective_clusters`) a figure's
 interval and test are flagged as unreliable."""
@@ -56,23 +56,7 @@ INTERVAL_LABELS = {
 }
 """What each interval method is, in words (``EBCResults.interval``)."""
 
-# Bound on the (resamples x clusters) weight matrix built at once: ~2 MB blocks stay in
-# cache and reuse memory (fresh 30 MB arrays cost more in page faults than in arithmetic).
-# Draws are consumed in order, so the block size does not change the resamples.
-_MAX_WEIGHT_ELEMENTS = 1 << 18
-# ... and on (resamples x clusters x features) per matrix product: OpenBLAS runs a
-# product this small on the calling thread. Larger ones start its thread pool, which on
-# a busy machine costs far more than the product (measured: 10,000 resamples of 300
-# annotators x 18 totals, 118 ms in blocks of 873 resamples, 3-5 ms in blocks of 48).
-_SMALL_PRODUCT = 1 << 18
-
-
-# --------------------------------------------------------------------------- basics
-
-
-def d_from_choice(choice: np.ndarray) -> np.ndarray:
-    """``d = 1[choice != 1]``: 0 for the model's top-1 word, 1 for any other word or none."""
-    return (np.asarray(choice) != 1).astype(float)
+# --------------------------------------------------------------------------- plurality
 
 
 def plurality_by_item(
@@ -105,99 +89,6 @@ def plurality_by_item(
     top1_modal = modal[:, top[0]] if top.size else np.zeros(n_i, dtype=bool)
     d_item = np.where(top1_modal, 1.0 - 1.0 / k, 1.0)
     return item_ids, d_item, counts.sum(axis=1)
-
-
-@dataclass(frozen=True)
-class CellMeans:
-    """Point CGD per cell: ``cgd = sums / counts`` (single-judgment estimator)."""
-
-    length: np.ndarray
-    kind: np.ndarray
-    sums: np.ndarray
-    counts: np.ndarray
-
-    @property
-    def cgd(self) -> np.ndarray:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return self.sums / self.counts
-
-    def get(self, length: int, kind: int) -> float:
-        hit = np.flatnonzero((self.length == length) & (self.kind == kind))
-        return float(self.cgd[hit[0]]) if hit.size else float("nan")
-
-
-def cell_means(d: np.ndarray, length: np.ndarray, kind: np.ndarray) -> CellMeans:
-    """``CGD(M|H, l) = mean of d over the judgments of cell (l, H)`` (the paper's estimator)."""
-    d = np.asarray(d, dtype=float)
-    cells, cell = _cells(np.asarray(length), np.asarray(kind))
-    n_cells = cells.shape[0]
-    return CellMeans(
-        length=cells[:, 0],
-        kind=cells[:, 1],
-        sums=np.bincount(cell, weights=d, minlength=n_cells),
-        counts=np.bincount(cell, minlength=n_cells).astype(float),
-    )
-
-
-def ebc_ratio(cgd_model: float | np.ndarray, cgd_data: float | np.ndarray) -> np.ndarray:
-    """``EB-C = CGD(M|M, l) / CGD(M|D, l)``: a ratio of pooled means, never a mean of ratios."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.asarray(cgd_model, dtype=float) / np.asarray(cgd_data, dtype=float)
-
-
-def _cells(length: np.ndarray, kind: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Cells present, as rows ``(length, kind)`` sorted, and each row's cell index."""
-    lengths, li = unique_inverse(length)
-    kinds, ki = unique_inverse(kind)
-    keys, cell = unique_inverse(li * kinds.size + ki)
-    cells = np.stack([lengths[keys // kinds.size], kinds[keys % kinds.size]], axis=1)
-    return cells.astype(np.int64), cell
-
-
-def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(x, return_inverse=True)`` (flat inverse). Integers whose range is not
-    much larger than their number (database ids, lengths, kind and choice codes) take a
-    presence table, O(n) instead of a sort: these columns have a million entries."""
-    x = np.asarray(x).reshape(-1)
-    if x.size and np.issubdtype(x.dtype, np.integer):
-        lo = int(x.min())
-        span = int(x.max()) - lo
-        if span < 16 * x.size + (1 << 16):
-            shifted = x - lo if lo else x
-            present = np.zeros(span + 1, dtype=bool)  # a byte per possible value
-            present[shifted] = True
-            uniq = (np.flatnonzero(present) + lo).astype(x.dtype)
-            rank = np.cumsum(present, dtype=np.int32 if span < 1 << 31 else np.int64)
-            return uniq, (rank - 1)[shifted].astype(np.int64)
-    uniq, inv = np.unique(x, return_inverse=True)
-    return uniq, inv.reshape(-1)
-
-
-def unique_values(x: np.ndarray) -> np.ndarray:
-    """``np.unique(x)`` for integers by a table of the values present (a byte per value
-    of the range) when the range is at most 64 times their number, else by a sort."""
-    x = np.asarray(x).reshape(-1)
-    if x.size and np.issubdtype(x.dtype, np.integer):
-        lo = int(x.min())
-        span = int(x.max()) - lo
-        if span < 64 * x.size + (1 << 16):
-            present = np.zeros(span + 1, dtype=bool)
-            present[x - lo if lo else x] = True
-            return (np.flatnonzero(present) + lo).astype(x.dtype)
-    return np.unique(x)
-
-
-def first_index(codes: np.ndarray, n_codes: int) -> np.ndarray:
-    """Index of the first row of each code ``0..n_codes-1`` (as ``return_index``)."""
-    first = np.empty(n_codes, dtype=np.int64)
-    first[codes[::-1]] = np.arange(codes.size - 1, -1, -1)
-    return first
-
-
-def _codes(x: np.ndarray) -> tuple[np.ndarray, int]:
-    """Dense codes ``0..G-1`` in sorted order of the values, and ``G``."""
-    uniq, inv = unique_inverse(x)
-    return inv, int(uniq.size)
 
 
 # --------------------------------------------------------------------------- results
@@ -407,10 +298,10 @@ def _design(
         cols, d = [c[mask] for c in cols], d[mask]
     length, kind = cols[0], cols[1]
     # Identifiers become codes 0..G-1 once, so every clustering below is a bincount.
-    annotator, hit, item = (_codes(c)[0] for c in cols[2:])
+    annotator, hit, item = (codes(c)[0] for c in cols[2:])
     if d.size == 0:
         raise ValueError("no judgments left after attention items and exclusions")
-    cells, cell = _cells(length, kind)
+    present, cell = cells(length, kind)
     if estimator == "single":
         y, w = d, np.ones_like(d)
         iid_unit = np.arange(d.size)
@@ -426,7 +317,7 @@ def _design(
         iid_unit = pos
     else:
         raise ValueError(f"unknown estimator {estimator!r}")
-    return _Design(y, w, cell, cells, annotator, hit, item, iid_unit)
+    return _Design(y, w, cell, present, annotator, hit, item, iid_unit)
 
 
 def _totals(g: np.ndarray, cell: np.ndarray, v: np.ndarray, n_cells: int) -> np.ndarray:
@@ -522,115 +413,12 @@ def _theta(sums: np.ndarray, counts: np.ndarray, a: np.ndarray, exp_scale: np.nd
         return out
 
 
-def unique_rows(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``np.unique(a, axis=0, return_inverse=True, return_counts=True)`` by a lexsort of
-    the columns (numeric order; several times faster than sorting rows as bytes)."""
-    if a.shape[0] == 0:
-        return a, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    order = np.lexsort(a.T[::-1])
-    sa = a[order]
-    new = np.ones(a.shape[0], dtype=bool)
-    new[1:] = (sa[1:] != sa[:-1]).any(axis=1)
-    gid = np.cumsum(new) - 1
-    inverse = np.empty(a.shape[0], dtype=np.int64)
-    inverse[order] = gid
-    return sa[new], inverse, np.bincount(gid)
-
-
-def resample_sums(x: np.ndarray, b: int, seed: int | np.random.Generator | None) -> np.ndarray:
-    """Cluster bootstrap of per-cluster totals, vectorised: ``B x F`` resampled sums.
-
-    ``x`` is ``G x F`` (one row of totals per cluster). Resample ``r`` draws ``G``
-    clusters with replacement; its multiplicities ``W_r`` (multinomial(G, 1/G)) give
-    ``x*_r = W_r @ x``.
-
-    - Clusters with identical rows are interchangeable, so only how many draws fall on
-      each distinct row matters: with ``U`` distinct rows, ``c_u`` clusters each, that
-      is multinomial(G, c_u / G) over the ``U`` rows, the same distribution of ``x*``.
-      Drawn that way when ``U <= G / 6`` (items or HITs with a few possible totals,
-      agreement count patterns), where ``B x U`` binomials cost less than ``B x G``
-      uniform draws.
-    - Otherwise (annotators: every row differs) ``W_r`` comes from one ``integers``
-      draw and ``bincount``, in blocks of resamples to bound memory; the block size
-      depends only on ``G``, so a seed gives the same resamples on every machine.
-    """
-    rng = np.random.default_rng(seed)
-    x = np.asarray(x, dtype=float)
-    g = x.shape[0]
-    out = np.empty((b, x.shape[1]))
-    if g >= 12:
-        rows, _, counts = unique_rows(x)
-        if rows.shape[0] * 6 <= g:
-            block = max(1, _SMALL_PRODUCT // (rows.shape[0] * max(x.shape[1], 1)))
-            for start in range(0, b, block):
-                m = min(block, b - start)
-                w = rng.multinomial(g, counts / g, size=m).astype(float)
-                out[start : start + m] = w @ rows
-            return out
-    block = max(1, min(_MAX_WEIGHT_ELEMENTS // max(g, 1), _SMALL_PRODUCT // max(g * x.shape[1], 1)))
-    for start in range(0, b, block):  # blocks of resamples, not one resample at a time
-        m = min(block, b - start)
-        idx = rng.integers(0, g, size=(m, g)) + (np.arange(m) * g)[:, None]
-        w = np.bincount(idx.ravel(), minlength=m * g).reshape(m, g).astype(float)
-        out[start : start + m] = w @ x
-    return out
-
-
-def resample_cluster_totals(
-    sums: np.ndarray, counts: np.ndarray, b: int, seed: int | np.random.Generator | None
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`resample_sums` of per-cluster ``sums`` and ``counts`` (each ``G x J``,
-    cluster x cell) with the same resamples: returns ``(S*, N*)``, each ``B x J``."""
-    both = resample_sums(np.hstack([sums, counts]), b, seed)
-    return both[:, : sums.shape[1]], both[:, sums.shape[1] :]
-
-
 @contextmanager
 def _quiet_nan() -> Iterator[None]:
     """Quantities with no valid resample (an empty or all-zero cell) are NaN by design."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         yield
-
-
-def percentile_interval(theta_b: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, ...]:
-    """Percentile interval: the ``(1-level)/2`` and ``(1+level)/2`` quantiles of the
-    bootstrap distribution (column-wise; linear interpolation as ``scipy.stats``)."""
-    alpha = (1.0 - level) / 2.0
-    lo, hi = np.nanquantile(theta_b, [alpha, 1.0 - alpha], axis=0)
-    return lo, hi
-
-
-def bca_interval(
-    theta_b: np.ndarray, theta_hat: np.ndarray, theta_jack: np.ndarray, level: float = 0.95
-) -> tuple[np.ndarray, ...]:
-    """Bias-corrected and accelerated interval (Efron & Tibshirani 1993, §14.3).
-
-    ``z0 = Phi^-1(#{theta*_b < theta} + #{theta*_b <= theta}) / 2B)`` (bias);
-    ``a = sum (tbar - theta_(g))^3 / (6 [sum (tbar - theta_(g))^2]^(3/2))`` from the
-    leave-one-cluster-out jackknife ``theta_(g)`` (acceleration);
-    the interval is the bootstrap quantiles at
-    ``Phi(z0 + (z0 + z_a) / (1 - a (z0 + z_a)))`` for ``z_a = Phi^-1(alpha/2)`` and
-    ``Phi^-1(1 - alpha/2)``. Same definitions as ``scipy.stats.bootstrap(method="BCa")``.
-    Assumes a monotone normalising transform exists; NaN when the jackknife is degenerate.
-    """
-    alpha = (1.0 - level) / 2.0
-    nb = np.sum(np.isfinite(theta_b), axis=0)
-    below = np.sum(theta_b < theta_hat, axis=0) + np.sum(theta_b <= theta_hat, axis=0)
-    z0 = special.ndtri(below / (2.0 * nb))
-    dev = np.nanmean(theta_jack, axis=0) - theta_jack
-    with np.errstate(invalid="ignore", divide="ignore"):
-        acc = np.sum(dev**3, axis=0) / (6.0 * np.sum(dev**2, axis=0) ** 1.5)
-    out = []
-    for z_a in (special.ndtri(alpha), special.ndtri(1.0 - alpha)):
-        with np.errstate(invalid="ignore", divide="ignore"):
-            p = special.ndtr(z0 + (z0 + z_a) / (1.0 - acc * (z0 + z_a)))
-        col = np.full(theta_b.shape[1], np.nan)
-        ok = np.isfinite(p)
-        for k in np.flatnonzero(ok):  # one quantile per reported quantity, not per resample
-            col[k] = np.nanquantile(theta_b[:, k], p[k])
-        out.append(col)
-    return out[0], out[1]
 
 
 def _influence(
@@ -836,7 +624,7 @@ def estimate_ebc(
         v_a, _ = var_by(des.annotator)
         v_i, _ = var_by(des.item)
         pair = des.annotator.astype(np.int64) * (int(des.item.max()) + 1) + des.item
-        v_ai, _ = var_by(_codes(pair)[0])
+        v_ai, _ = var_by(codes(pair)[0])
         var_log = v_a + v_i - v_ai
         bad = ~(var_log > 0)
         if np.any(bad & np.isfinite(var_log)):
@@ -1010,132 +798,3 @@ def _describe(label: tuple) -> str:
     if name == "cgd":
         return f"CGD at l={length} (kind {kind})"
     return f"{'EB-C' if name == 'ebc' else 'a ratio'} at l={length}"
-
-
-# --------------------------------------------------------------------------- paper figure
-
-
-@dataclass(frozen=True)
-class PaperFigure:
-    """Mean ± std of an estimate over ``parts`` random disjoint parts of the judgments."""
-
-    label: str
-    length: int
-    kind: int | None
-    name: str  # "cgd" or "ebc"
-    mean: float
-    std: float
-    parts: np.ndarray = field(repr=False, compare=False)
-
-    def as_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if k != "parts"} | {
-            "parts": [float(x) for x in self.parts]
-        }
-
-
-PAPER_LABEL = "mean ± std over 5 random disjoint parts (paper-comparable; not a CI)"
-
-
-def paper_comparable(
-    d: np.ndarray,
-    length: np.ndarray,
-    kind: np.ndarray,
-    *,
-    parts: int = 5,
-    seed: int | None = 0,
-    ddof: int = 0,
-    data_kind: int = DATA_KIND,
-    model_kind: int = MODEL_KIND,
-) -> list[PaperFigure]:
-    """The paper's "standard deviation from 5 evaluations".
-
-    The judgments are split at random into ``parts`` disjoint parts of (almost) equal
-    size; in each part CGD per cell and ``EB-C_l = CGD_(l,model)/CGD_(l,data)`` are
-    computed; reported as ``mean ± std`` of the ``parts`` values (``std`` with ``ddof``,
-    0 as ``numpy.std``). This is a spread of sub-sample estimates that ignores
-    clustering; it is comparable with the paper, not a confidence interval.
-    """
-    d = np.asarray(d, dtype=float)
-    length, kind = np.asarray(length), np.asarray(kind)
-    rng = np.random.default_rng(seed)
-    part = rng.permutation(d.size) % parts
-    cells, cell = _cells(length, kind)
-    n_cells = cells.shape[0]
-    s = np.bincount(part * n_cells + cell, weights=d, minlength=parts * n_cells)
-    n = np.bincount(part * n_cells + cell, minlength=parts * n_cells)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        cgd = (s / n).reshape(parts, n_cells)
-    out: list[PaperFigure] = []
-    index = {(int(a), int(b)): j for j, (a, b) in enumerate(cells)}
-    for j, (ln, kd) in enumerate(cells):
-        v = cgd[:, j]
-        out.append(
-            PaperFigure(
-                PAPER_LABEL, int(ln), int(kd), "cgd", float(v.mean()), float(v.std(ddof=ddof)), v
-            )
-        )
-    for ln in np.unique(cells[:, 0]):
-        jm, jd = index.get((int(ln), model_kind)), index.get((int(ln), data_kind))
-        if jm is None or jd is None:
-            continue
-        v = ebc_ratio(cgd[:, jm], cgd[:, jd])
-        out.append(
-            PaperFigure(
-                PAPER_LABEL, int(ln), model_kind, "ebc", float(v.mean()), float(v.std(ddof=ddof)), v
-            )
-        )
-    return out
-
-
-# --------------------------------------------------------------------------- toy check
-
-
-def d_tv(p: np.ndarray, q: np.ndarray) -> float:
-    """Total variation distance ``d_TV(P, Q) = 1/2 sum_w |P(w) - Q(w)|``."""
-    return 0.5 * float(np.abs(np.asarray(p) - np.asarray(q)).sum())
-
-
-def d_gd(p: np.ndarray, q: np.ndarray, tol: float = 1e-12) -> float:
-    """Greedy decoding divergence ``1[argmax P != argmax Q]`` with a stated tie rule.
-
-    With argmax sets ``A_P`` and ``A_Q`` (values within ``tol`` of the maximum), ties
-    are broken uniformly at random: ``d = 1 - |A_P ∩ A_Q| / (|A_P| |A_Q|)``. When
-    ``argmax P`` is unique this is the plurality estimator's ``1 - 1/k`` rule.
-    """
-    p, q = np.asarray(p, dtype=float), np.asarray(q, dtype=float)
-    ap, aq = p >= p.max() - tol, q >= q.max() - tol
-    return 1.0 - float(np.sum(ap & aq)) / float(ap.sum() * aq.sum())
-
-
-@dataclass(frozen=True)
-class ToyResult:
-    cgd_data: float
-    cgd_model: float
-    ebc: float
-
-
-def toy_ebc(
-    p_model_first: Sequence[float] = (0.9, 0.1),
-    p_model_next: Sequence[Sequence[float]] = ((0.9, 0.1), (0.5, 0.5)),
-    p_data_first: Sequence[float] = (0.5, 0.5),
-    p_data_next: Sequence[Sequence[float]] = ((0.5, 0.5), (0.5, 0.5)),
-    divergence: Literal["tv", "gd"] = "tv",
-) -> ToyResult:
-    """EB-C at ``l = 1`` in the paper's two-word toy (DESIGN.md §1, "Toy checks").
-
-    Vocabulary ``V`` indexed ``0..V-1``; ``p_*_first[w] = P(W1 = w)`` and
-    ``p_*_next[w][v] = P(W2 = v | W1 = w)``. Then::
-
-        CGD(M|H, 1) = sum_w P_H(W1 = w) d(P_M(.|w), P_D(.|w)),   H in {D, M}
-        EB-C = CGD(M|M, 1) / CGD(M|D, 1)
-
-    The defaults (P_D uniform on {AA, AB, BA, BB}, P_M(A) = 0.9, P_M(A|A) = 0.9,
-    P_M(A|B) = 0.5) give, with ``d_TV``, CGD(M|D) = 0.2, CGD(M|M) = 0.36, EB-C = 1.8;
-    with P_M(A) = 0.1, EB-C = 0.2. With ``d_GD`` the tie rule of :func:`d_gd` applies.
-    """
-    div = {"tv": d_tv, "gd": d_gd}[divergence]
-    pm1, pd1 = np.asarray(p_model_first, float), np.asarray(p_data_first, float)
-    pmn, pdn = np.asarray(p_model_next, float), np.asarray(p_data_next, float)
-    dist = np.array([div(pmn[w], pdn[w]) for w in range(pm1.size)])
-    cgd_d, cgd_m = float(pd1 @ dist), float(pm1 @ dist)
-    return ToyResult(cgd_d, cgd_m, float(ebc_ratio(cgd_m, cgd_d)))

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .ebc import DATA_KIND, MODEL_KIND, first_index, unique_inverse, unique_rows
+from .columns import DATA_KIND, MODEL_KIND, first_index, unique_inverse, unique_rows
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,23 @@ from .ebc import EBCResults
 MAX_JUDGMENTS_PER_CELL = 10**9
 
 
+@dataclass(frozen=True)
+class PlanTarget:
+    """What a plan aims for: a test of EB-C = ``target_ebc`` against 1 at ``power`` and
+    two-sided ``alpha``, or (when ``halfwidth`` is given) an interval of that half-width.
+    The defaults here are the planner's only ones; every entry point takes them from here."""
+
+    target_ebc: float | None = 1.02
+    halfwidth: float | None = None
+    power: float = 0.8
+    alpha: float = 0.05
+
+
+PAPER_CGD_DATA = 0.73
+"""CGD(data) assumed before a study has data of its own (the paper's figure)."""
+_T = PlanTarget
+
+
 class PlanError(ValueError):
     """No finite study reaches the target; `reason` says why, `param` which input to change."""
 
@@ -49,11 +66,11 @@ def _v(cgd_data: float, ebc: float) -> float:
 
 
 def judgments_per_cell(
-    target_ebc: float = 1.02,
-    cgd_data: float = 0.73,
+    target_ebc: float = _T.target_ebc,
+    cgd_data: float = PAPER_CGD_DATA,
     *,
-    alpha: float = 0.05,
-    power: float = 0.8,
+    alpha: float = _T.alpha,
+    power: float = _T.power,
     design_effect: float = 1.0,
 ) -> float:
     """Judgments per cell to detect ``EB-C = target_ebc`` against 1 (two-sided ``alpha``)::
@@ -68,10 +85,10 @@ def judgments_per_cell(
 
 def power_at(
     n: float,
-    target_ebc: float = 1.02,
-    cgd_data: float = 0.73,
+    target_ebc: float = _T.target_ebc,
+    cgd_data: float = PAPER_CGD_DATA,
     *,
-    alpha: float = 0.05,
+    alpha: float = _T.alpha,
     design_effect: float = 1.0,
 ) -> float:
     """Power of the two-sided level-``alpha`` Wald test of ``ln EB-C = 0`` with ``n``
@@ -85,10 +102,10 @@ def power_at(
 
 def smallest_detectable_ebc(
     n: float,
-    cgd_data: float = 0.73,
+    cgd_data: float = PAPER_CGD_DATA,
     *,
-    alpha: float = 0.05,
-    power: float = 0.8,
+    alpha: float = _T.alpha,
+    power: float = _T.power,
     design_effect: float = 1.0,
 ) -> float:
     """Smallest ``R > 1`` with :func:`power_at` ``(n, R) = power``, solved exactly (the
@@ -107,7 +124,7 @@ def smallest_detectable_ebc(
 def judgments_for_halfwidth(
     halfwidth: float,
     ebc: float = 1.0,
-    cgd_data: float = 0.73,
+    cgd_data: float = PAPER_CGD_DATA,
     *,
     level: float = 0.95,
     design_effect: float = 1.0,
@@ -152,11 +169,11 @@ class StudyPlan:
 
 def plan_study(
     *,
-    target_ebc: float | None = 1.02,
-    halfwidth: float | None = None,
-    cgd_data: float = 0.73,
-    alpha: float = 0.05,
-    power: float = 0.8,
+    target_ebc: float | None = _T.target_ebc,
+    halfwidth: float | None = _T.halfwidth,
+    cgd_data: float = PAPER_CGD_DATA,
+    alpha: float = _T.alpha,
+    power: float = _T.power,
     design_effect: float = 1.0,
     lengths: Iterable[int] = (10, 20, 30),
     items_per_kind_per_hit: int = 5,

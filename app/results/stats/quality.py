@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
-from .ebc import DATA_KIND, _cells, first_index, unique_inverse, unique_values
+from .columns import DATA_KIND, cells, first_index, unique_inverse, unique_values
 
 ROBUST_Z = 3.5
 """|robust z| above which a per-annotator figure is out of line (Iglewicz & Hoaglin)."""
@@ -274,10 +274,10 @@ def none_share_by_cell(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Share of "none" per cell. Returns ``(cells, share)`` with ``cells`` rows
     ``(length, kind)``."""
-    cells, cell = _cells(np.asarray(length), np.asarray(kind))
+    present, cell = cells(np.asarray(length), np.asarray(kind))
     none = is_none(choice, k)
-    n = np.bincount(cell, minlength=cells.shape[0])
-    return cells, np.bincount(cell, weights=none, minlength=cells.shape[0]) / n
+    n = np.bincount(cell, minlength=present.shape[0])
+    return present, np.bincount(cell, weights=none, minlength=present.shape[0]) / n
 
 
 @dataclass(frozen=True)
