@@ -231,8 +231,8 @@ def test_an_incomplete_mturk_form_after_a_block_or_close_is_a_message(
     study = mturk_study
     hidden, _ = _form(client.get(_mturk(study.slug)).text)
     if change == "block":
-        held = session.scalar(select(Assignment).where(Assignment.public_id == hidden["assignment"]))
-        session.get(Annotator, held.annotator_id).blocked = True
+        held = select(Assignment).where(Assignment.public_id == hidden["assignment"])
+        session.get(Annotator, session.scalar(held).annotator_id).blocked = True
     else:
         study.status = StudyStatus.closed
     session.flush()
