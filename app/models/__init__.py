@@ -3,6 +3,7 @@
 from app.models.annotators import Annotator, Assignment, Judgment
 from app.models.audit import AuditEvent
 from app.models.base import Base, utcnow
+from app.models.crowd import CrowdCall, CrowdHit, CrowdPosting
 from app.models.enums import (
     AssignmentStatus,
     Channel,
@@ -27,6 +28,9 @@ __all__ = [
     "AuditEvent",
     "Base",
     "Channel",
+    "CrowdCall",
+    "CrowdHit",
+    "CrowdPosting",
     "Hit",
     "HitPosition",
     "Item",
