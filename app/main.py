@@ -21,7 +21,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from app import __version__
-from app.annotation.service import HIT_CACHE, AnnotationError, HitContentCache
+from app.annotation.content import HIT_CACHE, HitCache
+from app.annotation.errors import AnnotationError
 from app.config import PACKAGE, Environment, Settings
 from app.db import build_engine, make_sessionmaker
 from app.migrate import head_revisions
@@ -72,8 +73,10 @@ def create_app(settings: Settings | None = None, *, bind: Connection | None = No
         app.state.migration_heads = head_revisions()
         # Annotator requests that use the database at once, per process (app.web.annotate).
         app.state.db_limiter = anyio.CapacityLimiter(settings.db_pool_size)
-        # Each app keeps its own cache of immutable HIT content, tied to its database.
-        info = {HIT_CACHE: HitContentCache()}
+        # Each app keeps its own caches, tied to its database: the immutable content of
+        # HITs (the domain's) and their rendered texts (the annotator pages').
+        info = {HIT_CACHE: HitCache()}
+        app.state.hit_html = HitCache()
         if bind is not None:
             app.state.sessionmaker = make_sessionmaker(
                 bind, join_transaction_mode="create_savepoint", info=info

@@ -74,7 +74,7 @@ from sqlalchemy import create_engine, event, func, insert, select, text
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import Session
 
-from app.annotation.service import create_local_annotators, invite_token
+from app.annotation.identities import create_local_annotators, invite_token
 from app.hits.service import build_hits
 from app.migrate import upgrade
 from app.models import (

@@ -102,7 +102,7 @@ def demo_command(
     items_per_cell: Annotated[int, typer.Option(help="items per (length, kind)")] = 40,
 ) -> None:
     """The whole loop on the embedded default: model, study, precompute, HITs, serve."""
-    from app.annotation.service import create_local_annotators, invite_token
+    from app.annotation.identities import create_local_annotators, invite_token
     from app.audit.service import CLI
     from app.cli.common import fail, load_settings, migrate_database, session_scope
     from app.cli.server import serve as serve_app

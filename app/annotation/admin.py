@@ -1,4 +1,5 @@
-"""The researcher's side of annotators: invite links, blocking, caps. Services flush only.
+"""The researcher's side of annotators: invite links, blocking, caps. Services flush only;
+each records what it did in the audit log, by whom (`by`: a researcher, or the CLI).
 
 Blocking stops an annotator's future work at once (`next_assignment` checks
 `blocked`); `exclude_past` additionally drops their judgments from the results
@@ -19,7 +20,9 @@ from collections.abc import Iterable
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.annotation.service import AnnotationError, create_local_annotators, invite_token
+from app.annotation.errors import AnnotationError
+from app.annotation.identities import create_local_annotators, invite_token
+from app.audit.service import Actor, record_by
 from app.models import Annotator, Channel, Study, utcnow
 
 MAX_BATCH = 1000
@@ -30,10 +33,19 @@ def get_annotator(session: Session, study: Study, annotator_id: int) -> Annotato
     return annotator if annotator is not None and annotator.study_id == study.id else None
 
 
-def invite(session: Session, study: Study, count: int, label: str | None) -> list[Annotator]:
+def invite(
+    session: Session, study: Study, count: int, label: str | None, *, by: Actor | None = None
+) -> list[Annotator]:
     if not 1 <= count <= MAX_BATCH:
         raise AnnotationError(f"invite between 1 and {MAX_BATCH} annotators at a time")
-    return create_local_annotators(session, study, count, (label or "").strip() or None)
+    made = create_local_annotators(session, study, count, (label or "").strip() or None)
+    record_by(session, by, "annotators_invited", study=study, count=len(made))
+    return made
+
+
+def _record(session: Session, by: Actor | None, action: str, a: Annotator, **detail) -> None:
+    study = session.get(Study, a.study_id)
+    record_by(session, by, action, study=study, annotator=a.label or a.id, **detail)
 
 
 def invite_link(base_url: str, secret_key: str, annotator: Annotator) -> str | None:
@@ -50,22 +62,24 @@ def _local(annotator: Annotator) -> None:
         )
 
 
-def revoke_invite(session: Session, annotator: Annotator) -> None:
+def revoke_invite(session: Session, annotator: Annotator, *, by: Actor | None = None) -> None:
     """Make the annotator's link stop working (a no-op when it already does not)."""
     _local(annotator)
     if annotator.invite_nonce is not None:
         annotator.invite_nonce = None
         annotator.revoked_at = utcnow()
     session.flush()
+    _record(session, by, "invite_revoked", annotator)
 
 
-def reissue_invite(session: Session, annotator: Annotator) -> None:
+def reissue_invite(session: Session, annotator: Annotator, *, by: Actor | None = None) -> None:
     """A new link for the same annotator (their work so far stays theirs); the old link,
     revoked or not, stops working."""
     _local(annotator)
     annotator.invite_nonce = secrets.token_urlsafe(16)
     annotator.revoked_at = None
     session.flush()
+    _record(session, by, "invite_reissued", annotator)
 
 
 def find_annotator(session: Session, study: Study, ref: str) -> Annotator:
@@ -98,6 +112,15 @@ def links_csv(base_url: str, secret_key: str, annotators: Iterable[Annotator]) -
     return out.getvalue()
 
 
+def export_links(
+    session: Session, study: Study, base_url: str, secret_key: str, *, by: Actor | None = None
+) -> str:
+    """Every invited annotator's link as CSV; links are credentials, so the export is logged."""
+    table = links_csv(base_url, secret_key, local_annotators(session, study))
+    record_by(session, by, "export", study=study, what="invite links")
+    return table
+
+
 def local_annotators(session: Session, study: Study) -> list[Annotator]:
     return list(
         session.scalars(
@@ -108,26 +131,45 @@ def local_annotators(session: Session, study: Study) -> list[Annotator]:
     )
 
 
-def block(session: Session, annotator: Annotator, *, reason: str, exclude_past: bool) -> None:
+def block(
+    session: Session,
+    annotator: Annotator,
+    *,
+    reason: str,
+    exclude_past: bool,
+    by: Actor | None = None,
+) -> None:
     annotator.blocked = True
     annotator.blocked_at = utcnow()
     annotator.blocked_reason = reason.strip()[:2000] or None
     annotator.exclude_past = exclude_past
     session.flush()
+    _record(
+        session,
+        by,
+        "annotator_blocked",
+        annotator,
+        exclude_past=exclude_past,
+        reason=reason.strip()[:200],
+    )
 
 
-def unblock(session: Session, annotator: Annotator) -> None:
+def unblock(session: Session, annotator: Annotator, *, by: Actor | None = None) -> None:
     """Let them work again; their past judgments count again."""
     annotator.blocked = False
     annotator.blocked_at = None
     annotator.blocked_reason = None
     annotator.exclude_past = False
     session.flush()
+    _record(session, by, "annotator_unblocked", annotator)
 
 
-def set_cap(session: Session, annotator: Annotator, cap: int | None) -> None:
+def set_cap(
+    session: Session, annotator: Annotator, cap: int | None, *, by: Actor | None = None
+) -> None:
     """Override the study's per-annotator cap (None: back to the study's)."""
     if cap is not None and cap < 0:
         raise AnnotationError("a cap cannot be negative")
     annotator.hit_cap = cap
     session.flush()
+    _record(session, by, "annotator_cap_changed", annotator, cap=annotator.hit_cap)

@@ -29,7 +29,6 @@ class StudyRef:
     """A study's settings as the annotator pages use them, read in the request's transaction."""
 
     id: int
-    slug: str
     task: Task
     status: StudyStatus
     per_annotator_cap: int
@@ -37,7 +36,6 @@ class StudyRef:
     lease_seconds: int
     min_ms_per_item: int
     channels: dict[str, Any]
-    top_k: int
 
 
 @dataclass(slots=True)
@@ -104,9 +102,6 @@ class HitPage:
     task: str  # "lm" or "seq2seq": decides the page's wording only
     expires_at_iso: str
     answers: dict[int, int] = field(default_factory=dict)  # to refill a rejected form
-    # Rendered pieces of this HIT's page that depend only on the HIT, kept with the HIT's
-    # cached content (shared by every page of the HIT in this process; see HitContentCache).
-    fragments: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -131,3 +126,32 @@ class InviteRef:
     nonce: str
     session_id: str | None = None
     annotator_id: int | None = None
+
+
+@dataclass(slots=True)
+class PageData:
+    """One annotator page, from one call of app.annotation.pages: who asks, what they work
+    on now (or why nothing) and, when it is a HIT, that HIT as shown."""
+
+    annotator: AnnotatorRef
+    work: Work
+    page: HitPage | None = None  # the HIT as shown, when `work` is assigned
+    error: str | None = None  # why a posted form was refused (its HIT is shown again)
+    origin: str | None = None  # MTurk: the checked turkSubmitTo's origin, where forms post
+
+
+@dataclass(slots=True)
+class Sent:
+    """A stored (or repeated) submission of an invite or panel link."""
+
+    submission: Submission
+    kept: HitPage | None = None  # a repeat with other answers: the ones that were kept
+
+
+@dataclass(slots=True)
+class MturkDone:
+    """An MTurk assignment stored by the service: the browser posts it to MTurk next."""
+
+    assignment: Lease
+    origin: str  # the checked origin of the assignment's turkSubmitTo
+    kept: HitPage | None = None  # a repeat with other answers: the ones that were kept

@@ -4,6 +4,9 @@ Who is asking travels in the URL or the form (a signed token, or the
 platform's ids), never in a cookie: the pages work inside iframes where
 third-party cookies are blocked, and a form cannot be forged across sites
 without the token it carries.
+
+Each route parses its request, makes one call to app.annotation.pages in one
+transaction, and renders what that call returned once it is committed.
 """
 
 from __future__ import annotations
@@ -20,35 +23,26 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from markupsafe import Markup
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
-from sqlalchemy.orm import Session
 from starlette.formparsers import MultiPartException, MultiPartParser
 
-from app.annotation.schemas import AnnotatorRef, HitPage, InviteRef, StudyRef, Work, WorkStatus
-from app.annotation.service import (
+from app.annotation.content import HitCache
+from app.annotation.errors import AnnotationError
+from app.annotation.identities import (
     MTURK_FRAME_ANCESTORS,
-    PREVIEW_ASSIGNMENT,
-    AnnotationError,
     Enrolment,
-    InvalidAnswers,
-    address_key,
-    annotator_for_invite,
-    answers_from_form,
-    channel_settings,
-    check_panel_entry,
     check_panel_key,
-    check_submit_to,
-    crowd_annotator,
-    hit_page,
-    invite_token,
-    kept_page,
-    next_assignment,
-    platform_id,
     read_invite_token,
-    return_assignment,
     safe_redirect,
-    study_by_slug,
-    submit,
 )
+from app.annotation.pages import (
+    enter_panel,
+    open_invite,
+    open_mturk,
+    return_invite,
+    send_invite,
+    send_mturk,
+)
+from app.annotation.schemas import AnnotatorRef, MturkDone, PageData, Sent
 from app.db import unit_of_work
 from app.models import Channel, Study
 from app.web.templating import templates
@@ -90,12 +84,14 @@ UNSAVED = (
 
 async def _transaction(
     request: Request,
-    work: Callable[..., T],
-    *args,
+    action: Callable[..., T],
+    args: tuple,
+    render: Callable[[T], Response],
+    *,
     resend: dict[str, str] | None = None,
     unsaved: str = UNSAVED,
-) -> T:
-    """Run `work(session, *args)` in one transaction on a worker thread (see _in_transaction).
+) -> Response:
+    """`render(action(session, *args))`, the action in one transaction, on a worker thread.
 
     When the database cannot be reached (down, cut, pool exhausted, timed out) the
     annotator gets a 503 page that says so, with the posted form (`resend`) ready to send
@@ -111,7 +107,9 @@ async def _transaction(
     """
     limiter = getattr(request.app.state, "db_limiter", None)
     try:
-        return await to_thread.run_sync(_in_transaction, request, work, *args, limiter=limiter)
+        return await to_thread.run_sync(
+            _in_transaction, request, action, args, render, limiter=limiter
+        )
     except (DBAPIError, PoolTimeout) as exc:
         if not _database_down(exc):
             raise
@@ -124,8 +122,11 @@ async def _transaction(
         raise Unavailable(unsaved, resend) from None
 
 
-def _in_transaction(request: Request, work: Callable[..., T], *args) -> T:
-    """Run `work(session, *args)` in one transaction, committed before the response is sent.
+def _in_transaction(
+    request: Request, action: Callable[..., T], args: tuple, render: Callable[[T], Response]
+) -> Response:
+    """Run `action(session, *args)` in one transaction, committed before its result is
+    rendered (rendering reads only that result) and before the response is sent.
 
     The annotator routes manage their session here instead of through `SessionDep`: a sync
     dependency with a teardown costs two more threadpool hops per request (set-up and
@@ -133,7 +134,8 @@ def _in_transaction(request: Request, work: Callable[..., T], *args) -> T:
     template, in one thread hop, in the same unit of work as every other commit.
     """
     with unit_of_work(request.app.state.sessionmaker) as session:
-        return work(session, *args)
+        data = action(session, *args)
+    return render(data)
 
 
 _CSP = (
@@ -169,10 +171,19 @@ class Channelled:
     finish: dict[str, str | None] | None = None  # panel completion code / redirect
 
 
-def _panel_finish(study: StudyRef, annotator: AnnotatorRef) -> dict[str, str | None] | None:
+def _invite_channel(token: str, annotator: AnnotatorRef) -> Channelled:
+    return Channelled(
+        submit_url=f"/a/{token}/submit",
+        return_url=f"/a/{token}/return",
+        headers=LINK_HEADERS,
+        finish=_panel_finish(annotator),
+    )
+
+
+def _panel_finish(annotator: AnnotatorRef) -> dict[str, str | None] | None:
     if annotator.channel is not Channel.panel:
         return None
-    panel = study.channels.get("panel") or {}
+    panel = annotator.study.channels.get("panel") or {}
     # Checked again where it is emitted: only http(s) (a stored `javascript:` never runs).
     return {
         "code": panel.get("completion_code"),
@@ -180,26 +191,25 @@ def _panel_finish(study: StudyRef, annotator: AnnotatorRef) -> dict[str, str | N
     }
 
 
-def _kept_answers(work: Work, form: dict[str, str], exc: InvalidAnswers) -> dict[int, int]:
-    """An incomplete form's answers, to show again only on the HIT they were given for: a
-    lapsed lease may have been replaced by another HIT, whose texts they do not belong to."""
-    same = work.assignment is not None and work.assignment.public_id == form.get("assignment")
-    return exc.answers if same else {}
+def _mturk_channel(slug: str, origin: str | None, assignment_id: str, worker_id: str) -> Channelled:
+    return Channelled(
+        submit_url=f"/mturk/{quote(slug)}/submit",
+        return_url=None,  # on MTurk, returning is done on MTurk's own page
+        headers=mturk_headers(origin),
+        hidden={"assignmentId": assignment_id, "workerId": worker_id},
+    )
 
 
 def _render(
     request: Request,
-    session,
-    study: StudyRef,
-    work: Work,
+    data: PageData,
     ch: Channelled,
     *,
     notice: str | None = None,
-    error: str | None = None,
-    answers: dict[int, int] | None = None,
     status_code: int = 200,
 ) -> HTMLResponse:
-    if work.status is not WorkStatus.assigned or work.assignment is None:
+    work = data.work
+    if data.page is None:
         return templates.TemplateResponse(
             request,
             "annotate/message.html",
@@ -207,38 +217,43 @@ def _render(
             status_code=status_code,
             headers=ch.headers,
         )
-    page = hit_page(session, work.assignment, study=study)
-    page.answers = answers or {}
     return templates.TemplateResponse(
         request,
         "annotate/hit.html",
         {
-            "page": page,
-            "items": _items_html(page),
+            "page": data.page,
+            "items": _items_html(request, data),
             "work": work,
             "ch": ch,
             "notice": notice,
-            "error": error,
+            "error": data.error,
         },
         status_code=status_code,
         headers=ch.headers,
     )
 
 
-def _items_html(page: HitPage) -> Markup:
+def _items_html(request: Request, data: PageData) -> Markup:
     """The HIT's texts and options: rendered once per HIT and process, unless refilled.
 
     They depend on the HIT alone (its positions are immutable), and were most of the
-    page's rendering time. Templates edited in development are picked up (no reuse then).
+    page's rendering time, so they are kept by HIT id (`app.state.hit_html`, bounded like
+    the domain's cache of HIT content). Templates edited in development are picked up (no
+    reuse then).
     """
-    html = None if page.answers else page.fragments.get("items")
+    page = data.page
+    hit_id = data.work.assignment.hit_id
+    cache: HitCache[Markup] = request.app.state.hit_html
+    html = None if page.answers else cache.get(hit_id)
     if html is None:
-        html = templates.get_template("annotate/_items.html").render(
-            positions=page.positions, answers=page.answers
+        html = Markup(
+            templates.get_template("annotate/_items.html").render(
+                positions=page.positions, answers=page.answers
+            )
         )
         if not page.answers and not templates.env.auto_reload:
-            page.fragments["items"] = html
-    return Markup(html)
+            cache.put(hit_id, html)
+    return html
 
 
 _NOTICES = {
@@ -252,16 +267,7 @@ KEPT = (
 )
 
 
-def _invite(request: Request, session, token: str, ref: InviteRef | None = None):
-    ref = ref or read_invite_token(request.app.state.settings.secret_key, token)
-    annotator = annotator_for_invite(session, ref)
-    ch = Channelled(
-        submit_url=f"/a/{token}/submit",
-        return_url=f"/a/{token}/return",
-        headers=LINK_HEADERS,
-        finish=_panel_finish(annotator.study, annotator),
-    )
-    return ref, annotator, ch
+# -- invite (and panel) links -------------------------------------------------------------
 
 
 @router.get("/a/{token}", response_class=HTMLResponse)
@@ -269,16 +275,15 @@ async def invite_page(request: Request):
     # Parameters read from the request directly: FastAPI's validation of declared
     # parameters was a tenth of this page's CPU, for two plain strings.
     token, n = request.path_params["token"], request.query_params.get("n")
-    return await _transaction(request, _invite_page, request, token, n)
+    ref = read_invite_token(request.app.state.settings.secret_key, token)
 
+    def render(data: PageData) -> Response:
+        notice = _NOTICES.get(n or "")
+        if data.work.expired_previous:
+            notice = "Your time for the previous HIT ran out; here is another one."
+        return _render(request, data, _invite_channel(token, data.annotator), notice=notice)
 
-def _invite_page(session: Session, request: Request, token: str, n: str | None) -> Response:
-    ref, annotator, ch = _invite(request, session, token)
-    work = next_assignment(session, annotator, external_session_id=ref.session_id, serve=True)
-    notice = _NOTICES.get(n or "")
-    if work.expired_previous:
-        notice = "Your time for the previous HIT ran out; here is another one."
-    return _render(request, session, annotator.study, work, ch, notice=notice)
+    return await _transaction(request, open_invite, (ref,), render)
 
 
 MAX_FORM_FIELDS = 1000  # as Starlette's form parser: a page posts about 25
@@ -341,37 +346,22 @@ async def invite_submit(request: Request):
     # The signature first: a post to a made-up link is refused before its body is read.
     ref = read_invite_token(request.app.state.settings.secret_key, token)
     form = await _read_form(request)  # on the loop; then one hop: session, submit, commit
-    return await _transaction(request, _invite_submit, request, token, ref, form, resend=form)
 
+    def render(outcome: Sent | PageData) -> Response:
+        if isinstance(outcome, PageData):  # refused: the HIT again, with the error
+            ch = _invite_channel(token, outcome.annotator)
+            return _render(request, outcome, ch, status_code=400)
+        if outcome.kept is not None:
+            return templates.TemplateResponse(
+                request,
+                "annotate/kept.html",
+                {"page": outcome.kept, "notice": KEPT, "next_url": f"/a/{token}"},
+                headers=LINK_HEADERS,
+            )
+        flag = "late" if outcome.submission.late else "ok"
+        return RedirectResponse(f"/a/{token}?n={flag}", status.HTTP_303_SEE_OTHER, LINK_HEADERS)
 
-def _invite_submit(
-    session: Session, request: Request, token: str, ref: InviteRef, form: dict[str, str]
-):
-    ref, annotator, ch = _invite(request, session, token, ref)
-    answers, times = answers_from_form(form)
-    try:
-        result = submit(session, annotator, form.get("assignment", ""), answers, times)
-    except InvalidAnswers as exc:
-        work = next_assignment(session, annotator, external_session_id=ref.session_id, serve=True)
-        return _render(
-            request,
-            session,
-            annotator.study,
-            work,
-            ch,
-            error=exc.message,
-            answers=_kept_answers(work, form, exc),
-            status_code=400,
-        )
-    if result.kept:
-        return templates.TemplateResponse(
-            request,
-            "annotate/kept.html",
-            {"page": kept_page(session, result), "notice": KEPT, "next_url": f"/a/{token}"},
-            headers=LINK_HEADERS,
-        )
-    flag = "late" if result.late else "ok"
-    return RedirectResponse(f"/a/{token}?n={flag}", status.HTTP_303_SEE_OTHER, LINK_HEADERS)
+    return await _transaction(request, send_invite, (ref, form), render, resend=form)
 
 
 @router.post("/a/{token}/return")
@@ -381,27 +371,21 @@ async def invite_return(request: Request, token: str) -> RedirectResponse:
     assignment = form.get("assignment", "")
     return await _transaction(
         request,
-        _invite_return,
-        request,
-        token,
-        ref,
-        assignment,
+        return_invite,
+        (ref, assignment),
+        lambda _: RedirectResponse(
+            f"/a/{token}?n=returned", status.HTTP_303_SEE_OTHER, LINK_HEADERS
+        ),
         resend={"assignment": assignment},
         unsaved="The HIT was not given back \u2014 press Send again in a few seconds.",
     )
 
 
-def _invite_return(session: Session, request: Request, token: str, ref, assignment: str):
-    _, annotator, _ = _invite(request, session, token, ref)
-    return_assignment(session, annotator, assignment)
-    return RedirectResponse(f"/a/{token}?n=returned", status.HTTP_303_SEE_OTHER, LINK_HEADERS)
-
-
 def _enrolment(request: Request) -> Enrolment:
     settings = request.app.state.settings
-    host = request.client.host if request.client else None
     return Enrolment(
-        address_key=address_key(settings.secret_key, host),
+        secret_key=settings.secret_key,
+        address=request.client.host if request.client else None,
         per_address_per_hour=settings.enrol_per_address_per_hour,
         per_study_per_minute=settings.enrol_per_study_per_minute,
     )
@@ -414,18 +398,18 @@ async def panel_entry(request: Request, slug: str) -> RedirectResponse:
     The entry must carry the study's panel entry key (shown on the dashboard as the URL to
     give the panel), checked before anything is looked up.
     """
-    check_panel_key(request.app.state.settings.secret_key, slug, request.query_params)
-    return await _transaction(request, _panel_entry, request, slug)
-
-
-def _panel_entry(session: Session, request: Request, slug: str) -> RedirectResponse:
-    study = study_by_slug(session, slug)
-    participant, session_id = check_panel_entry(study, request.query_params)
-    annotator = crowd_annotator(
-        session, study, Channel.panel, participant, enrolment=_enrolment(request)
+    secret_key = request.app.state.settings.secret_key
+    check_panel_key(secret_key, slug, request.query_params)
+    args = (secret_key, slug, request.query_params, _enrolment(request))
+    return await _transaction(
+        request,
+        enter_panel,
+        args,
+        lambda token: RedirectResponse(f"/a/{token}", status.HTTP_303_SEE_OTHER, LINK_HEADERS),
     )
-    token = invite_token(request.app.state.settings.secret_key, annotator, session_id)
-    return RedirectResponse(f"/a/{token}", status.HTTP_303_SEE_OTHER, LINK_HEADERS)
+
+
+# -- MTurk ----------------------------------------------------------------------------------
 
 
 @router.get("/mturk/{slug}", response_class=HTMLResponse)
@@ -437,106 +421,41 @@ async def mturk_page(
     workerId: str = "",
     turkSubmitTo: str = "",
 ):
-    return await _transaction(
-        request, _mturk_page, request, slug, assignmentId, hitId, workerId, turkSubmitTo
-    )
-
-
-def _mturk_page(
-    session: Session,
-    request: Request,
-    slug: str,
-    assignmentId: str,
-    hitId: str,
-    workerId: str,
-    turkSubmitTo: str,
-) -> Response:
-    study = study_by_slug(session, slug)
-    channel_settings(study, Channel.mturk)
-    if not assignmentId or assignmentId == PREVIEW_ASSIGNMENT:
-        return templates.TemplateResponse(
-            request, "annotate/mturk_preview.html", {"study": study}, headers=mturk_headers()
+    def render(view: Study | MturkDone | PageData) -> Response:
+        if isinstance(view, MturkDone):
+            return _mturk_done(request, view)
+        if isinstance(view, PageData):
+            ch = _mturk_channel(slug, view.origin, assignmentId, workerId)
+            return _render(request, view, ch)
+        return templates.TemplateResponse(  # a preview: no assignment yet
+            request, "annotate/mturk_preview.html", {"study": view}, headers=mturk_headers()
         )
-    assignment_id = platform_id(assignmentId, "assignment id")
-    hit_id = platform_id(hitId, "HIT id", required=False)
-    origin = check_submit_to(study, turkSubmitTo)
-    annotator = crowd_annotator(
-        session, study, Channel.mturk, workerId, enrolment=_enrolment(request)
-    )
-    work = next_assignment(
-        session,
-        annotator,
-        external_assignment_id=assignment_id,
-        external_hit_id=hit_id,
-        submit_to=turkSubmitTo,
-        serve=True,
-    )
-    if work.assignment is not None and work.assignment.submitted_at is not None:
-        return _mturk_done(request, work.assignment, study)
-    ch = _mturk_channel(slug, origin, assignment_id, workerId)
-    return _render(request, session, annotator.study, work, ch)
 
-
-def _mturk_channel(
-    slug: str, origin: str | None, assignment_id: str, worker_id: str
-) -> Channelled:
-    return Channelled(
-        submit_url=f"/mturk/{quote(slug)}/submit",
-        return_url=None,  # on MTurk, returning is done on MTurk's own page
-        headers=mturk_headers(origin),
-        hidden={"assignmentId": assignment_id, "workerId": worker_id},
-    )
+    args = (slug, assignmentId, hitId, workerId, turkSubmitTo, _enrolment(request))
+    return await _transaction(request, open_mturk, args, render)
 
 
 @router.post("/mturk/{slug}/submit", response_class=HTMLResponse)
 async def mturk_submit(request: Request, slug: str):
     form = await _read_form(request)
-    return await _transaction(request, _mturk_submit, request, slug, form, resend=form)
+
+    def render(outcome: MturkDone | PageData) -> Response:
+        if isinstance(outcome, MturkDone):
+            return _mturk_done(request, outcome)
+        worker_id = outcome.annotator.external_id or ""
+        ch = _mturk_channel(slug, outcome.origin, form.get("assignmentId", ""), worker_id)
+        return _render(request, outcome, ch, status_code=400)
+
+    return await _transaction(request, send_mturk, (slug, form), render, resend=form)
 
 
-def _mturk_submit(session: Session, request: Request, slug: str, form: dict[str, str]) -> Response:
-    study = study_by_slug(session, slug)
-    channel_settings(study, Channel.mturk)
-    external = platform_id(form.get("assignmentId"), "assignment id")
-    annotator = crowd_annotator(session, study, Channel.mturk, form.get("workerId", ""))
-    answers, times = answers_from_form(form)
-    try:
-        result = submit(session, annotator, form.get("assignment", ""), answers, times)
-    except InvalidAnswers as exc:
-        work = next_assignment(session, annotator, external_assignment_id=external, serve=True)
-        # No assignment (blocked, closed, not open): a message page, with no form to post.
-        origin = (
-            check_submit_to(study, work.assignment.submit_to or "")
-            if work.assignment is not None
-            else None
-        )
-        ch = _mturk_channel(slug, origin, external, annotator.external_id or "")
-        return _render(
-            request,
-            session,
-            annotator.study,
-            work,
-            ch,
-            error=exc.message,
-            answers=_kept_answers(work, form, exc),
-            status_code=400,
-        )
-    if result.assignment.external_assignment_id != external:
-        raise AnnotationError("The MTurk assignment does not match this HIT.", 400)
-    if result.kept:
-        return _mturk_done(request, result.assignment, study, kept=kept_page(session, result))
-    return _mturk_done(request, result.assignment, study)
-
-
-def _mturk_done(
-    request: Request, assignment, study: Study, *, kept: HitPage | None = None
-) -> HTMLResponse:
+def _mturk_done(request: Request, done: MturkDone) -> HTMLResponse:
     """Stored; now the browser posts to MTurk (automatically with JS, a button without).
 
     After a repeat with different answers the page says which were kept and waits for the
     button, so the worker reads it.
     """
-    origin = check_submit_to(study, assignment.submit_to or "")
+    assignment = done.assignment
     return templates.TemplateResponse(
         request,
         "annotate/mturk_done.html",
@@ -544,10 +463,10 @@ def _mturk_done(
             "action": f"{assignment.submit_to.rstrip('/')}/mturk/externalSubmit",
             "assignment_id": assignment.external_assignment_id,
             "late": assignment.late,
-            "page": kept,
-            "notice": KEPT if kept else None,
+            "page": done.kept,
+            "notice": KEPT if done.kept else None,
         },
-        headers=mturk_headers(origin),
+        headers=mturk_headers(done.origin),
     )
 
 

@@ -15,7 +15,8 @@ from typing import Annotated
 from fastapi import Depends, Form, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from app.annotation.service import AnnotationError, read_invite_token
+from app.annotation.errors import AnnotationError
+from app.annotation.identities import read_invite_token
 from app.auth.service import user_for_token
 from app.models import Study, User
 from app.studies.service import Access, get_study, study_access

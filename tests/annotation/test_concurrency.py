@@ -10,8 +10,10 @@ from threading import Barrier
 import pytest
 from sqlalchemy import func, select
 
+from app.annotation.identities import annotator_for_invite
+from app.annotation.leases import next_assignment
 from app.annotation.schemas import InviteRef, WorkStatus
-from app.annotation.service import annotator_for_invite, next_assignment, submit
+from app.annotation.submissions import submit
 from app.db import build_engine, make_sessionmaker
 from app.migrate import upgrade
 from app.models import Assignment, Hit, HitPosition, Judgment

@@ -10,19 +10,18 @@ import pytest
 from itsdangerous import URLSafeSerializer
 from sqlalchemy import func, select
 
-from app.annotation.schemas import WorkStatus
-from app.annotation.service import (
+from app.annotation.errors import AnnotationError
+from app.annotation.identities import (
     INVITE_SALT,
-    AnnotationError,
     address_key,
     annotator_for_invite,
     crowd_annotator,
     invite_token,
-    next_assignment,
     read_invite_token,
-    return_assignment,
-    submit,
 )
+from app.annotation.leases import next_assignment, return_assignment
+from app.annotation.schemas import WorkStatus
+from app.annotation.submissions import submit
 from app.models import Assignment, AssignmentStatus, Channel, Hit, HitPosition, Judgment, utcnow
 from app.results import exports
 from app.results.schemas import ResultQuery

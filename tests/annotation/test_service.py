@@ -5,21 +5,12 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, select, update
 
+from app.annotation.content import HIT_CACHE, HitCache, hit_content
+from app.annotation.errors import AnnotationError, InvalidAnswers
+from app.annotation.identities import annotator_for_invite, invite_token, read_invite_token
+from app.annotation.leases import next_assignment, return_assignment
 from app.annotation.schemas import WorkStatus
-from app.annotation.service import (
-    HIT_CACHE,
-    AnnotationError,
-    HitContentCache,
-    InvalidAnswers,
-    annotator_for_invite,
-    answers_from_form,
-    hit_content,
-    invite_token,
-    next_assignment,
-    read_invite_token,
-    return_assignment,
-    submit,
-)
+from app.annotation.submissions import answers_from_form, submit
 from app.models import Assignment, AssignmentStatus, Hit, HitPosition, Judgment, StudyStatus, utcnow
 from tests.hits.factory import annotator, make_study
 
@@ -222,7 +213,7 @@ def test_hit_content_is_cached_per_database_and_bounded(session):
     study = make_study(session, per_cell=10, lengths=(10,))  # two HITs
     hits = session.scalars(select(Hit.id).where(Hit.study_id == study.id).order_by(Hit.id)).all()
     assert hit_content(session, hits[0]) is not hit_content(session, hits[0])  # no cache here
-    cache = session.info[HIT_CACHE] = HitContentCache(size=1)
+    cache = session.info[HIT_CACHE] = HitCache(size=1)
     try:
         first = hit_content(session, hits[0])
         assert hit_content(session, hits[0]) is first

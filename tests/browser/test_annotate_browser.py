@@ -17,7 +17,7 @@ import playwright.sync_api as playwright_api
 import pytest
 from sqlalchemy import select
 
-from app.annotation.service import invite_token
+from app.annotation.identities import invite_token
 from app.config import Settings
 from app.db import build_engine, make_sessionmaker
 from app.main import create_app

@@ -2,12 +2,14 @@
 
 import re
 from collections import Counter
+from dataclasses import fields
 from html import unescape
 
 import pytest
 from sqlalchemy import func, select
 
-from app.annotation.service import invite_token, panel_entry_key
+from app.annotation.content import HIT_CACHE
+from app.annotation.identities import invite_token, panel_entry_key
 from app.models import (
     Annotator,
     Assignment,
@@ -84,6 +86,17 @@ def test_an_incomplete_form_comes_back_with_the_answers_kept(client, session, li
     again = client.get(link)
     assert _form(again.text)[0]["assignment"] == hidden["assignment"]
     assert " checked" not in again.text and again.text.count("<fieldset") == 11
+
+
+def test_a_hits_texts_are_rendered_once_and_kept_by_the_web_layer(client, link):
+    first = client.get(link)
+    hit_id = first.context["work"].assignment.hit_id
+    rendered = client.app.state.hit_html.get(hit_id)
+    assert rendered is not None and rendered == first.context["items"]
+    assert client.get(link).context["items"] is rendered  # reused, not rendered again
+    # The domain's cache of the HIT holds its content only, never web-rendered HTML.
+    content = client.app.state.sessionmaker.kw["info"][HIT_CACHE].get(hit_id)
+    assert [f.name for f in fields(content)] == ["positions", "slots"]
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from app.annotation.service import invite_token, panel_entry_key
+from app.annotation.identities import invite_token, panel_entry_key
 from app.main import create_app
 from app.models import Annotator, Assignment, HitPosition, Judgment
 from app.results.schemas import ResultQuery
@@ -337,7 +337,7 @@ def test_a_link_signed_with_an_over_long_session_id_still_opens(client, session,
     # Such links were issued before panel ids were checked; each load then failed (a 500).
     from itsdangerous import URLSafeSerializer
 
-    from app.annotation.service import INVITE_SALT
+    from app.annotation.identities import INVITE_SALT
 
     a = annotator(session, study)
     serializer = URLSafeSerializer(settings.secret_key, salt=INVITE_SALT)

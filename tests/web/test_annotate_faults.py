@@ -24,7 +24,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
-from app.annotation.service import invite_token
+from app.annotation.identities import invite_token
 from app.config import Settings
 from app.db import build_engine, make_sessionmaker
 from app.main import create_app

@@ -1,0 +1,26 @@
+"""The refusals of the annotator pages: every bad request is a clear 4xx that changes nothing."""
+
+from __future__ import annotations
+
+
+class AnnotationError(Exception):
+    """A request an annotator page must refuse; `status_code` is a 4xx."""
+
+    status_code = 400
+
+    def __init__(
+        self, message: str, status_code: int | None = None, *, retry_after: int | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if status_code is not None:
+            self.status_code = status_code
+        self.retry_after = retry_after  # seconds, sent as Retry-After (429, 503)
+
+
+class InvalidAnswers(AnnotationError):
+    """The form is incomplete or holds an impossible option: show it again."""
+
+    def __init__(self, message: str, answers: dict[int, int]) -> None:
+        super().__init__(message, 400)
+        self.answers = answers

@@ -1,0 +1,289 @@
+"""Assignments: what an annotator works on now, claims of replica slots, returns, expiry.
+
+Services flush; the caller commits.
+
+Concurrency. Every entry point that writes first takes the annotator's row
+lock (an UPDATE of `last_seen_at`: a row lock on PostgreSQL; on SQLite the
+transaction is opened with BEGIN IMMEDIATE, which serialises writers), so one
+annotator's requests run one at a time: the cap and the "never the same HIT
+twice" rule are checked and written under that lock.
+
+Replica slots. Each HIT counts its `leased` and `submitted` assignments
+(`Hit.leased_count`, `Hit.submitted_count`) and keeps `Hit.next_expiry`, a
+lower bound of its leases' expiry times. Every change of an assignment's
+status updates these in the same transaction, under the HIT's row lock, by one
+rule (`queries.slot_counters`). A claim is one UPDATE of the first HIT, fewest
+submitted first, that has a slot by its counters or a lease that may have
+lapsed, picked with `FOR UPDATE SKIP LOCKED`; the counters it reads are those
+of the row it locked (PostgreSQL rechecks a row changed since the statement
+began), so two annotators never fill the same last slot. A slot freed only by a
+lapsed lease is recounted after the lock is held. Locks are taken in the order
+annotator, assignment, HIT; a claim never waits for a HIT lock, so no deadlock
+can form.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from datetime import datetime, timedelta
+
+from sqlalchemy.orm import Session
+
+from app.annotation.errors import AnnotationError
+from app.annotation.identities import PLATFORM_ID, study_ref
+from app.annotation.queries import (
+    CLAIM,
+    EXPIRE_LAPSED,
+    EXPIRE_ONE,
+    LEAVE,
+    LEAVE_MANY,
+    MINE_BY_LENGTH,
+    NEW_LEASE,
+    OWN,
+    OWN_LOCKED,
+    PLAIN,
+    RECOUNT,
+    RETURN,
+    SLOTS_BY_LENGTH,
+    STATE,
+    UNCLAIM,
+    candidates,
+    claim_statement,
+)
+from app.annotation.schemas import AnnotatorRef, Lease, StudyRef, Work, WorkStatus
+from app.models import Annotator, AssignmentStatus, Channel, Study, StudyStatus, utcnow
+
+_PASSES = 40  # passes when every free HIT was momentarily locked by others
+
+
+def annotator_cap(annotator: Annotator | AnnotatorRef, study: Study | StudyRef) -> int:
+    return annotator.hit_cap if annotator.hit_cap is not None else study.per_annotator_cap
+
+
+def study_for(session: Session, annotator: Annotator | AnnotatorRef) -> StudyRef:
+    """The study read with the annotator's lock, else read now (callers with an ORM annotator)."""
+    study = getattr(annotator, "study", None)
+    if isinstance(study, StudyRef):
+        return study
+    session.flush()  # the Core statements of this package do not autoflush pending ORM changes
+    return study_ref(session, annotator.study_id)
+
+
+def next_assignment(
+    session: Session,
+    annotator: Annotator | AnnotatorRef,
+    *,
+    now: datetime | None = None,
+    external_assignment_id: str | None = None,
+    external_hit_id: str | None = None,
+    external_session_id: str | None = None,
+    submit_to: str | None = None,
+    serve: bool = False,
+) -> Work:
+    """What `annotator` works on now: their open lease, else a new one, else why not.
+
+    Call with the annotator locked (`annotator_for_invite`, `crowd_annotator`).
+    Without an external assignment id the annotator's unexpired lease is
+    resumed (a reload shows the same HIT). With one (MTurk) the assignment
+    for that id is resumed or created, as a worker may hold several. `serve`:
+    the HIT's page is about to be shown, so a new lease records it as served.
+    """
+    now = now or utcnow()
+    study = study_for(session, annotator)
+    cap = annotator_cap(annotator, study)
+    by_external = external_assignment_id is not None
+    rows = session.execute(
+        STATE[by_external],
+        {"annotator_id": annotator.id, "now": now, "external": external_assignment_id},
+    ).all()
+    done, held_count = int(rows[0][0]), int(rows[0][1])
+    work = Work(WorkStatus.no_work, done=done, cap=cap)
+    if annotator.blocked:
+        work.status = WorkStatus.blocked
+        return work
+    if study.status is StudyStatus.closed:
+        work.status = WorkStatus.closed
+        return work
+    if study.status is not StudyStatus.collecting:
+        work.status = WorkStatus.not_open
+        return work
+
+    leases = [Lease(*r[2:]) for r in rows if r[2] is not None]
+    if by_external:
+        if leases:
+            held = leases[0]
+            if held.annotator_id != annotator.id:
+                raise AnnotationError("This assignment belongs to another worker.", 403)
+            work.status, work.assignment = WorkStatus.assigned, held
+            return work
+    else:
+        lapsed = []
+        for lease in leases:
+            if lease.expires_at > now:
+                work.status, work.assignment = WorkStatus.assigned, lease
+                break
+            lapsed.append(lease)
+        for lease in sorted(lapsed, key=lambda a: a.hit_id):  # HIT locks in id order
+            expired = session.execute(EXPIRE_ONE, {"assignment_id": lease.id}).rowcount
+            if expired:  # its slot is back in the pool
+                leave_slot(session, lease.hit_id, was_leased=True, submitted=False)
+            work.expired_previous = True
+        if work.status is WorkStatus.assigned:
+            return work
+
+    # `held_count` counted only unexpired leases, so the ones just expired change nothing.
+    if held_count >= cap:
+        work.status = WorkStatus.cap_reached
+        return work
+    expires_at = now + timedelta(seconds=study.lease_seconds)
+    hit_id = _claim_slot(session, study, annotator, now, expires_at)
+    if hit_id is None:
+        return work
+    lease = Lease(
+        id=0,
+        public_id=secrets.token_urlsafe(24),
+        hit_id=hit_id,
+        annotator_id=annotator.id,
+        status=AssignmentStatus.leased,
+        leased_at=now,
+        expires_at=expires_at,
+        page_served_at=now if serve else None,
+        submitted_at=None,
+        late=False,
+        external_assignment_id=external_assignment_id,
+        submit_to=submit_to,
+    )
+    lease.id = session.execute(
+        NEW_LEASE,
+        {
+            "public_id": lease.public_id,
+            "hit_id": hit_id,
+            "annotator_id": annotator.id,
+            "status": AssignmentStatus.leased,
+            "leased_at": now,
+            "expires_at": expires_at,
+            "page_served_at": lease.page_served_at,
+            "late": False,
+            "external_assignment_id": external_assignment_id,
+            "external_hit_id": external_hit_id,
+            "external_session_id": external_session_id,
+            "submit_to": submit_to,
+            # MTurk work counts once the assignment is confirmed through the MTurk API.
+            "unverified": annotator.channel is Channel.mturk,
+        },
+    ).scalar_one()
+    work.status, work.assignment = WorkStatus.assigned, lease
+    return work
+
+
+def leave_slot(session: Session, hit_id: int, *, was_leased: bool, submitted: bool) -> None:
+    """Count an assignment's change of status on its HIT (waits for the HIT's row lock), by
+    `queries.slot_counters`."""
+    stmt = LEAVE.get((was_leased, submitted))
+    if stmt is not None:
+        session.execute(stmt, {"hit_id": hit_id})
+
+
+def _allowed_lengths(
+    session: Session, study: StudyRef, annotator: Annotator | AnnotatorRef, now: datetime
+) -> list[int] | None:
+    """Lengths where the annotator is under `max_cell_share` (None: no limit).
+
+    Every HIT of a length has the same mix, so an annotator's share of a
+    (length, kind) cell's judgments is their share of that length's replica slots.
+    """
+    if not study.max_cell_share:
+        return None
+    slots = dict(session.execute(SLOTS_BY_LENGTH, {"study_id": study.id}).all())
+    mine = dict(session.execute(MINE_BY_LENGTH, {"annotator_id": annotator.id, "now": now}).all())
+    return [
+        length
+        for length, n in slots.items()
+        if mine.get(length, 0) + 1 <= max(1.0, study.max_cell_share * n)
+    ]
+
+
+def _claim_slot(
+    session: Session,
+    study: StudyRef,
+    annotator: Annotator | AnnotatorRef,
+    now: datetime,
+    expires_at: datetime,
+) -> int | None:
+    """Take a replica slot for a lease ending at `expires_at`: the HIT's id, or None."""
+    lengths = _allowed_lengths(session, study, annotator, now)
+    if lengths == []:
+        return None
+    seen: list[int] = []
+    params = {
+        "p_study": study.id,
+        "annotator_id": annotator.id,
+        "now": now,
+        "expires_at": expires_at,
+    }
+    for attempt in range(_PASSES):
+        plain = PLAIN if lengths is None and not seen else candidates(lengths, seen)
+        claim = CLAIM if plain is PLAIN else claim_statement(plain)
+        row = session.execute(claim, params).first()
+        if row is None:
+            # Nothing free, or every free HIT is being filled by another request right now.
+            if session.execute(plain, params).first() is None:
+                return None
+            time.sleep(min(0.005 * (attempt + 1), 0.05))
+            continue
+        if row.leased_count + row.submitted_count <= row.replicas:
+            return row.id  # a free slot by the counters, read under the lock
+        # Full by the counters: the slot is free only if one of its leases lapsed.
+        # Recount now that the lock is held (a new statement sees every commit before it).
+        taken, floor = session.execute(RECOUNT, {"now": now, "hit_id": row.id}).one()
+        if taken < row.replicas:
+            return row.id
+        session.execute(UNCLAIM, {"hit_id": row.id, "floor": floor})  # and a tight bound
+        seen.append(row.id)
+    return None
+
+
+def return_assignment(
+    session: Session,
+    annotator: Annotator | AnnotatorRef,
+    public_id: str,
+    now: datetime | None = None,
+) -> Lease:
+    """Give a leased HIT back: its slot returns to the pool; the annotator won't get it again."""
+    assignment = own_assignment(session, annotator, public_id, lock=True)
+    if assignment.status is AssignmentStatus.submitted:
+        raise AnnotationError("This HIT was already submitted.", 409)
+    if assignment.status is AssignmentStatus.leased:
+        assignment.status = AssignmentStatus.returned
+        session.execute(RETURN, {"assignment_id": assignment.id, "now": now or utcnow()})
+        leave_slot(session, assignment.hit_id, was_leased=True, submitted=False)
+    return assignment
+
+
+def expire_leases(session: Session, study: Study, now: datetime | None = None) -> int:
+    """Mark lapsed leases expired (bookkeeping: lapsed leases already free their slot)."""
+    session.flush()  # Core statements do not autoflush pending ORM changes
+    expired = session.execute(EXPIRE_LAPSED, {"study_id": study.id, "now": now or utcnow()}).all()
+    per_hit: dict[int, int] = {}
+    for (hit_id,) in expired:
+        per_hit[hit_id] = per_hit.get(hit_id, 0) + 1
+    if per_hit:
+        # In id order, as every HIT lock is taken.
+        batch = [{"hit_id": h, "n": n} for h, n in sorted(per_hit.items())]
+        session.execute(LEAVE_MANY, batch)
+    return len(expired)
+
+
+def own_assignment(
+    session: Session, annotator: Annotator | AnnotatorRef, public_id: str, *, lock: bool = False
+) -> Lease:
+    """The annotator's assignment by its public id (locked with `lock`); 404 for any other."""
+    row = None
+    if PLATFORM_ID.fullmatch(public_id or ""):  # a public id is token_urlsafe(24)
+        session.flush()  # Core statements do not autoflush pending ORM changes
+        row = session.execute(OWN_LOCKED if lock else OWN, {"public_id": public_id}).first()
+    # Someone else's assignment gets the same answer as a made-up one: no oracle.
+    if row is None or row.annotator_id != annotator.id:
+        raise AnnotationError("This HIT is not one of yours. Reload the page to continue.", 404)
+    return Lease(*row)

@@ -1,0 +1,222 @@
+"""One function per annotator page action: everything its template needs, from one call.
+
+The web layer parses a request, calls one of these in the request's transaction and
+renders what it returns; rendering reads only what is returned here, and writes nothing.
+Identities, leases, submissions and a HIT's content are their own modules; this one
+strings them together in the order each page needs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+from sqlalchemy.orm import Session
+
+from app.annotation.content import hit_content
+from app.annotation.errors import AnnotationError, InvalidAnswers
+from app.annotation.identities import (
+    PREVIEW_ASSIGNMENT,
+    Enrolment,
+    annotator_for_invite,
+    channel_settings,
+    check_panel_entry,
+    check_submit_to,
+    crowd_annotator,
+    invite_token,
+    platform_id,
+    study_by_slug,
+)
+from app.annotation.leases import next_assignment, return_assignment
+from app.annotation.queries import SERVED
+from app.annotation.schemas import (
+    AnnotatorRef,
+    HitPage,
+    InviteRef,
+    Lease,
+    MturkDone,
+    PageData,
+    Sent,
+    StudyRef,
+    Submission,
+    Work,
+    WorkStatus,
+)
+from app.annotation.submissions import answers_from_form, submit
+from app.models import Channel, Study, utcnow
+
+# -- invite and panel links -------------------------------------------------------------
+
+
+def open_invite(session: Session, ref: InviteRef) -> PageData:
+    """An invite (or panel) link's page: the annotator's HIT, resumed or newly claimed."""
+    now = utcnow()
+    annotator = annotator_for_invite(session, ref, now)
+    work = next_assignment(
+        session, annotator, now=now, external_session_id=ref.session_id, serve=True
+    )
+    return _page(session, annotator, work, now)
+
+
+def send_invite(session: Session, ref: InviteRef, form: Mapping[str, str]) -> Sent | PageData:
+    """A posted HIT of an invite link: stored, or (incomplete, a bad option) shown again."""
+    annotator = annotator_for_invite(session, ref)
+    result = _submit(session, annotator, form, external_session_id=ref.session_id)
+    if isinstance(result, PageData):
+        return result
+    return Sent(result, _kept_page(session, result))
+
+
+def return_invite(session: Session, ref: InviteRef, public_id: str) -> None:
+    """Give the link's leased HIT back (see `return_assignment`)."""
+    return_assignment(session, annotator_for_invite(session, ref), public_id)
+
+
+def enter_panel(
+    session: Session, secret_key: str, slug: str, params: Mapping[str, str], enrolment: Enrolment
+) -> str:
+    """A panel participant's signed link token (their identity made on the first visit).
+
+    Call after `check_panel_key`: the entry's key is checked before anything is looked up.
+    """
+    study = study_by_slug(session, slug)
+    participant, session_id = check_panel_entry(study, params)
+    annotator = crowd_annotator(session, study, Channel.panel, participant, enrolment=enrolment)
+    return invite_token(secret_key, annotator, session_id)
+
+
+# -- MTurk ------------------------------------------------------------------------------
+
+
+def open_mturk(
+    session: Session,
+    slug: str,
+    assignment_id: str,
+    hit_id: str,
+    worker_id: str,
+    submit_to: str,
+    enrolment: Enrolment,
+) -> Study | MturkDone | PageData:
+    """The ExternalQuestion page: the study for a preview (no assignment yet), the assignment
+    when it was already stored, else the worker's HIT for that assignment."""
+    study = study_by_slug(session, slug)
+    channel_settings(study, Channel.mturk)
+    if not assignment_id or assignment_id == PREVIEW_ASSIGNMENT:
+        return study
+    assignment_id = platform_id(assignment_id, "assignment id")
+    hit_id = platform_id(hit_id, "HIT id", required=False)
+    origin = check_submit_to(study, submit_to)
+    annotator = crowd_annotator(session, study, Channel.mturk, worker_id, enrolment=enrolment)
+    now = utcnow()
+    work = next_assignment(
+        session,
+        annotator,
+        now=now,
+        external_assignment_id=assignment_id,
+        external_hit_id=hit_id,
+        submit_to=submit_to,
+        serve=True,
+    )
+    if work.assignment is not None and work.assignment.submitted_at is not None:
+        return _mturk_done(study, work.assignment)
+    data = _page(session, annotator, work, now)
+    data.origin = origin
+    return data
+
+
+def send_mturk(session: Session, slug: str, form: Mapping[str, str]) -> MturkDone | PageData:
+    """A posted MTurk HIT: stored (then posted on to MTurk by the browser), or shown again."""
+    study = study_by_slug(session, slug)
+    channel_settings(study, Channel.mturk)
+    external = platform_id(form.get("assignmentId"), "assignment id")
+    annotator = crowd_annotator(session, study, Channel.mturk, form.get("workerId", ""))
+    result = _submit(session, annotator, form, mturk=study, external_assignment_id=external)
+    if isinstance(result, PageData):
+        return result
+    if result.assignment.external_assignment_id != external:
+        raise AnnotationError("The MTurk assignment does not match this HIT.", 400)
+    return _mturk_done(study, result.assignment, _kept_page(session, result))
+
+
+def _mturk_done(study: Study, assignment: Lease, kept: HitPage | None = None) -> MturkDone:
+    return MturkDone(assignment, check_submit_to(study, assignment.submit_to or ""), kept)
+
+
+# -- the HIT as shown -------------------------------------------------------------------
+
+
+def _submit(
+    session: Session,
+    annotator: AnnotatorRef,
+    form: Mapping[str, str],
+    *,
+    mturk: Study | None = None,
+    **lease,
+) -> Submission | PageData:
+    """Store the form's answers; an incomplete form (or one with a bad option) gets the
+    annotator's page again instead (`lease`: as `next_assignment` finds it)."""
+    answers, times = answers_from_form(form)
+    try:
+        return submit(session, annotator, form.get("assignment", ""), answers, times)
+    except InvalidAnswers as exc:
+        now = utcnow()
+        work = next_assignment(session, annotator, now=now, serve=True, **lease)
+        origin = None
+        if mturk is not None and work.assignment is not None:
+            # Its forms post to the assignment's turkSubmitTo, checked again. (No assignment:
+            # blocked, closed, not open: a message page, with no form to post.)
+            origin = check_submit_to(mturk, work.assignment.submit_to or "")
+        data = _page(session, annotator, work, now, refused=(exc, form))
+        data.origin = origin
+        return data
+
+
+def _page(
+    session: Session,
+    annotator: AnnotatorRef,
+    work: Work,
+    now: datetime,
+    *,
+    refused: tuple[InvalidAnswers, Mapping[str, str]] | None = None,
+) -> PageData:
+    """`work`'s page: its HIT, recorded as served, when one is assigned. `refused`: the
+    refused form, whose answers are shown again on the HIT they were given for only (a
+    lapsed lease may have been replaced by another HIT, whose texts they do not belong to).
+    """
+    data = PageData(annotator, work)
+    lease = work.assignment
+    if work.status is WorkStatus.assigned and lease is not None:
+        data.page = _hit_page(session, lease, annotator.study, now)
+    if refused is not None:
+        exc, form = refused
+        data.error = exc.message
+        if data.page is not None and lease.public_id == form.get("assignment"):
+            data.page.answers = exc.answers
+    return data
+
+
+def _hit_page(session: Session, lease: Lease, study: StudyRef, now: datetime) -> HitPage:
+    """The HIT as shown: contexts and their words in the stored screen order."""
+    if lease.page_served_at is None:
+        lease.page_served_at = now
+        session.execute(SERVED, {"assignment_id": lease.id, "now": now})
+    return HitPage(
+        public_id=lease.public_id,
+        positions=list(hit_content(session, lease.hit_id).positions),
+        task=str(study.task),
+        expires_at_iso=lease.expires_at.isoformat(timespec="seconds"),
+    )
+
+
+def _kept_page(session: Session, result: Submission) -> HitPage | None:
+    """A submitted HIT with the answers that were kept, after a repeat that differed."""
+    if not result.kept:
+        return None
+    lease = result.assignment
+    return HitPage(
+        public_id=lease.public_id,
+        positions=list(hit_content(session, lease.hit_id).positions),
+        task="",
+        expires_at_iso=lease.expires_at.isoformat(timespec="seconds"),
+        answers=dict(result.kept),
+    )
