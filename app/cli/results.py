@@ -31,8 +31,9 @@ def results(
 
     from app.cli.common import fail, load_settings, session_scope, study_named
     from app.results import exports
+    from app.results.catalog import task_label
     from app.results.schemas import ResultQuery
-    from app.results.service import study_results, task_label
+    from app.results.service import study_results
     from app.studies.service import format_validation_error
 
     if format_ not in FORMATS:

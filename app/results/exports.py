@@ -49,7 +49,8 @@ from sqlalchemy.orm import Session
 
 from app.models import Study
 from app.results import queries
-from app.results.schemas import QuantityOut, ResultSet, ResultsOut
+from app.results.schemas import ResultSet, ResultsOut
+from app.results.stats import Quantity, finite_or_none, jsonable
 
 JUDGMENT_FIELDS = [
     "study", "judgment_id", "hit_id", "hit_index", "hit_is_overlap", "position", "item_id",
@@ -290,14 +291,14 @@ def _result_rows(results: ResultsOut, rs: ResultSet) -> Iterator[dict[str, Any]]
     perm = {p.length: p for p in rs.permutation}
     tests = {t.length: t for t in rs.tests}
     paper = {(f.name, f.length, f.kind): f for f in rs.paper_comparable}
-    qs: list[QuantityOut] = [*rs.cgd, *rs.ratios, *([rs.trend] if rs.trend else [])]
+    qs: list[Quantity] = [*rs.cgd, *rs.ratios, *([rs.trend] if rs.trend else [])]
     for q in qs:
-        row = q.model_dump()
+        row = jsonable(q)
         p = perm.get(q.length) if q.name == "ebc" else None
         t = tests.get(q.length) if q.name == "ebc" else None
         f = paper.get((q.name, q.length, q.kind)) if q.name in ("cgd", "ebc") else None
         test = None
-        if q.p_value is not None:
+        if row["p_value"] is not None:
             test = (
                 "jackknife t, H0: slope = 0"
                 if q.name == "trend"
@@ -309,12 +310,12 @@ def _result_rows(results: ResultsOut, rs: ResultSet) -> Iterator[dict[str, Any]]
             "exclusions": "on" if rs.exclusions_applied else "off",
             "estimator": rs.estimator,
             "unit": rs.unit,
-            "p_greater": t.p_greater if t else None,
+            "p_greater": finite_or_none(t.p_greater) if t else None,
             "test": test,
             "permutation_p_value": p.p_value if p else None,
             "permutation_p_greater": p.p_greater if p else None,
-            "paper_mean": f.mean if f else None,
-            "paper_std": f.std if f else None,
+            "paper_mean": finite_or_none(f.mean) if f else None,
+            "paper_std": finite_or_none(f.std) if f else None,
         }
         yield row
 
@@ -351,6 +352,7 @@ def tex_escape(text: str) -> str:
 
 
 def _pm(mean: float | None, spread: float | None, digits: int = 3) -> str:
+    mean, spread = finite_or_none(mean), finite_or_none(spread)
     if mean is None:
         return "--"
     if spread is None:
@@ -426,16 +428,18 @@ def results_table(results: ResultsOut) -> str:
         for row in rs.table:
             cells = []
             for q in (row.cgd_data, row.cgd_model, row.ebc):
-                if q is None or q.estimate is None:
+                est = finite_or_none(q.estimate) if q else None
+                if est is None:
                     cells.append(f"{'--':>24}")
                 else:
-                    lo = "?" if q.low is None else f"{q.low:.3f}"
-                    hi = "inf" if q.high is None else f"{q.high:.3f}"
-                    cells.append(f"{q.estimate:.3f} [{lo}, {hi}]".rjust(24))
-            p = row.test.p_value if row.test else None
+                    low, high = finite_or_none(q.low), finite_or_none(q.high)
+                    lo = "?" if low is None else f"{low:.3f}"
+                    hi = "inf" if high is None else f"{high:.3f}"
+                    cells.append(f"{est:.3f} [{lo}, {hi}]".rjust(24))
+            p = finite_or_none(row.test.p_value) if row.test else None
             perm = row.permutation.p_value if row.permutation else None
             n_ann = row.ebc.n_annotators if row.ebc else 0
-            eff = row.ebc.n_effective if row.ebc else None
+            eff = finite_or_none(row.ebc.n_effective) if row.ebc else None
             warn = " (few effective annotators)" if row.ebc and row.ebc.few_annotators else ""
             p_txt = "--" if p is None else f"{p:.4f}"
             perm_txt = "--" if perm is None else f"{perm:.4f}"
@@ -444,12 +448,14 @@ def results_table(results: ResultsOut) -> str:
                 f"{row.length:>4}  " + "  ".join(cells) + f"  {p_txt:>7}  {perm_txt:>7}  "
                 f"{n_ann:>5}  {eff_txt:>5}{warn}"
             )
-        if rs.trend is not None and rs.trend.estimate is not None:
-            t = rs.trend
+        t = rs.trend
+        est = finite_or_none(t.estimate) if t else None
+        if est is not None:
+            low, high = finite_or_none(t.low), finite_or_none(t.high)
             out.append(
-                f"trend of ln EB-C per word: {t.estimate:+.5f} [{t.low:+.5f}, {t.high:+.5f}]"
-                if t.low is not None and t.high is not None
-                else f"trend of ln EB-C per word: {t.estimate:+.5f}"
+                f"trend of ln EB-C per word: {est:+.5f} [{low:+.5f}, {high:+.5f}]"
+                if low is not None and high is not None
+                else f"trend of ln EB-C per word: {est:+.5f}"
             )
         t0 = next(iter(rs.tests), None)
         if t0 is not None:

@@ -9,19 +9,22 @@ from __future__ import annotations
 import io
 from typing import Literal
 
-from app.results.schemas import QuantityOut, ResultsOut
+from app.results.schemas import ResultsOut
+from app.results.stats import Quantity, finite_or_none
 
 
 def _series(rows, pick) -> tuple[list[int], list[float], list[list[float]]]:
     xs, ys, lo, hi = [], [], [], []
     for row in rows:
-        q: QuantityOut | None = pick(row)
-        if q is None or q.estimate is None:
+        q: Quantity | None = pick(row)
+        est = finite_or_none(q.estimate) if q else None
+        if est is None:
             continue
+        low, high = finite_or_none(q.low), finite_or_none(q.high)
         xs.append(row.length)
-        ys.append(q.estimate)
-        lo.append(max(q.estimate - q.low, 0.0) if q.low is not None else 0.0)
-        hi.append(max(q.high - q.estimate, 0.0) if q.high is not None else 0.0)
+        ys.append(est)
+        lo.append(max(est - low, 0.0) if low is not None else 0.0)
+        hi.append(max(high - est, 0.0) if high is not None else 0.0)
     return xs, ys, [lo, hi]
 
 

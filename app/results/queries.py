@@ -536,7 +536,7 @@ def iter_judgment_rows(session: Session, study: Study) -> Iterator[tuple[list[st
         (Judgment.client_ms, None),
         (Judgment.too_fast, "bool"),
         (Judgment.late, "bool"),
-        # Kept work that may not count (see app.results.service.exclusion_mask).
+        # Kept work that may not count (see app.results.exclusions.exclusion_mask).
         (Assignment.over_cap, "bool"),
         (Assignment.extra_replica, "bool"),
         (Assignment.after_block, "bool"),

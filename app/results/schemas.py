@@ -1,7 +1,11 @@
-"""Response models of the results API (and the CLI's JSON output).
+"""The results API's models: the options it takes, and the documents it answers with.
 
-Every number that can be undefined (an empty cell, a ratio with a zero denominator, a
-figure without data) is ``null``, never NaN, so the JSON is valid everywhere.
+A results document (:class:`ResultsOut`) holds the statistics' own dataclasses
+(``app.results.stats``: :class:`Quantity`, :class:`ClusterTest`, :class:`StudyPlan`, ...)
+as they come, arranged in the paper's table and beside the exclusions and the annotators'
+quality. Their numbers are NaN where they cannot be computed, and ``null`` in JSON
+(:mod:`app.results.stats.figure`: the one rule). The study documents (summary, detail,
+provenance manifest) need no statistics.
 """
 
 from __future__ import annotations
@@ -11,11 +15,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.results.stats.ebc import PERMUTATION_LABEL
+from app.results.stats import (
+    Agreement,
+    ClusterTest,
+    Figure,
+    PaperFigure,
+    PermutationTest,
+    PositionBias,
+    Quantity,
+    Sanity,
+    StudyPlan,
+)
+from app.results.stats.ebc import CiMethod, Estimator, Unit
 
-Estimator = Literal["single", "plurality"]
-Unit = Literal["annotator", "twoway", "hit", "item"]
-CiMethod = Literal["wild", "percentile", "bca"]
 OnOff = Literal["on", "off"]
 
 
@@ -48,148 +60,26 @@ class ResultQuery(_Out):
     level: float = Field(0.95, gt=0.5, lt=1.0, description="interval coverage")
 
 
-class QuantityOut(_Out):
-    """One figure with its uncertainty (see ``app.results.stats.Quantity``)."""
-
-    name: Literal["cgd", "ebc", "ratio", "trend"]
-    length: int | None
-    kind: str | None
-    reference_kind: str | None
-    estimate: float | None
-    se: float | None
-    low: float | None
-    high: float | None
-    method: str
-    level: float
-    delta_se: float | None = Field(description="cluster-robust delta method on the log scale")
-    delta_low: float | None
-    delta_high: float | None
-    iid_se: float | None = Field(description="standard error that ignores clustering")
-    design_effect: float | None
-    n_judgments: int
-    n_items: int
-    n_annotators: int
-    n_clusters: int
-    few_annotators: bool = Field(
-        description="fewer than 30 effective annotators (n_effective) enter this figure"
-    )
-    n_effective: float | None = Field(
-        None,
-        description="effective number of annotators, (sum n_g)^2 / sum n_g^2 over the "
-        "judgments n_g of each annotator in this figure (Kish)",
-    )
-    p_value: float | None = Field(
-        None,
-        description="ratios: wild cluster bootstrap test of ratio = 1 with annotators as "
-        "the sampled unit; trend (interval wild): jackknife t test of slope = 0",
-    )
-
-
-class ClusterTestOut(_Out):
-    """The headline test of EB-C = 1 at one length (``length`` null: pooled)."""
-
-    length: int | None = Field(description="null: all lengths pooled")
-    estimate: float | None = Field(description="EB-C")
-    statistic: float | None = Field(description="cluster-robust t of CGD(model) - CGD(data)")
-    p_value: float | None = Field(description="two-sided")
-    p_greater: float | None = Field(description="one-sided, H1: EB-C > 1")
-    low: float | None = Field(description="the test inverted: EB-C values it does not reject")
-    high: float | None
-    level: float
-    b: int = Field(description="bootstrap draws")
-    n_annotators: int
-    n_effective: float | None
-    few_annotators: bool
-    null: str = Field(description="the null hypothesis, in words")
-    method: str
-
-
-class PermutationOut(_Out):
-    length: int | None = Field(description="null: all lengths pooled")
-    statistic: float | None = Field(description="ln EB-C")
-    ebc: float | None
-    p_value: float = Field(
-        description="two-sided, within-HIT label shuffles (secondary: see label)"
-    )
-    p_greater: float = Field(description="one-sided, H1: EB-C > 1")
-    n_permutations: int
-    n_hits: int
-    n_items: int
-    label: str = Field(PERMUTATION_LABEL, description="what this test is (and is not)")
-
-
-class PaperFigureOut(_Out):
-    label: str
-    name: Literal["cgd", "ebc"]
-    length: int
-    kind: str | None
-    mean: float | None
-    std: float | None
-    parts: list[float | None]
-
-
 class LengthRow(_Out):
     """One row of the paper's Table 4: CGD(M|D), CGD(M|M) and EB-C at one length."""
 
     length: int
-    cgd_data: QuantityOut | None
-    cgd_model: QuantityOut | None
-    ebc: QuantityOut | None
-    ratios: list[QuantityOut] = Field(description="diagnostic kinds over data")
-    test: ClusterTestOut | None = Field(None, description="the headline test of EB-C = 1")
-    permutation: PermutationOut | None = Field(description="secondary test (see its label)")
-    paper: dict[str, PaperFigureOut] = Field(
+    cgd_data: Quantity | None
+    cgd_model: Quantity | None
+    ebc: Quantity | None
+    ratios: list[Quantity] = Field(description="diagnostic kinds over data")
+    test: ClusterTest | None = Field(None, description="the headline test of EB-C = 1")
+    permutation: PermutationTest | None = Field(description="secondary test (see its label)")
+    paper: dict[str, PaperFigure] = Field(
         description="paper-comparable mean ± std over 5 random parts: cgd_data, cgd_model, ebc"
     )
-
-
-class AgreementStatOut(_Out):
-    name: str
-    estimate: float | None
-    se: float | None
-    low: float | None
-    high: float | None
-    level: float
-
-
-class AgreementOut(_Out):
-    """Agreement on the model rank of the chosen word, over items with >= 2 judgments."""
-
-    krippendorff_alpha: AgreementStatOut
-    fleiss_kappa: AgreementStatOut | None
-    percent_agreement: AgreementStatOut
-    gwet_ac1: AgreementStatOut
-    n_items: int
-    n_judgments: int
-    min_judgments_per_item: int
-    max_judgments_per_item: int
-    n_categories: int
-    b: int
-    seed: int | None
-
-
-class PositionBiasOut(_Out):
-    counts: list[int] = Field(description="word choices by screen slot")
-    rates: list[float | None]
-    share_none: float | None
-    chi2: float | None
-    p_value: float | None
 
 
 class NoneShareOut(_Out):
     length: int
     kind: str
-    share_none: float | None
+    share_none: Figure
     n_judgments: int
-
-
-class SanityOut(_Out):
-    n_items: int
-    top1_is_true: float | None = Field(description="data items whose model top-1 is true")
-    true_shown: float | None = Field(description="data items whose true next word is shown")
-    people_pick_true: float | None = Field(description="when shown, judgments choosing it")
-    people_pick_top1_when_true: float | None
-    n_judgments_true_shown: int
 
 
 class ResultSet(_Out):
@@ -207,30 +97,30 @@ class ResultSet(_Out):
     n_annotators: int
     n_clusters: int
     few_annotators: bool = Field(description="some figure has fewer than 30 effective annotators")
-    n_effective: float | None = Field(
-        None, description="effective number of annotators over all judgments"
-    )
+    n_effective: Figure = Field(description="effective number of annotators over all judgments")
     interval: str = Field("", description="the interval method, in words")
     warnings: list[str]
     table: list[LengthRow]
-    cgd: list[QuantityOut] = Field(description="every cell (length x kind)")
-    ratios: list[QuantityOut] = Field(description="EB-C and diagnostic ratios per length")
-    trend: QuantityOut | None = Field(description="slope of ln EB-C per word of prefix length")
-    tests: list[ClusterTestOut] = Field(
+    cgd: list[Quantity] = Field(description="every cell (length x kind)")
+    ratios: list[Quantity] = Field(description="EB-C and diagnostic ratios per length")
+    trend: Quantity | None = Field(description="slope of ln EB-C per word of prefix length")
+    tests: list[ClusterTest] = Field(
         default_factory=list,
         description="headline tests of EB-C = 1 per length, and pooled (length null); "
         "null: population EB-C = 1, annotators as the sampled unit",
     )
-    permutation: list[PermutationOut] = Field(
+    permutation: list[PermutationTest] = Field(
         description="secondary: within-HIT permutation tests (see their label)"
     )
     paper_label: str
-    paper_comparable: list[PaperFigureOut]
-    agreement: AgreementOut | None
-    position_bias: PositionBiasOut
+    paper_comparable: list[PaperFigure]
+    agreement: Agreement | None
+    position_bias: PositionBias
     none_share: list[NoneShareOut]
-    sanity: SanityOut
-    design_effect: float | None = Field(description="mean over lengths of (SE / iid SE)^2")
+    sanity: Sanity
+    design_effect: Figure = Field(
+        description="mean over lengths of (SE / iid SE)^2 (annotator unit only)"
+    )
 
 
 class ExclusionReport(_Out):
@@ -251,42 +141,16 @@ class AnnotatorQualityOut(_Out):
     channel: str
     n_judgments: int
     n_hits: int
-    median_seconds: float | None
-    share_none: float | None
-    top1_rate: dict[str, float | None] = Field(description="by prefix kind")
-    plurality_agreement: float | None
-    attention_accuracy: float | None
-    position_chi2: float | None
-    position_p: float | None
+    median_seconds: Figure
+    share_none: Figure
+    top1_rate: dict[str, Figure] = Field(description="by prefix kind")
+    plurality_agreement: Figure
+    attention_accuracy: Figure
+    position_chi2: Figure
+    position_p: Figure
     flagged: bool
     reasons: list[str]
     excluded: bool = Field(description="dropped whole by the exclusion rules")
-
-
-class PlanOut(_Out):
-    """Judgments, HITs, annotators and cost for a target (DESIGN.md's power formula)."""
-
-    target_ebc: float | None
-    halfwidth: float | None
-    cgd_data: float = Field(description="CGD(data) assumed (measured when there is data)")
-    cgd_data_measured: bool
-    alpha: float
-    power_target: float
-    design_effect: float = Field(description="measured by annotator bootstrap, else 1")
-    design_effect_measured: bool
-    judgments_per_cell_iid: int
-    judgments_per_cell: int
-    power: float | None = Field(description="power of the plan")
-    hits_per_length: int
-    hits: int
-    assignments: int
-    judgments: int
-    annotators_needed: int
-    cost: float = Field(description="in the currency of reward_cents / 100, fee included")
-    judgments_per_cell_now: int = Field(description="smallest data/model cell so far")
-    power_now: float | None
-    smallest_detectable_ebc_now: float | None
-    assumptions: str
 
 
 class ResultsOut(_Out):
@@ -300,7 +164,7 @@ class ResultsOut(_Out):
     results: ResultSet | None = Field(description="main figures (as the exclusions option)")
     other: ResultSet | None = Field(description="the same with the opposite exclusions setting")
     quality: list[AnnotatorQualityOut] = Field(description="per annotator, on all judgments")
-    plan: PlanOut | None
+    plan: StudyPlan | None
     messages: list[str]
 
 

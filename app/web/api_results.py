@@ -13,16 +13,16 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, Field
 
-from app.results import exports, service
+from app.results import catalog, exports, planning, service
 from app.results.plot import results_plot
 from app.results.schemas import (
     ManifestOut,
-    PlanOut,
     ResultQuery,
     ResultsOut,
     StudyDetailOut,
     StudySummaryOut,
 )
+from app.results.stats import PlanTarget, StudyPlan
 from app.studies.service import visible_studies
 from app.web.deps import SessionDep
 from app.web.downloads import export_response
@@ -92,7 +92,7 @@ def _attachment(name: str) -> dict[str, str]:
     summary="The studies the token's user may see (administrators: all)",
 )
 def studies(session: SessionDep, user: ApiUserDep) -> list[StudySummaryOut]:
-    return service.study_summaries(visible_studies(session, user))
+    return catalog.study_summaries(visible_studies(session, user))
 
 
 @router.get(
@@ -102,7 +102,7 @@ def studies(session: SessionDep, user: ApiUserDep) -> list[StudySummaryOut]:
     summary="A study: configuration, status, counts",
 )
 def study(study: StudyDep, session: SessionDep) -> StudyDetailOut:
-    return service.study_detail(session, study)
+    return catalog.study_detail(session, study)
 
 
 @router.get(
@@ -137,7 +137,7 @@ def results_tex(
 ) -> Response:
     opts = ResultQuery.model_validate(query.model_dump(exclude={"paper"}))
     res = service.study_results(session, study, opts)
-    body = exports.results_latex(res, service.task_label(study), paper=query.paper)
+    body = exports.results_latex(res, catalog.task_label(study), paper=query.paper)
     return Response(
         body, media_type="application/x-tex", headers=_attachment(f"{study.slug}-results.tex")
     )
@@ -210,12 +210,12 @@ def items(request: Request, study: StudyDep, fmt: Literal["csv", "jsonl"]) -> Re
     summary="Provenance manifest",
 )
 def manifest(study: StudyDep, session: SessionDep) -> ManifestOut:
-    return service.manifest(session, study)
+    return catalog.manifest(session, study)
 
 
 @router.get(
     "/studies/{slug}/plan",
-    response_model=PlanOut,
+    response_model=StudyPlan,
     responses={
         **_404,
         422: {
@@ -229,18 +229,11 @@ def manifest(study: StudyDep, session: SessionDep) -> ManifestOut:
 def plan(
     study: StudyDep,
     session: SessionDep,
-    target_ebc: Annotated[float | None, Query(gt=1.0, le=3.0)] = 1.02,
-    halfwidth: Annotated[float | None, Query(gt=0, le=1)] = None,
-    power: Annotated[float, Query(gt=0.05, lt=1)] = 0.8,
-    alpha: Annotated[float, Query(gt=0, lt=0.5)] = 0.05,
+    target_ebc: Annotated[float | None, Query(gt=1.0, le=3.0)] = PlanTarget.target_ebc,
+    halfwidth: Annotated[float | None, Query(gt=0, le=1)] = PlanTarget.halfwidth,
+    power: Annotated[float, Query(gt=0.05, lt=1)] = PlanTarget.power,
+    alpha: Annotated[float, Query(gt=0, lt=0.5)] = PlanTarget.alpha,
     seed: Annotated[int, Query(ge=0, lt=2**63)] = 0,
-) -> PlanOut:
-    return service.study_plan(
-        session,
-        study,
-        target_ebc=target_ebc,
-        halfwidth=halfwidth,
-        power=power,
-        alpha=alpha,
-        seed=seed,
-    )
+) -> StudyPlan:
+    target = PlanTarget(target_ebc=target_ebc, halfwidth=halfwidth, power=power, alpha=alpha)
+    return planning.study_plan(session, study, target, seed=seed)

@@ -15,9 +15,12 @@ from sqlalchemy.orm import Session
 from app.audit.service import record
 from app.models import Study
 from app.results import exports
+from app.results.catalog import manifest, task_label
+from app.results.planning import study_plan
 from app.results.plot import results_plot
 from app.results.schemas import ResultQuery
-from app.results.service import manifest, study_plan, study_results, task_label
+from app.results.service import study_results
+from app.results.stats import PlanTarget
 from app.web.deps import SessionDep
 from app.web.downloads import export_response
 from app.web.pages import LOGIN, StudyDep, render
@@ -29,13 +32,19 @@ router = APIRouter(prefix="/dashboard/studies", include_in_schema=False, depende
 class PageQuery(ResultQuery):
     """The results' options plus the planner's and the LaTeX table's (one query string)."""
 
-    target_ebc: float | None = Field(None, gt=1.0, le=3.0)
-    halfwidth: float | None = Field(None, gt=0, le=1)
-    power: float = Field(0.8, gt=0.05, lt=1)
+    target_ebc: float | None = Field(PlanTarget.target_ebc, gt=1.0, le=3.0)
+    halfwidth: float | None = Field(PlanTarget.halfwidth, gt=0, le=1)
+    power: float = Field(PlanTarget.power, gt=0.05, lt=1)
     paper: bool = False
 
     def results_query(self) -> ResultQuery:
         return ResultQuery.model_validate(self.model_dump(include=set(ResultQuery.model_fields)))
+
+    def target(self) -> PlanTarget:
+        """The planner's target: a half-width, when one is given, replaces the EB-C."""
+        if self.halfwidth is not None:
+            return PlanTarget(target_ebc=None, halfwidth=self.halfwidth, power=self.power)
+        return PlanTarget(target_ebc=self.target_ebc, power=self.power)
 
 
 PageQueryDep = Annotated[PageQuery, Query()]
@@ -69,16 +78,9 @@ def results_page(
 ) -> HTMLResponse:
     query = options.results_query()
     res = study_results(session, study, query)
-    plan = res.plan
-    if options.target_ebc is not None or options.halfwidth is not None or options.power != 0.8:
-        plan = study_plan(
-            session,
-            study,
-            target_ebc=options.target_ebc if options.halfwidth is None else None,
-            halfwidth=options.halfwidth,
-            power=options.power,
-            seed=query.seed,
-        )
+    plan = res.plan  # the default target's
+    if options.target() != PlanTarget():
+        plan = study_plan(session, study, options.target(), seed=query.seed)
     plot = None
     if res.results is not None:
         plot = base64.b64encode(results_plot(res, "svg")).decode()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from sqlalchemy import select
 
 from app.models import AuditEvent
@@ -79,3 +81,20 @@ def test_results_page_names_the_headline_test_and_the_effective_annotators(logge
     assert f"4 annotators (effective {row.ebc.n_effective:.1f})" in page
     assert "Fewer than 30 effective annotators" in page
     assert any("effective number" in m for m in r.context["res"].messages)
+
+
+def test_a_figure_without_a_value_shows_as_a_dash(logged_in, session):
+    """One annotator: the CGD's interval, the tests and the design effect are NaN (JSON
+    null); the page shows no value, never "nan" or "inf"."""
+    f = StudyFactory(session, "solo")
+    items = [f.item("data") for _ in range(2)] + [f.item("model") for _ in range(2)]
+    f.answer(f.annotator("only"), f.hit(items), [0, 1, None, 0])
+    session.commit()
+    r = logged_in.get("/dashboard/studies/solo/results?b=1000")
+    assert r.status_code == 200
+    row = r.context["res"].results.table[0]
+    assert math.isnan(row.cgd_data.se) and math.isnan(row.ebc.high)
+    page = r.text.lower()
+    assert "nan" not in page.replace("none of the above", "") and "inf" not in page
+    assert '<span class="est">0.500</span>' in r.text and "[?" not in r.text
+    assert '<span class="se">' not in r.text.split("<tbody>")[1].split("</tr>")[0]

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from app.cli import cli
 from app.db import build_engine, make_sessionmaker
 from app.migrate import upgrade
-from tests.factories import make_handmade
+from tests.factories import StudyFactory, make_handmade
 
 # The CLI reads the same service on both backends; SQLite is enough.
 pytestmark = pytest.mark.sqlite
@@ -56,3 +56,22 @@ def test_results_errors(db):
     assert out.exit_code == 1 and "unit" in out.output
     out = run("hand", "--format", "xml")
     assert out.exit_code == 1 and "unknown format" in out.output
+
+
+def test_a_nan_figure_is_null_in_the_json_output(empty_db, monkeypatch):
+    """One annotator: the CGD's interval and every test are undefined (NaN), written null."""
+    engine = build_engine(empty_db.settings())
+    with engine.begin() as conn:
+        upgrade(conn)
+    with make_sessionmaker(engine)() as session, session.begin():
+        f = StudyFactory(session, "solo")
+        items = [f.item("data") for _ in range(2)] + [f.item("model") for _ in range(2)]
+        f.answer(f.annotator("only"), f.hit(items), [0, 1, None, 0])
+    engine.dispose()
+    monkeypatch.setenv("DATABASE_URL", empty_db.url)
+    monkeypatch.setenv("EBC_ENV", "test")
+    out = run("solo", "--b", "200", "--format", "json")
+    assert out.exit_code == 0, out.output
+    assert "NaN" not in out.output and "Infinity" not in out.output
+    cgd = json.loads(out.output)["results"]["cgd"][0]
+    assert cgd["estimate"] == 0.5 and cgd["se"] is None and cgd["p_value"] is None

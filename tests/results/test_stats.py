@@ -353,7 +353,7 @@ def test_paper_comparable_is_mean_and_std_of_five_disjoint_parts():
     d = (rng.random(n) < 0.7 + 0.05 * kind).astype(float)
     out = paper_comparable(d, np.full(n, 10), kind, seed=9)
     ebc = next(f for f in out if f.name == "ebc")
-    assert ebc.label == PAPER_LABEL and ebc.parts.size == 5
+    assert ebc.label == PAPER_LABEL and len(ebc.parts) == 5
     # Recompute the five parts with the same permutation.
     part = np.random.default_rng(9).permutation(n) % 5
     vals = [

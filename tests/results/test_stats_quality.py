@@ -92,7 +92,7 @@ def test_position_bias_and_none_share():
     pos = np.array([0, 0, 1, 2, 3, 4, 5, 5])
     choice = np.array([1, 2, 1, 3, 1, 5, 0, 6])  # last two are "none" (0 and k+1)
     pb = position_bias(pos, choice)
-    assert pb.counts.tolist() == [2, 1, 1, 1, 1]
+    assert pb.counts == [2, 1, 1, 1, 1]
     assert pb.rates == pytest.approx([2 / 6, 1 / 6, 1 / 6, 1 / 6, 1 / 6])
     assert pb.share_none == pytest.approx(2 / 8)
     cells, share = none_share_by_cell(choice, np.array([10] * 4 + [20] * 4), np.array([0, 1] * 4))

@@ -5,20 +5,24 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 
 import pytest
+from pydantic import TypeAdapter
 
 from app.auth.service import create_api_token, revoke_api_token
 from app.models import User
 from app.results.schemas import (
     ManifestOut,
-    PlanOut,
+    ResultQuery,
     ResultsOut,
     StudyDetailOut,
     StudySummaryOut,
 )
-from tests.factories import HandMade, make_handmade
+from app.results.service import study_results
+from app.results.stats import PlanTarget, StudyPlan
+from tests.factories import HandMade, StudyFactory, make_handmade
 
 B = "b=200"
 
@@ -222,11 +226,69 @@ def test_manifest(client, handmade, auth):
 
 def test_plan(client, handmade, auth):
     r = client.get("/api/v1/studies/hand/plan?target_ebc=1.05", headers=auth)
-    plan = PlanOut.model_validate(r.json())
+    plan = TypeAdapter(StudyPlan).validate_python(r.json())
     assert plan.target_ebc == 1.05 and plan.cgd_data_measured
     r = client.get("/api/v1/studies/hand/plan?halfwidth=0.01&target_ebc=", headers=auth)
     assert r.status_code in (200, 422)
     assert client.get("/api/v1/studies/hand/plan?target_ebc=0.5", headers=auth).status_code == 422
+
+
+def _one_annotator(session):
+    """One annotator: a CGD's jackknife interval and the test of EB-C = 1 are undefined."""
+    f = StudyFactory(session, "solo")
+    items = [f.item("data") for _ in range(2)] + [f.item("model") for _ in range(2)]
+    f.answer(f.annotator("only"), f.hit(items), [0, 1, None, 0])
+    session.commit()
+    return f.study
+
+
+def test_a_nan_figure_is_null_in_the_json_and_empty_in_the_csv(client, session, auth):
+    study = _one_annotator(session)
+    cgd = study_results(session, study, ResultQuery(b=200)).results.cgd[0]
+    assert math.isnan(cgd.se) and math.isnan(cgd.p_value)  # NaN while computed with
+    r = client.get(f"/api/v1/studies/solo/results?{B}", headers=auth)
+    assert r.status_code == 200 and "NaN" not in r.text and "Infinity" not in r.text
+    body = r.json()["results"]
+    first = body["cgd"][0]
+    assert first["estimate"] == 0.5 and first["se"] is None and first["p_value"] is None
+    assert body["table"][0]["ebc"]["high"] is None
+    assert body["tests"][0]["p_value"] is None
+    # The same figures in the document's own model: null reads back as NaN.
+    again = ResultsOut.model_validate(r.json())
+    assert math.isnan(again.results.cgd[0].se) and again.results.cgd[0].estimate == 0.5
+    rows = list(csv.DictReader(io.StringIO(client.get(
+        f"/api/v1/studies/solo/results.csv?{B}", headers=auth).text)))  # fmt: skip
+    data = next(row for row in rows if row["name"] == "cgd" and row["kind"] == "data")
+    assert data["estimate"] == "0.5" and data["se"] == "" and data["p_value"] == ""
+
+
+def test_plan_defaults_are_the_planners(client, handmade, auth):
+    plan = client.get("/api/v1/studies/hand/plan", headers=auth).json()
+    default = PlanTarget()
+    assert (plan["target_ebc"], plan["halfwidth"]) == (default.target_ebc, default.halfwidth)
+    assert (plan["power_target"], plan["alpha"]) == (default.power, default.alpha)
+    doc = client.get("/api/v1/openapi.json").json()
+    params = doc["paths"]["/api/v1/studies/{slug}/plan"]["get"]["parameters"]
+    defaults = {p["name"]: p["schema"].get("default") for p in params}
+    assert defaults["target_ebc"] == default.target_ebc and defaults["power"] == default.power
+    assert defaults["alpha"] == default.alpha and defaults["halfwidth"] is None
+
+
+def test_openapi_documents_figures_as_numbers_or_null(client):
+    schemas = client.get("/api/v1/openapi.json").json()["components"]["schemas"]
+    nullable = {"anyOf": [{"type": "number"}, {"type": "null"}]}
+    for name, field in (
+        ("Quantity", "se"),
+        ("ClusterTest", "p_value"),
+        ("PaperFigure", "mean"),
+        ("StudyPlan", "power_now"),
+        ("ResultSet", "design_effect"),
+        ("AnnotatorQualityOut", "attention_accuracy"),
+    ):
+        prop = schemas[name]["properties"][field]
+        assert {k: prop[k] for k in ("anyOf",)} == nullable, (name, field)
+    assert schemas["PaperFigure"]["properties"]["parts"]["items"] == nullable
+    assert schemas["Quantity"]["properties"]["n_judgments"]["type"] == "integer"
 
 
 def test_openapi_documents_every_route_with_its_schema(client):
@@ -236,7 +298,7 @@ def test_openapi_documents_every_route_with_its_schema(client):
         ("/api/v1/studies/{slug}/results", "ResultsOut"),
         ("/api/v1/studies/{slug}", "StudyDetailOut"),
         ("/api/v1/studies/{slug}/manifest.json", "ManifestOut"),
-        ("/api/v1/studies/{slug}/plan", "PlanOut"),
+        ("/api/v1/studies/{slug}/plan", "StudyPlan"),
     ):
         ok = paths[path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
         assert ok["$ref"].endswith(schema)

@@ -29,7 +29,8 @@ from schemathesis.checks import (
 )
 from sqlalchemy import select
 
-from app.annotation.service import next_assignment, submit
+from app.annotation.leases import next_assignment
+from app.annotation.submissions import submit
 from app.auth.service import create_api_token
 from app.config import Settings
 from app.db import build_engine, make_sessionmaker

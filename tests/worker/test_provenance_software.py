@@ -6,7 +6,7 @@ import torch
 import transformers
 
 from app.models import Item
-from app.results.service import manifest
+from app.results.catalog import manifest
 from app.software import software
 from tests.factories import StudyFactory
 from worker.prefixes import PrefixItem, PrefixSpec

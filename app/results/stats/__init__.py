@@ -1,7 +1,9 @@
 """Pure, seeded statistics of an EB-C study: numpy arrays in, numbers out.
 
 No database, no web: ``app/results/queries.py`` loads the judgment columns and the
-service calls these functions. See DESIGN.md §1 ("Estimators and error bars").
+service calls these functions. See DESIGN.md §1 ("Estimators and error bars"). Their
+result dataclasses are what the API writes, as they are; a number that cannot be computed
+is NaN here and null there (:mod:`.figure`).
 """
 
 from .agreement import (
@@ -16,11 +18,10 @@ from .agreement import (
 )
 from .bootstrap import bca_interval, percentile_interval, resample_cluster_totals, resample_sums
 from .cluster import WildRatio, effective_clusters, jackknife_t, wild_ratio
-from .columns import DATA_KIND, MODEL_KIND
+from .columns import DATA_KIND, MODEL_KIND, Kind
 from .ebc import (
     FEW_ANNOTATORS,
     INTERVAL_LABELS,
-    PERMUTATION_LABEL,
     TEST_METHOD,
     TEST_NULL,
     ClusterTest,
@@ -29,9 +30,13 @@ from .ebc import (
     estimate_ebc,
     plurality_by_item,
 )
+from .figure import Figure, finite_or_none, jsonable, missing
 from .paper import PAPER_LABEL, PaperFigure, ebc_ratio, paper_comparable
-from .permutation import PermutationTest, permutation_test
+from .permutation import PERMUTATION_LABEL, PermutationTest, permutation_test
 from .power import (
+    PAPER_CGD_DATA,
+    PlanError,
+    PlanTarget,
     StudyPlan,
     design_effect,
     judgments_for_halfwidth,
@@ -58,6 +63,7 @@ __all__ = [
     "FEW_ANNOTATORS",
     "INTERVAL_LABELS",
     "MODEL_KIND",
+    "PAPER_CGD_DATA",
     "PAPER_LABEL",
     "PERMUTATION_LABEL",
     "TEST_METHOD",
@@ -67,8 +73,12 @@ __all__ = [
     "AnnotatorQuality",
     "ClusterTest",
     "EBCResults",
+    "Figure",
+    "Kind",
     "PaperFigure",
     "PermutationTest",
+    "PlanError",
+    "PlanTarget",
     "PositionBias",
     "Quantity",
     "Sanity",
@@ -82,13 +92,16 @@ __all__ = [
     "ebc_ratio",
     "effective_clusters",
     "estimate_ebc",
+    "finite_or_none",
     "fleiss_kappa",
     "gwet_ac1",
     "is_none",
     "jackknife_t",
+    "jsonable",
     "judgments_for_halfwidth",
     "judgments_per_cell",
     "krippendorff_alpha_nominal",
+    "missing",
     "none_share_by_cell",
     "paper_comparable",
     "percent_agreement",

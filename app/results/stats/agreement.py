@@ -10,12 +10,13 @@ intervals at once from ``W @ (per-item features)``.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
 from .bootstrap import percentile_interval, resample_sums
 from .columns import unique_inverse, unique_values
+from .figure import Figure
 
 
 def category_counts(
@@ -134,10 +135,10 @@ class AgreementStat:
     """One coefficient with its item-bootstrap SE and percentile interval."""
 
     name: str
-    estimate: float
-    se: float
-    low: float
-    high: float
+    estimate: Figure
+    se: Figure
+    low: Figure
+    high: Figure
     level: float
 
 
@@ -157,9 +158,6 @@ class Agreement:
     n_categories: int
     b: int
     seed: int | None
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def agreement(

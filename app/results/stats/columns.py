@@ -11,6 +11,11 @@ import numpy as np
 DATA_KIND = 0
 MODEL_KIND = 1
 
+Kind = int | str
+"""A prefix kind in a result: the code the columns use (:data:`DATA_KIND`,
+:data:`MODEL_KIND`, the study's other kinds after them), or its name once the caller has
+named the codes for a reader (``app.results.service`` does, for the API)."""
+
 
 def cells(length: np.ndarray, kind: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Cells present, as rows ``(length, kind)`` sorted, and each row's cell index."""

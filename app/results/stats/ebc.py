@@ -23,7 +23,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -31,22 +31,19 @@ from scipy import special
 
 from .bootstrap import bca_interval, percentile_interval, resample_cluster_totals
 from .cluster import effective_clusters, jackknife_t, wild_ratio
-from .columns import DATA_KIND, MODEL_KIND, cells, codes, unique_inverse
+from .columns import DATA_KIND, MODEL_KIND, Kind, cells, codes, unique_inverse
+from .figure import Figure
 
 FEW_ANNOTATORS = 30
 """Below this *effective* number of annotators (:func:`effective_clusters`) a figure's
 interval and test are flagged as unreliable."""
 
 Estimator = Literal["single", "plurality"]
-Unit = Literal["annotator", "hit", "item", "twoway"]
+Unit = Literal["annotator", "twoway", "hit", "item"]
 CiMethod = Literal["wild", "percentile", "bca"]
 
 TEST_NULL = "population EB-C = 1, annotators as the sampled unit"
 TEST_METHOD = "wild cluster bootstrap-t (restricted, Rademacher weights), clustered by annotator"
-PERMUTATION_LABEL = (
-    "secondary: exact only under the sharp null that no annotator treats data and model "
-    "prefixes differently"
-)
 INTERVAL_LABELS = {
     "wild": "ratios: inverted wild cluster bootstrap-t test; CGD and trend: jackknife "
     "(leave one cluster out) t interval with G_eff - 1 degrees of freedom",
@@ -119,31 +116,28 @@ class Quantity:
     the trend under the default, the jackknife t test of slope = 0; NaN otherwise.
     """
 
-    name: str
+    name: Literal["cgd", "ebc", "ratio", "trend"]
     length: int | None
-    kind: int | None
-    reference_kind: int | None
-    estimate: float
-    se: float
-    low: float
-    high: float
+    kind: Kind | None
+    reference_kind: Kind | None
+    estimate: Figure
+    se: Figure
+    low: Figure
+    high: Figure
     method: str
     level: float
-    delta_se: float
-    delta_low: float
-    delta_high: float
-    iid_se: float
-    design_effect: float
+    delta_se: Figure
+    delta_low: Figure
+    delta_high: Figure
+    iid_se: Figure
+    design_effect: Figure
     n_judgments: int
     n_items: int
     n_annotators: int
     n_clusters: int
     few_annotators: bool
-    n_effective: float = float("nan")
-    p_value: float = float("nan")
-
-    def as_dict(self) -> dict:
-        return asdict(self)
+    n_effective: Figure = float("nan")
+    p_value: Figure = float("nan")
 
 
 @dataclass(frozen=True)
@@ -159,22 +153,19 @@ class ClusterTest:
     """
 
     length: int | None
-    estimate: float
-    statistic: float
-    p_value: float
-    p_greater: float
-    low: float
-    high: float
+    estimate: Figure
+    statistic: Figure
+    p_value: Figure
+    p_greater: Figure
+    low: Figure
+    high: Figure
     level: float
     b: int
     n_annotators: int
-    n_effective: float
+    n_effective: Figure
     few_annotators: bool
     null: str = TEST_NULL
     method: str = TEST_METHOD
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -223,32 +214,6 @@ class EBCResults:
             if q.length == length and q.kind == kind:
                 return q
         raise KeyError((length, kind))
-
-    def as_dict(self) -> dict:
-        out = {
-            k: getattr(self, k)
-            for k in (
-                "estimator",
-                "unit",
-                "ci",
-                "level",
-                "b",
-                "seed",
-                "n_judgments",
-                "n_items",
-                "n_annotators",
-                "n_clusters",
-                "few_annotators",
-                "n_effective",
-                "interval",
-                "warnings",
-            )
-        }
-        out["tests"] = [t.as_dict() for t in self.tests]
-        out["cgd"] = [q.as_dict() for q in self.cgd]
-        out["ratios"] = [q.as_dict() for q in self.ratios]
-        out["trend"] = self.trend.as_dict() if self.trend else None
-        return out
 
 
 # --------------------------------------------------------------------------- core

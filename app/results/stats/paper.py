@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
-from .columns import DATA_KIND, MODEL_KIND, cells
+from .columns import DATA_KIND, MODEL_KIND, Kind, cells
+from .figure import Figure
 
 
 def ebc_ratio(cgd_model: float | np.ndarray, cgd_data: float | np.ndarray) -> np.ndarray:
@@ -17,20 +19,16 @@ def ebc_ratio(cgd_model: float | np.ndarray, cgd_data: float | np.ndarray) -> np
 
 @dataclass(frozen=True)
 class PaperFigure:
-    """Mean ± std of an estimate over ``parts`` random disjoint parts of the judgments."""
+    """Mean ± std of an estimate (CGD of a cell, or EB-C) over random disjoint parts of
+    the judgments; ``parts`` holds the estimate of each part."""
 
     label: str
+    name: Literal["cgd", "ebc"]
     length: int
-    kind: int | None
-    name: str  # "cgd" or "ebc"
-    mean: float
-    std: float
-    parts: np.ndarray = field(repr=False, compare=False)
-
-    def as_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if k != "parts"} | {
-            "parts": [float(x) for x in self.parts]
-        }
+    kind: Kind | None
+    mean: Figure
+    std: Figure
+    parts: list[Figure] = field(repr=False, compare=False)
 
 
 PAPER_LABEL = "mean ± std over 5 random disjoint parts (paper-comparable; not a CI)"
@@ -69,19 +67,23 @@ def paper_comparable(
     index = {(int(a), int(b)): j for j, (a, b) in enumerate(present)}
     for j, (ln, kd) in enumerate(present):
         v = cgd[:, j]
-        out.append(
-            PaperFigure(
-                PAPER_LABEL, int(ln), int(kd), "cgd", float(v.mean()), float(v.std(ddof=ddof)), v
-            )
-        )
+        out.append(_figure("cgd", int(ln), int(kd), v, ddof))
     for ln in np.unique(present[:, 0]):
         jm, jd = index.get((int(ln), model_kind)), index.get((int(ln), data_kind))
         if jm is None or jd is None:
             continue
         v = ebc_ratio(cgd[:, jm], cgd[:, jd])
-        out.append(
-            PaperFigure(
-                PAPER_LABEL, int(ln), model_kind, "ebc", float(v.mean()), float(v.std(ddof=ddof)), v
-            )
-        )
+        out.append(_figure("ebc", int(ln), model_kind, v, ddof))
     return out
+
+
+def _figure(name: str, length: int, kind: int, v: np.ndarray, ddof: int) -> PaperFigure:
+    return PaperFigure(
+        label=PAPER_LABEL,
+        name=name,
+        length=length,
+        kind=kind,
+        mean=float(v.mean()),
+        std=float(v.std(ddof=ddof)),
+        parts=v.tolist(),
+    )

@@ -5,11 +5,17 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
 from .columns import DATA_KIND, MODEL_KIND, first_index, unique_inverse, unique_rows
+from .figure import Figure
+
+PERMUTATION_LABEL = (
+    "secondary: exact only under the sharp null that no annotator treats data and model "
+    "prefixes differently"
+)
 
 
 @dataclass(frozen=True)
@@ -18,20 +24,19 @@ class PermutationTest:
 
     ``statistic = ln EB-C`` observed; ``p_value`` two-sided
     (``P[|T*| >= |T|]``), ``p_greater`` one-sided for EB-C > 1; both are
-    ``(1 + #{extreme permutations}) / (1 + B)``, valid for any ``B``.
+    ``(1 + #{extreme permutations}) / (1 + B)``, valid for any ``B``. ``label`` says
+    what the test is, and is not (:data:`PERMUTATION_LABEL`).
     """
 
     length: int | None
-    statistic: float
-    ebc: float
+    statistic: Figure
+    ebc: Figure
     p_value: float
     p_greater: float
     n_permutations: int
     n_hits: int
     n_items: int
-
-    def as_dict(self) -> dict:
-        return asdict(self)
+    label: str = PERMUTATION_LABEL
 
 
 _SMALL_GROUP = 8  # HITs per group below which each HIT draws its own subset

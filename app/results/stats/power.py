@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import optimize, special
 
 from .ebc import EBCResults
+from .figure import Figure
 
 # More judgments per cell than this is no plan for a study of people (the paper has 3,000).
 MAX_JUDGMENTS_PER_CELL = 10**9
@@ -149,32 +150,51 @@ def design_effect(results: EBCResults) -> float:
 
 @dataclass(frozen=True)
 class StudyPlan:
-    """Judgments, HITs, annotators and cost for a planned study."""
+    """Judgments, HITs, annotators and cost for a target (DESIGN.md's power formula).
 
-    judgments_per_cell_iid: int
+    The target as asked (``target_ebc``, ``halfwidth``, ``alpha``, ``power_target``);
+    what the plan assumes: ``cgd_data`` (measured on the study's data, or the paper's
+    0.73) and ``design_effect`` (measured by annotator bootstrap, else 1); what it takes:
+    judgments per cell before (``_iid``) and after clustering, HITs, assignments,
+    judgments, annotators (the per-annotator cap and cell share) and ``cost`` (in the
+    currency of the reward, platform fee included); ``power`` of the plan (NaN for a
+    half-width plan). ``judgments_per_cell_now`` is the smallest data or model cell so
+    far, with its power for the target (``power_now``) and the smallest EB-C it detects
+    at that power (``smallest_detectable_ebc_now``); NaN where there is none.
+    """
+
+    target_ebc: float | None
+    halfwidth: float | None
+    cgd_data: float
+    cgd_data_measured: bool
+    alpha: float
+    power_target: float
     design_effect: float
+    design_effect_measured: bool
+    judgments_per_cell_iid: int
     judgments_per_cell: int
-    power: float
+    power: Figure
     hits_per_length: int
     hits: int
     assignments: int
     judgments: int
     annotators_needed: int
     cost: float
+    judgments_per_cell_now: int
+    power_now: Figure
+    smallest_detectable_ebc_now: Figure
     assumptions: str
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 def plan_study(
     *,
     target_ebc: float | None = _T.target_ebc,
     halfwidth: float | None = _T.halfwidth,
-    cgd_data: float = PAPER_CGD_DATA,
+    cgd_data: float | None = None,
     alpha: float = _T.alpha,
     power: float = _T.power,
-    design_effect: float = 1.0,
+    design_effect: float | None = None,
+    judgments_now: int = 0,
     lengths: Iterable[int] = (10, 20, 30),
     items_per_kind_per_hit: int = 5,
     items_per_hit: int = 10,
@@ -195,8 +215,17 @@ def plan_study(
     = ``max(ceil(assignments / max_hits_per_annotator), ceil(1 / max_cell_share))``.
     Cost = assignments x reward x (1 + platform fee) (MTurk: 20%, 40% with 10 or more
     assignments per HIT).
+
+    ``cgd_data`` None: the paper's 0.73 (``cgd_data_measured`` false). ``design_effect``
+    None, NaN or not above 0: 1 (``design_effect_measured`` false). ``judgments_now``
+    (judgments per cell so far): the power they give for the target and the smallest
+    EB-C they detect, by :func:`power_at` and :func:`smallest_detectable_ebc`.
     """
     lengths = list(lengths)
+    cgd_measured = cgd_data is not None
+    cgd_data = PAPER_CGD_DATA if cgd_data is None else cgd_data
+    deff_measured = design_effect is not None and math.isfinite(design_effect) and design_effect > 0
+    design_effect = float(design_effect) if deff_measured else 1.0
     if halfwidth is not None:
         if not halfwidth > 0:
             raise PlanError("the half-width must be above 0", "halfwidth")
@@ -240,9 +269,27 @@ def plan_study(
         if target_ebc and target_ebc != 1
         else float("nan")
     )
+    power_now = detectable = float("nan")
+    if judgments_now > 0 and target_ebc and target_ebc != 1:
+        try:
+            power_now = power_at(
+                judgments_now, target_ebc, cgd_data, alpha=alpha, design_effect=design_effect
+            )
+            detectable = smallest_detectable_ebc(
+                judgments_now, cgd_data, alpha=alpha, power=power, design_effect=design_effect
+            )
+        except ValueError:  # (the target itself is planned above: only the "now" figures)
+            pass
     return StudyPlan(
-        judgments_per_cell_iid=math.ceil(n_iid),
+        target_ebc=target_ebc,
+        halfwidth=halfwidth,
+        cgd_data=cgd_data,
+        cgd_data_measured=cgd_measured,
+        alpha=alpha,
+        power_target=power,
         design_effect=design_effect,
+        design_effect_measured=deff_measured,
+        judgments_per_cell_iid=math.ceil(n_iid),
         judgments_per_cell=n,
         power=pw,
         hits_per_length=hits_per_length,
@@ -251,6 +298,9 @@ def plan_study(
         judgments=assignments * items_per_hit,
         annotators_needed=annotators,
         cost=round(assignments * reward_per_assignment * (1 + platform_fee), 2),
+        judgments_per_cell_now=judgments_now,
+        power_now=power_now,
+        smallest_detectable_ebc_now=detectable,
         assumptions=f"{what}; CGD(data) {cgd_data:g}; design effect {design_effect:g}; "
         f"{len(lengths)} lengths; {items_per_kind_per_hit} items per kind per HIT; "
         f"{replicas} replica(s); normal approximation on ln EB-C",

@@ -15,6 +15,7 @@ import numpy as np
 from scipy import stats
 
 from .columns import DATA_KIND, cells, first_index, unique_inverse, unique_values
+from .figure import Figure
 
 ROBUST_Z = 3.5
 """|robust z| above which a per-annotator figure is out of line (Iglewicz & Hoaglin)."""
@@ -243,11 +244,11 @@ def annotator_quality(
 class PositionBias:
     """Selection rate by screen position (word choices only) and the share of none."""
 
-    counts: np.ndarray
-    rates: np.ndarray
-    share_none: float
-    chi2: float
-    p_value: float
+    counts: list[int]
+    rates: list[Figure]
+    share_none: Figure
+    chi2: Figure
+    p_value: Figure
 
 
 def position_bias(position: np.ndarray, choice: np.ndarray, *, k: int = 5) -> PositionBias:
@@ -261,8 +262,8 @@ def position_bias(position: np.ndarray, choice: np.ndarray, *, k: int = 5) -> Po
     x2, p = position_chi2(counts)
     total = counts.sum()
     return PositionBias(
-        counts=counts,
-        rates=counts / total if total else counts * np.nan,
+        counts=counts.tolist(),
+        rates=(counts / total if total else counts * np.nan).tolist(),
         share_none=float(none.mean()) if none.size else float("nan"),
         chi2=float(x2),
         p_value=float(p),
@@ -291,10 +292,10 @@ class Sanity:
     """
 
     n_items: int
-    top1_is_true: float
-    true_shown: float
-    people_pick_true: float
-    people_pick_top1_when_true: float
+    top1_is_true: Figure
+    true_shown: Figure
+    people_pick_true: Figure
+    people_pick_top1_when_true: Figure
     n_judgments_true_shown: int
 
 
