@@ -430,7 +430,8 @@ def answered_study(session: Session, slug: str = "rt", *, seed: int = 5) -> Stud
     """
     import random
 
-    from app.annotation.service import next_assignment, submit
+    from app.annotation.leases import next_assignment
+    from app.annotation.submissions import submit
     from tests.hits.factory import annotator, make_study
 
     study = make_study(

@@ -37,7 +37,9 @@ import numpy as np
 
 from app.precompute.datasets import Dataset, DatasetError
 
-# One grammar of prefix kinds for the study file and the worker (c in (0, 1]).
+# One grammar of prefix kinds for the study file and the worker (c in (0, 1]), and one
+# place for the study settings' defaults.
+from app.studies.schemas import WORKER_DEFAULTS as _STUDY
 from app.studies.schemas import parse_kind
 from worker.models import DEFAULT_BATCH_SIZE
 from worker.sampler import ContinuousSampler
@@ -73,7 +75,7 @@ class PrefixSpec:
     ``special_policy``: ``"renormalise"`` or ``"skip"`` when a special token is the top-1.
     ``batch_size``: rows per batch (None: `DEFAULT_BATCH_SIZE`).  ``max_expansions``: word-search
     budget per context.  ``punctuation_splits``: the punctuation rule of `worker.words`.
-    ``max_word_tokens``: longest choice word in tokens (default 16, as a study file's
+    ``max_word_tokens``: longest choice word in tokens (default: a study file's
     ``decoding.max_word_tokens``; None: no limit, the exact search).  The limit bounds the
     search's sequential forwards on a model that keeps a partial word probable token after token;
     an item where a longer word could have been among the choices is flagged inexact.
@@ -81,20 +83,23 @@ class PrefixSpec:
     word, ``prefix_tokens_per_word * (l + 1)`` in all (longer: skipped as ``too_long``).
     """
 
-    top_k: int = 5
-    prompt_words: int = 0
-    temperature: float = 1.0
-    sample_top_k: int | None = None
-    sample_top_p: float | None = None
-    eos_policy: str = "resample"
+    # The study settings among these (`app.studies.schemas.worker_settings`) default to a
+    # study file's, but `special_policy`: used on its own (tests, benchmarks) the search keeps
+    # every prefix, where a study file's default skips some; a study's items get its own.
+    top_k: int = _STUDY["top_k"]
+    prompt_words: int = _STUDY["prompt_words"]
+    temperature: float = _STUDY["temperature"]
+    sample_top_k: int | None = _STUDY["sample_top_k"]
+    sample_top_p: float | None = _STUDY["sample_top_p"]
+    eos_policy: str = _STUDY["eos_policy"]
     max_attempts: int = 10
-    num_beams: int = 10
+    num_beams: int = _STUDY["num_beams"]
     special_policy: str = "renormalise"
     batch_size: int | None = None
     max_expansions: int = 256
     punctuation_splits: bool = True
     prefix_tokens_per_word: int = 8
-    max_word_tokens: int | None = 16
+    max_word_tokens: int | None = _STUDY["max_word_tokens"]
 
     def __post_init__(self) -> None:
         if self.temperature <= 0:

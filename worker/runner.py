@@ -28,6 +28,7 @@ from app.models import PrecomputeShard, Study
 from app.precompute import service
 from app.precompute.datasets import Dataset, DatasetError, load_dataset
 from app.software import software
+from app.studies.schemas import config_from_columns, worker_settings
 from worker.prefixes import PrefixItem, PrefixSpec, make_items
 
 log = logging.getLogger("ebc.worker")
@@ -46,21 +47,8 @@ class WorkerOptions:
 
 
 def spec_for(study: Study, batch_size: int | None) -> PrefixSpec:
-    decoding = study.decoding
-    return PrefixSpec(
-        top_k=study.top_k,
-        prompt_words=study.prompt_words,
-        temperature=decoding.get("temperature", 1.0),
-        sample_top_k=decoding.get("top_k"),
-        sample_top_p=decoding.get("top_p"),
-        eos_policy="resample" if decoding.get("resample_on_eos", True) else "skip",
-        num_beams=decoding.get("beam_width", 10),
-        # 0, or absent (studies made before the setting existed, whose retried shards must make
-        # the same items): no limit.
-        max_word_tokens=decoding.get("max_word_tokens") or None,
-        special_policy=study.special_top1.value,
-        batch_size=batch_size,
-    )
+    """The settings the worker makes `study`'s items with (`app.studies.schemas`' mapping)."""
+    return PrefixSpec(**worker_settings(config_from_columns(study)), batch_size=batch_size)
 
 
 def item_row(item: PrefixItem, *, attention: bool, spec: PrefixSpec) -> dict:

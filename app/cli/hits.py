@@ -53,12 +53,12 @@ def annotators_invite(
 ) -> None:
     """Create invited annotators and print (or write) their signed links."""
     from app.annotation.admin import invite, links_csv
-    from app.annotation.service import AnnotationError
+    from app.annotation.errors import AnnotationError
 
     settings = load_settings()
     try:
         with session_scope(settings) as session:
-            made = invite(session, study_named(session, study), count, label)
+            made = invite(session, study_named(session, study), count, label, by=CLI)
             table = links_csv(settings.base_url, settings.secret_key, made)
     except AnnotationError as exc:
         fail(str(exc))
@@ -71,17 +71,14 @@ def annotators_invite(
 
 def _change_link(study: str, annotator: str, reissue: bool) -> None:
     from app.annotation.admin import find_annotator, invite_link, reissue_invite, revoke_invite
-    from app.annotation.service import AnnotationError
-    from app.audit.service import record
+    from app.annotation.errors import AnnotationError
 
     settings = load_settings()
     try:
         with session_scope(settings) as session:
             found = study_named(session, study)
             a = find_annotator(session, found, annotator)
-            (reissue_invite if reissue else revoke_invite)(session, a)
-            action = "invite_reissued" if reissue else "invite_revoked"
-            record(session, action, study=found, annotator=a.label or a.id, by=CLI)
+            (reissue_invite if reissue else revoke_invite)(session, a, by=CLI)
             link = invite_link(settings.base_url, settings.secret_key, a)
             name = a.label or str(a.id)
     except AnnotationError as exc:

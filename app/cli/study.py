@@ -33,8 +33,8 @@ def study_create(
     try:
         cfg = load_config(config)
         with session_scope(load_settings()) as session:
-            by = user_named(session, owner) if owner else None
-            study = create_study(session, cfg, created_by=by)
+            owned_by = user_named(session, owner) if owner else None
+            study = create_study(session, cfg, created_by=owned_by, by=CLI)
             slug = study.slug
     except StudyError as exc:
         fail(str(exc))

@@ -13,50 +13,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from app.studies.schemas import DatasetSection, ModelSection, StudyConfig
+from app.studies.schemas import SETTINGS, DatasetSection, ModelSection, StudyConfig
 from app.validation import INT64_MAX, BadInput, parse_int
 
 OPTIONAL_KINDS = ("data_shuffled", "random")
+# The study file's settings: the crowd channels are opened in the study file (their page
+# settings and MTurk origins are not a form's business), so a form-made study is invite-only.
+FIELDS = tuple(name for name in SETTINGS if not name.startswith("channels."))
 # Checkboxes: absent from a submitted form means False.
-BOOLEAN_FIELDS = ("decoding.resample_on_eos", "exclusions.blocked", "exclusions.too_fast")
-FIELDS = (
-    "slug",
-    "title",
-    "description",
-    "task",
-    "model.name",
-    "model.revision",
-    "model.tokenizer",
-    "dataset.path",
-    "dataset.format",
-    "prefix_lengths",
-    "kinds",
-    "items_per_cell",
-    "top_k",
-    "prompt_words",
-    "special_top1",
-    "seed",
-    "decoding.temperature",
-    "decoding.top_k",
-    "decoding.top_p",
-    "decoding.beam_width",
-    "decoding.max_word_tokens",
-    "decoding.resample_on_eos",
-    "hits.mix",
-    "hits.attention",
-    "hits.replicas",
-    "hits.overlap_share",
-    "hits.overlap_replicas",
-    "annotators.per_annotator_cap",
-    "annotators.max_cell_share",
-    "annotators.lease_minutes",
-    "annotators.min_seconds_per_item",
-    "exclusions.blocked",
-    "exclusions.attention_min_accuracy",
-    "exclusions.too_fast",
-    "payment.reward_cents",
-    "payment.platform_fee",
-)
+BOOLEAN_FIELDS = tuple(name for name in FIELDS if SETTINGS[name].annotation is bool)
 # Errors of the whole-study check carry no field: place them by what they say.
 _MODEL_CHECKS = (
     ("hits.mix names", "hits.mix"),

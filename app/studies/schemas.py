@@ -1,14 +1,18 @@
-"""The study file (TOML) and its validation.
+"""The study file (TOML), its validation, and the one mapping of its settings.
 
-One `StudyConfig` describes a whole study (DESIGN.md §2); it maps one to one
-onto the `studies` table (`app.studies.service.create_study`) and back
-(`config_of`).
+One `StudyConfig` describes a whole study (DESIGN.md §2) and holds every setting's
+default. `STUDY_COLUMNS` maps it onto the `studies` table and back (`study_columns`,
+`config_from_columns`), `WORKER_SETTINGS` onto the precompute worker's settings
+(`worker_settings`), and `SETTINGS` lists its settings by dotted name for the dashboard's
+form: a new setting is a field here and a line in each mapping that stores or uses it.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -18,6 +22,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 
 from app.models.enums import SpecialTop1, Task
 from app.validation import INT32_MAX, Line, Text
@@ -241,7 +246,7 @@ class StudyConfig(_Section):
     @field_validator("slug")
     @classmethod
     def _slug_not_reserved(cls, slug: str, info: ValidationInfo) -> str:
-        # A study stored before a word was reserved still loads (app.studies.service.config_of).
+        # A study stored before a word was reserved still loads (`config_from_columns`).
         if slug in RESERVED_SLUGS and not (info.context or {}).get("stored"):
             raise ValueError(
                 f"{slug!r} is reserved (it names a page of the service); choose another slug"
@@ -282,3 +287,142 @@ class StudyConfig(_Section):
             if any(k not in ("data", "model") for k in self.kinds):
                 raise ValueError("seq2seq studies support the 'data' and 'model' kinds only")
         return self
+
+
+# -- the one mapping of the settings -------------------------------------------------------
+
+
+def _settings(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, FieldInfo]]:
+    for name, info in model.model_fields.items():
+        section = info.annotation
+        if isinstance(section, type) and issubclass(section, _Section):
+            yield from _settings(section, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", info
+
+
+SETTINGS: dict[str, FieldInfo] = dict(_settings(StudyConfig))
+"""Every setting of a study file by dotted name (`decoding.top_k`), in the file's order."""
+
+
+def setting(config: BaseModel, path: str) -> Any:
+    """The value of the setting (or section) `path` of `config`."""
+    value: Any = config
+    for part in path.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _dump(section: BaseModel) -> dict[str, Any]:
+    return section.model_dump()
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of the `studies` table and the setting (or section) of `StudyConfig` it holds.
+
+    `store` makes the column's value from the setting, `load` the setting back from it. A
+    section may be spread over several columns: `load` then gives part of it, as a dict.
+    """
+
+    name: str
+    setting: str
+    store: Callable[[Any], Any] = _same
+    load: Callable[[Any], Any] = _same
+
+
+STUDY_COLUMNS = (
+    Column("slug", "slug"),
+    Column("title", "title"),
+    Column("description", "description"),
+    Column("task", "task"),
+    Column("model_name", "model.name"),
+    Column("model_revision", "model.revision"),
+    Column("tokenizer_name", "model.tokenizer"),
+    Column("dataset_path", "dataset.path"),
+    Column("dataset_format", "dataset.format"),
+    Column("prefix_lengths", "prefix_lengths", list),
+    Column("kinds", "kinds", list),
+    Column("items_per_cell", "items_per_cell"),
+    Column("top_k", "top_k"),
+    Column("prompt_words", "prompt_words"),
+    # A study stored before `max_word_tokens` existed searched without a limit (0), and its
+    # retried shards must make the items its other shards made.
+    Column("decoding", "decoding", _dump, lambda stored: {"max_word_tokens": 0, **stored}),
+    Column("special_top1", "special_top1"),
+    Column("seed", "seed"),
+    Column("hit_layout", "hits", lambda hits: {"mix": dict(hits.mix), "attention": hits.attention}),
+    Column("replicas", "hits.replicas"),
+    Column("overlap_share", "hits.overlap_share"),
+    Column("overlap_replicas", "hits.overlap_replicas"),
+    Column("per_annotator_cap", "annotators.per_annotator_cap"),
+    Column("max_cell_share", "annotators.max_cell_share"),
+    Column("lease_seconds", "annotators.lease_minutes", lambda m: round(m * 60), lambda s: s / 60),
+    Column(
+        "min_ms_per_item",
+        "annotators.min_seconds_per_item",
+        lambda s: round(s * 1000),
+        lambda ms: ms / 1000,
+    ),
+    Column("exclusions", "exclusions", _dump),
+    Column("channels", "channels", _dump),
+    Column("reward_cents", "payment.reward_cents"),
+    Column("platform_fee", "payment.platform_fee"),
+)
+
+
+def study_columns(config: StudyConfig) -> dict[str, Any]:
+    """`config` as the columns of a `studies` row."""
+    return {c.name: c.store(setting(config, c.setting)) for c in STUDY_COLUMNS}
+
+
+def config_from_columns(row: Any) -> StudyConfig:
+    """The study file that a `studies` row (or anything with its columns) holds."""
+    raw: dict[str, Any] = {}
+    for column in STUDY_COLUMNS:
+        *parents, last = column.setting.split(".")
+        target = raw
+        for part in parents:
+            target = target.setdefault(part, {})
+        value = column.load(getattr(row, column.name))
+        if isinstance(value, dict):  # a section, or part of one: merged, the row left as is
+            target.setdefault(last, {}).update(value)
+        else:
+            target[last] = value
+    # Validated as stored: a slug reserved after the study was made must not break its pages.
+    return StudyConfig.model_validate(raw, context={"stored": True})
+
+
+@dataclass(frozen=True)
+class WorkerSetting:
+    """A setting of the precompute worker (`worker.prefixes.PrefixSpec`) and its source."""
+
+    name: str
+    setting: str
+    convert: Callable[[Any], Any] = _same
+
+
+WORKER_SETTINGS = (
+    WorkerSetting("top_k", "top_k"),
+    WorkerSetting("prompt_words", "prompt_words"),
+    WorkerSetting("temperature", "decoding.temperature"),
+    WorkerSetting("sample_top_k", "decoding.top_k"),
+    WorkerSetting("sample_top_p", "decoding.top_p"),
+    WorkerSetting("eos_policy", "decoding.resample_on_eos", lambda r: "resample" if r else "skip"),
+    WorkerSetting("num_beams", "decoding.beam_width"),
+    WorkerSetting("max_word_tokens", "decoding.max_word_tokens", lambda n: n or None),  # 0: none
+    WorkerSetting("special_policy", "special_top1", lambda policy: policy.value),
+)
+
+
+def worker_settings(config: StudyConfig) -> dict[str, Any]:
+    """The settings the worker makes `config`'s items with, by the worker's names."""
+    return {s.name: s.convert(setting(config, s.setting)) for s in WORKER_SETTINGS}
+
+
+WORKER_DEFAULTS: dict[str, Any] = worker_settings(StudyConfig.model_construct())
+"""`worker_settings` of a study file that sets none of them: the file's defaults."""

@@ -14,20 +14,18 @@ from sqlalchemy.orm import Session
 from app.audit.service import Actor, record_by
 from app.hits.schemas import BuildReport
 from app.hits.service import build_hits
-from app.models import Hit, Item, Study, StudyMember, StudyStatus, User, utcnow
-from app.precompute.service import active_job, cancel_job
-from app.studies.schemas import (
-    SLUG,
-    AnnotatorSection,
-    ChannelSection,
-    DatasetSection,
-    DecodingSection,
-    ExclusionSection,
-    HitSection,
-    ModelSection,
-    PaymentSection,
-    StudyConfig,
+from app.models import (
+    Hit,
+    Item,
+    PrecomputeJob,
+    Study,
+    StudyMember,
+    StudyStatus,
+    User,
+    utcnow,
 )
+from app.precompute.service import active_job, cancel_job
+from app.studies.schemas import SLUG, StudyConfig, config_from_columns, study_columns
 
 
 class StudyError(ValueError):
@@ -67,87 +65,28 @@ def slug_taken(session: Session, slug: str) -> bool:
     return session.scalar(select(Study.id).where(Study.slug == slug)) is not None
 
 
-def create_study(session: Session, config: StudyConfig, created_by: User | None = None) -> Study:
+def create_study(
+    session: Session,
+    config: StudyConfig,
+    created_by: User | None = None,
+    *,
+    by: Actor | None = None,
+    source: str = "file",
+) -> Study:
+    """Store a new study; `source` says, in the audit log, whether it came from a study
+    file or the dashboard's form."""
     if slug_taken(session, config.slug):
         raise StudyError(f"a study named {config.slug!r} already exists")
-    study = Study(
-        slug=config.slug,
-        title=config.title,
-        description=config.description,
-        task=config.task,
-        model_name=config.model.name,
-        model_revision=config.model.revision,
-        tokenizer_name=config.model.tokenizer,
-        dataset_path=config.dataset.path,
-        dataset_format=config.dataset.format,
-        prefix_lengths=list(config.prefix_lengths),
-        kinds=list(config.kinds),
-        items_per_cell=config.items_per_cell,
-        top_k=config.top_k,
-        prompt_words=config.prompt_words,
-        decoding=config.decoding.model_dump(),
-        special_top1=config.special_top1,
-        seed=config.seed,
-        hit_layout={"mix": dict(config.hits.mix), "attention": config.hits.attention},
-        replicas=config.hits.replicas,
-        overlap_share=config.hits.overlap_share,
-        overlap_replicas=config.hits.overlap_replicas,
-        per_annotator_cap=config.annotators.per_annotator_cap,
-        max_cell_share=config.annotators.max_cell_share,
-        lease_seconds=round(config.annotators.lease_minutes * 60),
-        min_ms_per_item=round(config.annotators.min_seconds_per_item * 1000),
-        exclusions=config.exclusions.model_dump(),
-        channels=config.channels.model_dump(),
-        reward_cents=config.payment.reward_cents,
-        platform_fee=config.payment.platform_fee,
-        created_by_id=created_by.id if created_by else None,
-    )
+    study = Study(**study_columns(config), created_by_id=created_by.id if created_by else None)
     session.add(study)
     session.flush()
+    record_by(session, by, "study_created", study=study, source=source)
     return study
 
 
 def config_of(study: Study) -> StudyConfig:
     """The study file that recreates `study` (for exports and the provenance manifest)."""
-    # Validated as stored: a slug reserved after the study was made must not break its pages.
-    return StudyConfig.model_validate(_stored_fields(study), context={"stored": True})
-
-
-def _stored_fields(study: Study) -> dict:
-    return dict(
-        slug=study.slug,
-        title=study.title,
-        description=study.description,
-        task=study.task,
-        model=ModelSection(
-            name=study.model_name, revision=study.model_revision, tokenizer=study.tokenizer_name
-        ),
-        dataset=DatasetSection(path=study.dataset_path, format=study.dataset_format),
-        prefix_lengths=study.prefix_lengths,
-        kinds=study.kinds,
-        items_per_cell=study.items_per_cell,
-        top_k=study.top_k,
-        prompt_words=study.prompt_words,
-        decoding=DecodingSection(**study.decoding),
-        special_top1=study.special_top1,
-        seed=study.seed,
-        hits=HitSection(
-            mix=study.hit_layout["mix"],
-            attention=study.hit_layout["attention"],
-            replicas=study.replicas,
-            overlap_share=study.overlap_share,
-            overlap_replicas=study.overlap_replicas,
-        ),
-        annotators=AnnotatorSection(
-            per_annotator_cap=study.per_annotator_cap,
-            max_cell_share=study.max_cell_share,
-            lease_minutes=study.lease_seconds / 60,
-            min_seconds_per_item=study.min_ms_per_item / 1000,
-        ),
-        exclusions=ExclusionSection(**study.exclusions),
-        payment=PaymentSection(reward_cents=study.reward_cents, platform_fee=study.platform_fee),
-        channels=ChannelSection(**study.channels),
-    )
+    return config_from_columns(study)
 
 
 def list_studies(session: Session) -> list[Study]:
@@ -260,7 +199,17 @@ def save_dataset(data_dir: Path, slug: str, filename: str, content: bytes) -> tu
     return path, hashlib.sha256(content).hexdigest()
 
 
-def close_study(session: Session, study: Study) -> None:
+def stop_precompute(session: Session, study: Study, *, by: Actor | None = None) -> PrecomputeJob:
+    """Stop handing out the study's running precompute job's shards; items made so far stay."""
+    job = active_job(session, study)
+    if job is None:
+        raise StudyError("No precompute job is running.")
+    cancel_job(session, job)
+    record_by(session, by, "precompute_cancelled", study=study, job=job.id)
+    return job
+
+
+def close_study(session: Session, study: Study, *, by: Actor | None = None) -> None:
     """Stop collection (annotators see "closed"); an unfinished precompute job is cancelled."""
     if study.status is StudyStatus.closed:
         raise StudyError("the study is already closed")
@@ -270,9 +219,10 @@ def close_study(session: Session, study: Study) -> None:
     study.status = StudyStatus.closed
     study.closed_at = utcnow()
     session.flush()
+    record_by(session, by, "study_closed", study=study)
 
 
-def reopen_study(session: Session, study: Study) -> None:
+def reopen_study(session: Session, study: Study, *, by: Actor | None = None) -> None:
     """Back to where the study was: collecting if it has HITs, ready with items, else draft."""
     if study.status is not StudyStatus.closed:
         raise StudyError("only a closed study can be reopened")
@@ -286,6 +236,7 @@ def reopen_study(session: Session, study: Study) -> None:
         study.status = StudyStatus.draft
     study.closed_at = None
     session.flush()
+    record_by(session, by, "study_reopened", study=study, status=study.status.value)
 
 
 def build_and_open(
@@ -305,8 +256,10 @@ def build_and_open(
     return report
 
 
-def set_study_cap(session: Session, study: Study, cap: int) -> None:
+def set_study_cap(session: Session, study: Study, cap: int, *, by: Actor | None = None) -> None:
+    """The most HITs an annotator without a cap of their own may do."""
     if cap < 1:
         raise StudyError("the cap must be at least 1 HIT")
     study.per_annotator_cap = cap
     session.flush()
+    record_by(session, by, "study_cap_changed", study=study, cap=cap)

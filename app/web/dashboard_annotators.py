@@ -10,18 +10,19 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.annotation.admin import (
     block,
+    export_links,
     get_annotator,
     invite,
     invite_link,
     links_csv,
-    local_annotators,
     reissue_invite,
     revoke_invite,
     set_cap,
     unblock,
 )
-from app.annotation.service import AnnotationError, annotator_cap, crowd_entry_urls
-from app.audit.service import record
+from app.annotation.errors import AnnotationError
+from app.annotation.identities import crowd_entry_urls
+from app.annotation.leases import annotator_cap
 from app.models import Annotator, Study
 from app.results.schemas import ResultQuery
 from app.results.service import study_results
@@ -91,11 +92,10 @@ def invite_annotators(
 ) -> Response:
     check_text(label, max_length=200, field="label")
     try:
-        made = invite(session, study, count, label)
+        made = invite(session, study, count, label, by=user)
     except AnnotationError as exc:
         flash(request, exc.message, "error")
         return _back(study)
-    record(session, "annotators_invited", user=user, study=study, count=len(made))
     if as_csv:
         settings = request.app.state.settings
         return Response(
@@ -115,9 +115,8 @@ def all_links(
     request: Request, session: SessionDep, user: UserDep, study: ManageStudyDep
 ) -> Response:
     settings = request.app.state.settings
-    record(session, "export", user=user, study=study, what="invite links")
     return Response(
-        links_csv(settings.base_url, settings.secret_key, local_annotators(session, study)),
+        export_links(session, study, settings.base_url, settings.secret_key, by=user),
         media_type="text/csv",
         headers={
             "Content-Disposition": f'attachment; filename="{study.slug}-invites.csv"',
@@ -138,16 +137,7 @@ def block_annotator(
 ) -> RedirectResponse:
     check_text(reason, max_length=2000, multiline=True, field="reason")
     a = _annotator(session, study, annotator_id)
-    block(session, a, reason=reason, exclude_past=exclude_past)
-    record(
-        session,
-        "annotator_blocked",
-        user=user,
-        study=study,
-        annotator=a.label or a.id,
-        exclude_past=exclude_past,
-        reason=reason.strip()[:200],
-    )
+    block(session, a, reason=reason, exclude_past=exclude_past, by=user)
     past = " and their past judgments are excluded" if exclude_past else ""
     flash(request, f"{a.label or a.id} is blocked{past}.")
     return _back(study)
@@ -158,8 +148,7 @@ def unblock_annotator(
     request: Request, session: SessionDep, user: UserDep, study: ManageStudyDep, annotator_id: int
 ) -> RedirectResponse:
     a = _annotator(session, study, annotator_id)
-    unblock(session, a)
-    record(session, "annotator_unblocked", user=user, study=study, annotator=a.label or a.id)
+    unblock(session, a, by=user)
     flash(request, f"{a.label or a.id} may work again; their judgments count.")
     return _back(study)
 
@@ -175,15 +164,7 @@ def annotator_cap_form(
 ) -> RedirectResponse:
     a = _annotator(session, study, annotator_id)
     cap = cap.strip()  # empty: the study's cap
-    set_cap(session, a, parse_int(cap, ge=0, le=MAX_CAP, field="cap") if cap else None)
-    record(
-        session,
-        "annotator_cap_changed",
-        user=user,
-        study=study,
-        annotator=a.label or a.id,
-        cap=a.hit_cap,
-    )
+    set_cap(session, a, parse_int(cap, ge=0, le=MAX_CAP, field="cap") if cap else None, by=user)
     flash(request, f"{a.label or a.id}: at most {annotator_cap(a, study)} HITs.")
     return _back(study)
 
@@ -197,11 +178,10 @@ def study_cap(
     cap: Annotated[int, Form(le=MAX_CAP)] = 0,
 ) -> RedirectResponse:
     try:
-        set_study_cap(session, study, cap)
+        set_study_cap(session, study, cap, by=user)
     except StudyError as exc:
         flash(request, str(exc), "error")
         return _back(study)
-    record(session, "study_cap_changed", user=user, study=study, cap=cap)
     flash(request, f"Every annotator without a cap of their own: at most {cap} HITs.")
     return _back(study)
 
@@ -212,11 +192,10 @@ def revoke_link(
 ) -> RedirectResponse:
     a = _annotator(session, study, annotator_id)
     try:
-        revoke_invite(session, a)
+        revoke_invite(session, a, by=user)
     except AnnotationError as exc:
         flash(request, exc.message, "error")
         return _back(study)
-    record(session, "invite_revoked", user=user, study=study, annotator=a.label or a.id)
     flash(request, f"The invite link of {a.label or a.id} no longer works.")
     return _back(study)
 
@@ -227,11 +206,10 @@ def reissue_link(
 ) -> RedirectResponse:
     a = _annotator(session, study, annotator_id)
     try:
-        reissue_invite(session, a)
+        reissue_invite(session, a, by=user)
     except AnnotationError as exc:
         flash(request, exc.message, "error")
         return _back(study)
-    record(session, "invite_reissued", user=user, study=study, annotator=a.label or a.id)
     # The link is not put in the notice (the session cookie is signed, not encrypted).
     flash(request, f"{a.label or a.id} has a new invite link (below); the old one no longer works.")
     return _back(study)

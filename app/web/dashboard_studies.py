@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
 from starlette.datastructures import UploadFile as StarletteUpload
 
-from app.audit.service import record, study_events
+from app.audit.service import study_events
 from app.auth.service import get_user, user_by_name
 from app.hits.service import HitBuildError
 from app.models import Study, StudyStatus
@@ -20,7 +20,6 @@ from app.precompute.datasets import DatasetError
 from app.precompute.service import (
     PrecomputeError,
     active_job,
-    cancel_job,
     job_progress,
     latest_job,
     plan_precompute,
@@ -47,6 +46,7 @@ from app.studies.service import (
     save_dataset,
     share_study,
     slug_taken,
+    stop_precompute,
     unshare_study,
 )
 from app.validation import INT32_MAX, check_text
@@ -98,9 +98,8 @@ def _create(session, user, config: StudyConfig, upload: StarletteUpload | None, 
         config = config.model_copy(
             update={"dataset": config.dataset.model_copy(update={"path": str(path)})}
         )
-    study = create_study(session, config, created_by=user)
+    study = create_study(session, config, created_by=user, by=user, source="form")
     study.dataset_sha256 = sha
-    record(session, "study_created", user=user, study=study, source="form")
     return study
 
 
@@ -137,10 +136,9 @@ def create_from_file(
         if len(text) > MAX_STUDY_FILE:
             raise StudyError("the study file is larger than 256 KiB")
         config = parse_config(text.decode("utf-8", "replace"), study_file.filename or "study file")
-        study = create_study(session, config, created_by=user)
+        study = create_study(session, config, created_by=user, by=user)
     except StudyError as exc:
         return _form_page(request, form_defaults(), {"study_file": str(exc)}, 400)
-    record(session, "study_created", user=user, study=study, source="file")
     flash(request, f"Study {study.slug} created from {study_file.filename}.")
     return redirect(study_url(study))
 
@@ -234,12 +232,11 @@ def precompute(
 def cancel_precompute(
     request: Request, session: SessionDep, user: UserDep, study: ManageStudyDep
 ) -> RedirectResponse:
-    job = active_job(session, study)
-    if job is None:
-        flash(request, "No precompute job is running.", "error")
+    try:
+        job = stop_precompute(session, study, by=user)
+    except StudyError as exc:
+        flash(request, str(exc), "error")
         return redirect(study_url(study))
-    cancel_job(session, job)
-    record(session, "precompute_cancelled", user=user, study=study, job=job.id)
     flash(request, f"Precompute job {job.id} cancelled; the items made so far stay.")
     return redirect(study_url(study))
 
@@ -263,11 +260,10 @@ def close(
     request: Request, session: SessionDep, user: UserDep, study: ManageStudyDep
 ) -> RedirectResponse:
     try:
-        close_study(session, study)
+        close_study(session, study, by=user)
     except StudyError as exc:
         flash(request, str(exc), "error")
         return redirect(study_url(study))
-    record(session, "study_closed", user=user, study=study)
     flash(request, "The study is closed: annotators get no more HITs.")
     return redirect(study_url(study))
 
@@ -277,11 +273,10 @@ def reopen(
     request: Request, session: SessionDep, user: UserDep, study: ManageStudyDep
 ) -> RedirectResponse:
     try:
-        reopen_study(session, study)
+        reopen_study(session, study, by=user)
     except StudyError as exc:
         flash(request, str(exc), "error")
         return redirect(study_url(study))
-    record(session, "study_reopened", user=user, study=study, status=study.status.value)
     flash(request, f"The study is open again ({study.status.value}).")
     return redirect(study_url(study))
 

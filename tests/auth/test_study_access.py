@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import select
 from typer.testing import CliRunner
 
-from app.annotation.service import read_invite_token
+from app.annotation.identities import read_invite_token
 from app.auth.service import create_api_token, create_user
 from app.cli import cli
 from app.db import build_engine, make_sessionmaker
@@ -158,7 +158,7 @@ def test_cli_shares_and_unshares_studies(cli_db, tmp_path):
     assert ebc("study", "members", "cli-study").output == "carol\towner\n"
     with cli_db() as s:
         actions = s.scalars(select(AuditEvent.action).order_by(AuditEvent.id)).all()
-    assert actions == ["study_shared", "study_unshared", "study_owner_set"]
+    assert actions == ["study_created", "study_shared", "study_unshared", "study_owner_set"]
 
 
 @pytest.mark.sqlite

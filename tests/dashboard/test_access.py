@@ -8,7 +8,7 @@ import re
 import pytest
 from sqlalchemy import func, select
 
-from app.annotation.service import invite_token
+from app.annotation.identities import invite_token
 from app.models import AuditEvent, Study
 from tests.dashboard.conftest import login
 from tests.hits.factory import annotator, make_study

@@ -7,8 +7,9 @@ import io
 
 from sqlalchemy import func, select
 
+from app.annotation.identities import annotator_for_invite, read_invite_token
+from app.annotation.leases import next_assignment
 from app.annotation.schemas import WorkStatus
-from app.annotation.service import annotator_for_invite, next_assignment, read_invite_token
 from app.models import Annotator, Assignment, AuditEvent, Channel, Judgment
 from tests.hits.factory import make_study
 

@@ -88,7 +88,7 @@ def make_study(
 
 
 def annotator(session: Session, study: Study, name: str = "a", **fields) -> Annotator:
-    from app.annotation.service import create_local_annotators
+    from app.annotation.identities import create_local_annotators
 
     made = create_local_annotators(session, study, 1, label=name)[0]
     for key, value in fields.items():

@@ -4,7 +4,7 @@ import csv
 
 from sqlalchemy import select
 
-from app.annotation.service import read_invite_token
+from app.annotation.identities import read_invite_token
 from app.db import build_engine, make_sessionmaker
 from app.migrate import upgrade
 from app.models import Annotator, Hit, Study, StudyStatus

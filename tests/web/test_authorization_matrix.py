@@ -23,7 +23,7 @@ import pytest
 from sqlalchemy import select
 
 from app.annotation.admin import revoke_invite
-from app.annotation.service import invite_token
+from app.annotation.identities import invite_token
 from app.auth.service import create_api_token, hash_password, revoke_api_token
 from app.models import Base, Judgment, StudyMember, User
 from app.studies.schemas import RESERVED_SLUGS

@@ -18,7 +18,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from app.annotation.service import next_assignment, submit
+from app.annotation.leases import next_assignment
+from app.annotation.submissions import submit
 from app.auth.service import create_api_token
 from app.main import create_app
 from app.models import Annotator, ApiToken, Base, HitPosition, Item, Study, User
