@@ -12,9 +12,10 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, Field
+from sqlalchemy.orm import Session
 
-from app.results import catalog, exports, planning, service
-from app.results.plot import results_plot
+from app.models import Study, User
+from app.results import catalog, downloads, planning, service
 from app.results.schemas import (
     ManifestOut,
     ResultQuery,
@@ -82,8 +83,15 @@ def _file(content_type: str, what: str) -> dict:
     }
 
 
-def _attachment(name: str) -> dict[str, str]:
-    return {"Content-Disposition": f'attachment; filename="{name}"'}
+def _file_response(d: downloads.Download) -> Response:
+    disposition = {"Content-Disposition": f'attachment; filename="{d.filename}"'}
+    return Response(d.body, media_type=d.media_type, headers=disposition)
+
+
+def _streamed(request: Request, study: Study, session: Session, user: User, name: str) -> Response:
+    d = downloads.download(session, study, name, ResultQuery(), by=user)
+    assert d.chunks is not None
+    return export_response(request, study, d.chunks, media_type=d.media_type, filename=d.filename)
 
 
 @router.get(
@@ -121,9 +129,10 @@ def results(study: StudyDep, session: SessionDep, query: ResultQueryDep) -> Resu
     responses=_file("text/csv", "one row per figure, both exclusion settings"),
     summary="Results as CSV",
 )
-def results_csv(study: StudyDep, session: SessionDep, query: ResultQueryDep) -> Response:
-    body = exports.results_csv(service.study_results(session, study, query))
-    return Response(body, media_type="text/csv", headers=_attachment(f"{study.slug}-results.csv"))
+def results_csv(
+    study: StudyDep, session: SessionDep, user: ApiUserDep, query: ResultQueryDep
+) -> Response:
+    return _file_response(downloads.download(session, study, "results.csv", query, by=user))
 
 
 @router.get(
@@ -133,14 +142,14 @@ def results_csv(study: StudyDep, session: SessionDep, query: ResultQueryDep) -> 
     summary="Results as a LaTeX table",
 )
 def results_tex(
-    study: StudyDep, session: SessionDep, query: Annotated[LatexQuery, Query()]
+    study: StudyDep,
+    session: SessionDep,
+    user: ApiUserDep,
+    query: Annotated[LatexQuery, Query()],
 ) -> Response:
     opts = ResultQuery.model_validate(query.model_dump(exclude={"paper"}))
-    res = service.study_results(session, study, opts)
-    body = exports.results_latex(res, catalog.task_label(study), paper=query.paper)
-    return Response(
-        body, media_type="application/x-tex", headers=_attachment(f"{study.slug}-results.tex")
-    )
+    d = downloads.download(session, study, "results.tex", opts, by=user, paper=query.paper)
+    return _file_response(d)
 
 
 @router.get(
@@ -156,11 +165,14 @@ def results_tex(
     summary="Results plot (SVG or PNG)",
 )
 def plot(
-    study: StudyDep, session: SessionDep, fmt: Literal["svg", "png"], query: ResultQueryDep
+    study: StudyDep,
+    session: SessionDep,
+    user: ApiUserDep,
+    fmt: Literal["svg", "png"],
+    query: ResultQueryDep,
 ) -> Response:
-    image = results_plot(service.study_results(session, study, query), fmt)
-    media = "image/svg+xml" if fmt == "svg" else "image/png"
-    return Response(image, media_type=media)
+    d = downloads.download(session, study, f"plot.{fmt}", query, by=user)
+    return Response(d.body, media_type=d.media_type)
 
 
 @router.get(
@@ -175,12 +187,14 @@ def plot(
     },
     summary="Judgments as CSV or JSON lines (streamed)",
 )
-def judgments(request: Request, study: StudyDep, fmt: Literal["csv", "jsonl"]) -> Response:
-    chunks = exports.judgments_csv if fmt == "csv" else exports.judgments_jsonl
-    media = "text/csv" if fmt == "csv" else "application/x-ndjson"
-    return export_response(
-        request, study, chunks, media_type=media, filename=f"{study.slug}-judgments.{fmt}"
-    )
+def judgments(
+    request: Request,
+    study: StudyDep,
+    session: SessionDep,
+    user: ApiUserDep,
+    fmt: Literal["csv", "jsonl"],
+) -> Response:
+    return _streamed(request, study, session, user, f"judgments.{fmt}")
 
 
 @router.get(
@@ -195,12 +209,14 @@ def judgments(request: Request, study: StudyDep, fmt: Literal["csv", "jsonl"]) -
     },
     summary="Items as CSV or JSON lines (streamed)",
 )
-def items(request: Request, study: StudyDep, fmt: Literal["csv", "jsonl"]) -> Response:
-    chunks = exports.items_csv if fmt == "csv" else exports.items_jsonl
-    media = "text/csv" if fmt == "csv" else "application/x-ndjson"
-    return export_response(
-        request, study, chunks, media_type=media, filename=f"{study.slug}-items.{fmt}"
-    )
+def items(
+    request: Request,
+    study: StudyDep,
+    session: SessionDep,
+    user: ApiUserDep,
+    fmt: Literal["csv", "jsonl"],
+) -> Response:
+    return _streamed(request, study, session, user, f"items.{fmt}")
 
 
 @router.get(

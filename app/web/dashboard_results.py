@@ -1,21 +1,17 @@
 """Dashboard: a study's results page (table, plot, agreement, sanity, planner) and the
-downloads. The figures come from app.results.service; exports are audited."""
+downloads. The figures come from app.results.service, the downloads (audited) from
+app.results.downloads."""
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Iterator
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse, Response
 from pydantic import Field
-from sqlalchemy.orm import Session
 
-from app.audit.service import record
-from app.models import Study
-from app.results import exports
-from app.results.catalog import manifest, task_label
+from app.results import downloads
 from app.results.planning import study_plan
 from app.results.plot import results_plot
 from app.results.schemas import ResultQuery
@@ -50,23 +46,6 @@ class PageQuery(ResultQuery):
 PageQueryDep = Annotated[PageQuery, Query()]
 # The SVG is ours (numbers drawn by matplotlib); it styles itself inline.
 SVG_HEADERS = {"Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'"}
-DOWNLOADS = {
-    "results.csv": "text/csv",
-    "results.tex": "application/x-tex",
-    "plot.svg": "image/svg+xml",
-    "plot.png": "image/png",
-    "manifest.json": "application/json",
-    "judgments.csv": "text/csv",
-    "judgments.jsonl": "application/x-ndjson",
-    "items.csv": "text/csv",
-    "items.jsonl": "application/x-ndjson",
-}
-STREAMED: dict[str, Callable[[Session, Study], Iterator[str]]] = {
-    "judgments.csv": exports.judgments_csv,
-    "judgments.jsonl": exports.judgments_jsonl,
-    "items.csv": exports.items_csv,
-    "items.jsonl": exports.items_jsonl,
-}
 
 
 @router.get("/{slug}/results", response_class=HTMLResponse)
@@ -95,7 +74,7 @@ def results_page(
             "query": query,
             "query_string": str(request.url.query),
             "planner": options,
-            "downloads": list(DOWNLOADS),
+            "downloads": list(downloads.MEDIA_TYPES),
         },
     )
 
@@ -109,24 +88,17 @@ def download(
     name: str,
     options: PageQueryDep,
 ) -> Response:
-    query = options.results_query()
-    if name not in DOWNLOADS:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, "There is no such download.")
-    record(session, "export", user=user, study=study, what=name, options=query.model_dump())
-    media = DOWNLOADS[name]
-    filename = f"{study.slug}-{name}"
-    headers = {"Content-Disposition": f'attachment; filename="{filename}"'}
-    if name in STREAMED:
-        return export_response(request, study, STREAMED[name], media_type=media, filename=filename)
-    if name == "manifest.json":
-        body = manifest(session, study).model_dump_json(indent=2)
-        return Response(body, media_type=media, headers=headers)
-    res = study_results(session, study, query)
-    if name.startswith("plot."):
-        fmt: Literal["svg", "png"] = "svg" if name.endswith("svg") else "png"
-        return Response(results_plot(res, fmt), media_type=media, headers=headers | SVG_HEADERS)
-    if name == "results.tex":
-        body = exports.results_latex(res, task_label(study), paper=options.paper)
-    else:
-        body = exports.results_csv(res)
-    return Response(body, media_type=media, headers=headers)
+    try:
+        d = downloads.download(
+            session, study, name, options.results_query(), by=user, paper=options.paper
+        )
+    except downloads.NoSuchDownload:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, "There is no such download.") from None
+    if d.chunks is not None:
+        return export_response(
+            request, study, d.chunks, media_type=d.media_type, filename=d.filename
+        )
+    headers = {"Content-Disposition": f'attachment; filename="{d.filename}"'}
+    if d.name.startswith("plot."):
+        headers |= SVG_HEADERS
+    return Response(d.body, media_type=d.media_type, headers=headers)

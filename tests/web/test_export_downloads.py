@@ -13,12 +13,13 @@ import time
 
 import httpx
 import pytest
+from sqlalchemy import select
 
 from app.auth.service import create_api_token
 from app.db import build_engine, make_sessionmaker
 from app.main import create_app
 from app.migrate import upgrade
-from app.models import User
+from app.models import AuditEvent, User
 from app.results import exports
 from tests.factories import answered_study, broken_study
 
@@ -53,6 +54,22 @@ def test_downloads_of_a_study_built_by_build_hits_are_whole(client, session):
         csv.DictReader(io.StringIO(client.get("/api/v1/studies/rt/items.csv", headers=auth).text))
     )
     assert all(json.loads(r["displayed_ranks"])[-1] == "none" for r in rows if r["hit_id"])
+
+
+def test_every_api_download_is_audited_with_the_tokens_user(client, session):
+    """The API's downloads go through the same audited catalogue as the dashboard's."""
+    study = answered_study(session)
+    auth = _token(session)
+    session.commit()
+    files = [*DOWNLOADS, "results.csv", "results.tex", "plot.svg"]
+    for name in files:
+        assert client.get(f"/api/v1/studies/rt/{name}", headers=auth).status_code == 200
+    session.expire_all()
+    events = session.scalars(
+        select(AuditEvent).where(AuditEvent.study_id == study.id, AuditEvent.action == "export")
+    ).all()
+    assert sorted(e.detail["what"] for e in events) == sorted(files)
+    assert {e.user_id for e in events} == {session.scalar(select(User.id))}
 
 
 @pytest.mark.parametrize("name", DOWNLOADS)

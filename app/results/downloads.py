@@ -1,0 +1,83 @@
+"""A study's downloads: one catalogue for the dashboard and the API, audited here.
+
+Every download is recorded in the audit log (`export`) by whoever asked for it, a
+researcher on the dashboard or through the API. Judgments and items are streamed by the
+web layer from a session of its own (`Download.chunks`); the rest is rendered here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from sqlalchemy.orm import Session
+
+from app.audit.service import Actor, record_by
+from app.models import Study
+from app.results import catalog, exports, service
+from app.results.plot import results_plot
+from app.results.schemas import ResultQuery
+
+Chunks = Callable[[Session, Study], Iterator[str]]
+
+MEDIA_TYPES = {
+    "results.csv": "text/csv",
+    "results.tex": "application/x-tex",
+    "plot.svg": "image/svg+xml",
+    "plot.png": "image/png",
+    "manifest.json": "application/json",
+    "judgments.csv": "text/csv",
+    "judgments.jsonl": "application/x-ndjson",
+    "items.csv": "text/csv",
+    "items.jsonl": "application/x-ndjson",
+}
+STREAMED: dict[str, Chunks] = {
+    "judgments.csv": exports.judgments_csv,
+    "judgments.jsonl": exports.judgments_jsonl,
+    "items.csv": exports.items_csv,
+    "items.jsonl": exports.items_jsonl,
+}
+
+
+class NoSuchDownload(LookupError):
+    """The name is not in the catalogue."""
+
+
+@dataclass(frozen=True)
+class Download:
+    name: str
+    media_type: str
+    filename: str
+    body: str | bytes | None = None  # rendered now
+    chunks: Chunks | None = None  # streamed by the caller, in a session of its own
+
+
+def download(
+    session: Session,
+    study: Study,
+    name: str,
+    query: ResultQuery,
+    *,
+    by: Actor | None,
+    paper: bool = False,
+) -> Download:
+    """`name` of `study` (see `MEDIA_TYPES`), recorded as an export by `by`."""
+    if name not in MEDIA_TYPES:
+        raise NoSuchDownload(name)
+    record_by(session, by, "export", study=study, what=name, options=query.model_dump())
+    spec = Download(name, MEDIA_TYPES[name], f"{study.slug}-{name}")
+    if name in STREAMED:
+        return Download(spec.name, spec.media_type, spec.filename, chunks=STREAMED[name])
+    if name == "manifest.json":
+        body: str | bytes = catalog.manifest(session, study).model_dump_json(indent=2)
+    else:
+        res = service.study_results(session, study, query)
+        if name.startswith("plot."):
+            fmt: Literal["svg", "png"] = "svg" if name.endswith("svg") else "png"
+            body = results_plot(res, fmt)
+        elif name == "results.tex":
+            body = exports.results_latex(res, catalog.task_label(study), paper=paper)
+        else:
+            body = exports.results_csv(res)
+    return Download(spec.name, spec.media_type, spec.filename, body=body)
