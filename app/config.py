@@ -6,8 +6,9 @@ import ipaddress
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEV_SECRET_KEY = "dev-insecure-secret-key-change-me"
@@ -82,6 +83,46 @@ class Settings(BaseSettings):
         "",
         description="comma-separated addresses or CIDRs of reverse proxies whose "
         "X-Forwarded-For is believed (empty: nobody's)",
+    )
+    # Prolific (app.crowd.prolific). The token is a secret: SecretStr keeps it out of reprs,
+    # logs and audit details.
+    prolific_api_token: SecretStr | None = Field(
+        None, description="Prolific API token (Authorization: Token ...); secret"
+    )
+    prolific_api_url: str = Field(
+        "https://api.prolific.com/api/v1/", description="Prolific REST API base URL"
+    )
+    prolific_workspace_id: str | None = Field(
+        None, description="Prolific workspace whose balance is shown (none: no balance)"
+    )
+    prolific_fee_rate: float = Field(
+        0.428,
+        ge=0,
+        le=2,
+        description="Prolific's platform fee as a share of rewards and bonuses, for cost "
+        "estimates (0.428 standard; 0.333 for verified academic or non-profit workspaces)",
+    )
+    # Mechanical Turk (app.crowd.mturk). Credentials come from the usual AWS chain, never
+    # from here. Production moves real money, so it is off unless set.
+    mturk_production: bool = Field(
+        False, description="allow MTurk's production endpoint (real money); off: sandbox only"
+    )
+    mturk_endpoint_url: str | None = Field(
+        None,
+        description="an MTurk-compatible requester endpoint used instead of AWS's sandbox "
+        "or production one (a stand-in, a reproduction)",
+    )
+    mturk_retry_mode: Literal["standard", "adaptive"] = Field(
+        "standard", description="botocore retry mode for throttling: standard or adaptive"
+    )
+    mturk_max_attempts: int = Field(
+        5, ge=1, le=20, description="attempts per MTurk call, the first included"
+    )
+    crowd_calls_per_second: float = Field(
+        2.0,
+        gt=0,
+        le=100,
+        description="platform calls per second when publishing or paying in bulk",
     )
 
     @field_validator("trusted_proxies")

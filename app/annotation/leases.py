@@ -19,7 +19,8 @@ of the row it locked (PostgreSQL rechecks a row changed since the statement
 began), so two annotators never fill the same last slot. A slot freed only by a
 lapsed lease is recounted after the lock is held. Locks are taken in the order
 annotator, assignment, HIT; a claim never waits for a HIT lock, so no deadlock
-can form.
+can form. `lease_hit` (one given HIT, for imported work) waits for that HIT's lock while
+holding only the annotator's, which keeps the order.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import secrets
 import time
 from datetime import datetime, timedelta
 
+from sqlalchemy import bindparam, case, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.annotation.errors import AnnotationError
@@ -47,9 +49,12 @@ from app.annotation.queries import (
     RETURN,
     SLOTS_BY_LENGTH,
     STATE,
+    TIME,
     UNCLAIM,
+    assignments,
     candidates,
     claim_statement,
+    hits,
 )
 from app.annotation.schemas import AnnotatorRef, Lease, StudyRef, Work, WorkStatus
 from app.models import Annotator, AssignmentStatus, Channel, Study, StudyStatus, utcnow
@@ -242,6 +247,102 @@ def _claim_slot(
         session.execute(UNCLAIM, {"hit_id": row.id, "floor": floor})  # and a tight bound
         seen.append(row.id)
     return None
+
+
+# A given HIT's slot (`lease_hit`): counted as a claim counts it (`claim_statement`), but the
+# HIT's row lock is waited for, not skipped: no other HIT will do.
+_EXPIRES = bindparam("expires_at", type_=TIME)
+_TAKE_HIT = (
+    update(hits)
+    .where(hits.c.id == bindparam("hit_id"), hits.c.study_id == bindparam("p_study"))
+    .values(
+        leased_count=hits.c.leased_count + 1,
+        next_expiry=case(
+            (or_(hits.c.next_expiry.is_(None), hits.c.next_expiry > _EXPIRES), _EXPIRES),
+            else_=hits.c.next_expiry,
+        ),
+    )
+    .returning(hits.c.leased_count, hits.c.submitted_count, hits.c.replicas)
+)
+_HAD_HIT = select(assignments.c.id).where(
+    assignments.c.hit_id == bindparam("hit_id"),
+    assignments.c.annotator_id == bindparam("annotator_id"),
+)
+
+
+def lease_hit(
+    session: Session,
+    annotator: Annotator | AnnotatorRef,
+    hit_id: int,
+    *,
+    now: datetime | None = None,
+    served_at: datetime | None = None,
+    external_assignment_id: str | None = None,
+) -> Lease:
+    """Lease the HIT `hit_id` for `annotator`: for work done elsewhere that names its HIT
+    (an imported results file), where no other HIT will do.
+
+    Call with the annotator locked. A claim's rules, for one HIT: refused (409) when the
+    annotator is blocked, holds their cap or ever had this HIT, or when the HIT has no free
+    replica slot (by its counters, then a recount of the active assignments under its row
+    lock, as `_claim_slot` does); 404 for a HIT of another study. Locks: the annotator,
+    then the HIT (waited for). The cell-share limit is not applied: the file already says
+    which HIT was done. `served_at`: when the work began, for the submission's time check.
+    """
+    now = now or utcnow()
+    study = study_for(session, annotator)
+    if annotator.blocked:
+        raise AnnotationError("This worker is blocked in this study.", 409)
+    params = {"annotator_id": annotator.id, "now": now, "external": None}
+    held = session.execute(STATE[False], params).first()[1]
+    if held >= annotator_cap(annotator, study):
+        raise AnnotationError("This worker has reached their limit of HITs in this study.", 409)
+    if session.execute(_HAD_HIT, {"hit_id": hit_id, "annotator_id": annotator.id}).first():
+        raise AnnotationError("This worker already had this HIT (a HIT is done once).", 409)
+    expires_at = now + timedelta(seconds=study.lease_seconds)
+    row = session.execute(
+        _TAKE_HIT, {"hit_id": hit_id, "p_study": study.id, "expires_at": expires_at}
+    ).first()
+    if row is None:
+        raise AnnotationError("There is no such HIT in this study.", 404)
+    if row.leased_count + row.submitted_count > row.replicas:
+        taken, floor = session.execute(RECOUNT, {"now": now, "hit_id": hit_id}).one()
+        if taken >= row.replicas:
+            session.execute(UNCLAIM, {"hit_id": hit_id, "floor": floor})
+            raise AnnotationError("This HIT has no free replica slot.", 409)
+    lease = Lease(
+        id=0,
+        public_id=secrets.token_urlsafe(24),
+        hit_id=hit_id,
+        annotator_id=annotator.id,
+        status=AssignmentStatus.leased,
+        leased_at=now,
+        expires_at=expires_at,
+        page_served_at=served_at,
+        submitted_at=None,
+        late=False,
+        external_assignment_id=external_assignment_id,
+        submit_to=None,
+    )
+    lease.id = session.execute(
+        NEW_LEASE,
+        {
+            "public_id": lease.public_id,
+            "hit_id": hit_id,
+            "annotator_id": annotator.id,
+            "status": AssignmentStatus.leased,
+            "leased_at": now,
+            "expires_at": expires_at,
+            "page_served_at": served_at,
+            "late": False,
+            "external_assignment_id": external_assignment_id,
+            "external_hit_id": None,
+            "external_session_id": None,
+            "submit_to": None,
+            "unverified": annotator.channel is Channel.mturk,  # as `next_assignment` sets it
+        },
+    ).scalar_one()
+    return lease
 
 
 def return_assignment(

@@ -28,7 +28,7 @@ from app.annotation.identities import (
     study_by_slug,
 )
 from app.annotation.leases import next_assignment, return_assignment
-from app.annotation.queries import SERVED
+from app.annotation.queries import SERVED, STORED_ANSWERS
 from app.annotation.schemas import (
     AnnotatorRef,
     HitPage,
@@ -118,7 +118,7 @@ def open_mturk(
         serve=True,
     )
     if work.assignment is not None and work.assignment.submitted_at is not None:
-        return _mturk_done(study, work.assignment)
+        return _mturk_done(session, study, work.assignment)
     data = _page(session, annotator, work, now)
     data.origin = origin
     return data
@@ -135,11 +135,16 @@ def send_mturk(session: Session, slug: str, form: Mapping[str, str]) -> MturkDon
         return result
     if result.assignment.external_assignment_id != external:
         raise AnnotationError("The MTurk assignment does not match this HIT.", 400)
-    return _mturk_done(study, result.assignment, _kept_page(session, result))
+    return _mturk_done(session, study, result.assignment, _kept_page(session, result))
 
 
-def _mturk_done(study: Study, assignment: Lease, kept: HitPage | None = None) -> MturkDone:
-    return MturkDone(assignment, check_submit_to(study, assignment.submit_to or ""), kept)
+def _mturk_done(
+    session: Session, study: Study, assignment: Lease, kept: HitPage | None = None
+) -> MturkDone:
+    origin = check_submit_to(study, assignment.submit_to or "")
+    # Read back, not taken from the form: after a repeat that differed, the kept ones.
+    slots = dict(session.execute(STORED_ANSWERS, {"assignment_id": assignment.id}).all())
+    return MturkDone(assignment, origin, kept, slots)
 
 
 # -- the HIT as shown -------------------------------------------------------------------

@@ -144,7 +144,9 @@ _annotators_since = (
     .where(annotators.c.study_id == bindparam("study_id"))
     .where(annotators.c.created_at > bindparam("since", type_=TIME))
 )
-RECENT_CROWD = _annotators_since.where(annotators.c.channel != Channel.local)
+# Identities arriving over HTTP: invite links are made by the researcher, batch workers by
+# an import, so neither counts towards the rate limit on new crowd identities.
+RECENT_CROWD = _annotators_since.where(annotators.c.channel.in_([Channel.mturk, Channel.panel]))
 RECENT_FROM = _annotators_since.where(annotators.c.enrolled_from == bindparam("key"))
 
 # -- leases and claims ------------------------------------------------------------------

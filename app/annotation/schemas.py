@@ -155,3 +155,6 @@ class MturkDone:
     assignment: Lease
     origin: str  # the checked origin of the assignment's turkSubmitTo
     kept: HitPage | None = None  # a repeat with other answers: the ones that were kept
+    # The stored answers (position -> screen slot; the kept ones after a repeat that
+    # differed), posted on to MTurk so that its answer XML can restore ours.
+    slots: dict[int, int] = field(default_factory=dict)

@@ -11,6 +11,7 @@ import typer
 from app.cli import results, server
 from app.cli.admin import admin_cli
 from app.cli.common import dispose_engines
+from app.cli.crowd import crowd_cli
 from app.cli.database import db_cli
 from app.cli.hits import annotators_cli, hits_cli
 from app.cli.study import study_cli
@@ -22,12 +23,14 @@ cli.add_typer(admin_cli, name="admin")
 cli.add_typer(study_cli, name="study")
 cli.add_typer(hits_cli, name="hits")
 cli.add_typer(annotators_cli, name="annotators")
+cli.add_typer(crowd_cli, name="crowd")
 results.register(cli)
 
 
 @cli.callback()
 def _command(ctx: typer.Context) -> None:
     ctx.call_on_close(dispose_engines)
+
 
 _plugins_loaded = False
 

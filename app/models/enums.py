@@ -55,6 +55,9 @@ class Channel(StrEnum):
     local = "local"  # signed invite link
     mturk = "mturk"  # Mechanical Turk ExternalQuestion
     panel = "panel"  # Prolific-style panel link
+    # An imported MTurk-format results file (Turkle, MTurk's requester site): never a party
+    # to our MTurk API calls (app.crowd.imports). A string column with no CHECK: no migration.
+    batch = "batch"
 
 
 class AssignmentStatus(StrEnum):

@@ -208,6 +208,24 @@ class MTurkSection(_Section):
     sandbox: bool = True
     # Extra origins allowed as `turkSubmitTo` besides MTurk's own (a local stand-in in tests).
     submit_origins: list[Url] = Field(default_factory=list, max_length=20)
+    # Who may work, applied when the study is published (`ebc crowd publish` flags and the
+    # dashboard's publish form override them); the reward is `payment.reward_cents`.
+    min_approval_rate: int | None = Field(None, ge=0, le=100, description="percent, e.g. 95")
+    min_approved: int | None = Field(
+        None, ge=0, le=10_000_000, description="approved HITs, e.g. 1000"
+    )
+    locales: list[str] = Field(
+        default_factory=list, max_length=50, description="ISO 3166 country codes, e.g. US"
+    )
+    masters: bool = Field(False, description="Masters workers only (MTurk adds a 5% fee)")
+
+    @field_validator("locales")
+    @classmethod
+    def _country_codes(cls, codes: list[str]) -> list[str]:
+        bad = [c for c in codes if not re.fullmatch(r"[A-Z]{2}", c)]
+        if bad:
+            raise ValueError(f"locales are country codes such as US or GB, not {bad}")
+        return codes
 
 
 class ChannelSection(_Section):

@@ -465,6 +465,7 @@ def _mturk_done(request: Request, done: MturkDone) -> HTMLResponse:
             "late": assignment.late,
             "page": done.kept,
             "notice": KEPT if done.kept else None,
+            "stored": {"assignment": assignment.public_id, "slots": done.slots},
         },
         headers=mturk_headers(done.origin),
     )

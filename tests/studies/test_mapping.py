@@ -63,7 +63,15 @@ FULL = StudyConfig.model_validate(
                 "completion_code": "C0DE",
                 "redirect_url": "https://example.org/done",
             },
-            "mturk": {"enabled": True, "sandbox": False, "submit_origins": ["http://127.0.0.1:9"]},
+            "mturk": {
+                "enabled": True,
+                "sandbox": False,
+                "submit_origins": ["http://127.0.0.1:9"],
+                "min_approval_rate": 95,
+                "min_approved": 1000,
+                "locales": ["US", "GB"],
+                "masters": True,
+            },
         },
     }
 )

@@ -1,0 +1,377 @@
+"""`ebc crowd ...`: publish a study on a crowd platform, sync, review and pay (issue 13).
+
+Each verb calls a driver of `app.crowd` (`publishing`, `sync`, `payments`), the one the
+dashboard calls; the drivers run their own units of work (a ledger row is committed before
+each platform call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from app.audit.service import CLI
+from app.cli.common import command_engine, fail, load_settings
+
+crowd_cli = typer.Typer(
+    help="Crowd platforms (MTurk, Prolific): publish, sync, approve, reject, bonus, block, "
+    "expire, balance."
+)
+
+Study = Annotated[str, typer.Argument(help="the study's slug")]
+Provider = Annotated[str, typer.Option("--provider", help="mturk | prolific")]
+Production = Annotated[
+    bool | None,
+    typer.Option(
+        "--production/--sandbox",
+        help="MTurk's production (real money; needs EBC_MTURK_PRODUCTION) or its sandbox "
+        "(the default); Prolific has production only",
+    ),
+]
+Yes = Annotated[bool, typer.Option("--yes", "-y", help="do not ask for confirmation")]
+
+
+def _cents(cents: int | None) -> str:
+    return "-" if cents is None else f"${cents // 100:,}.{cents % 100:02d}"
+
+
+@contextmanager
+def _crowd(provider: str, production: bool | None, **options: int) -> Iterator[tuple]:
+    """Settings, a session factory, the provider; service errors end the command."""
+    from app.crowd.base import CrowdError
+    from app.crowd.common import CrowdServiceError, provider_for
+    from app.db import make_sessionmaker
+
+    settings = load_settings()
+    environment = None if production is None else ("production" if production else "sandbox")
+    try:
+        made = provider_for(settings, provider, environment, **options)
+        yield settings, make_sessionmaker(command_engine(settings)), made
+    except CrowdServiceError as exc:
+        fail(exc.message)
+    except CrowdError as exc:
+        fail(f"{provider}: {exc}")
+
+
+@crowd_cli.command("publish")
+def publish(
+    study: Study,
+    provider: Provider = "mturk",
+    production: Production = None,
+    reward_cents: Annotated[
+        int | None, typer.Option(help="per assignment; default: the study's payment")
+    ] = None,
+    title: Annotated[str | None, typer.Option(help="default: the study's title")] = None,
+    lifetime_days: Annotated[float, typer.Option(help="how long HITs stay listed")] = 7,
+    auto_approve_days: Annotated[float, typer.Option(help="approved unless reviewed by")] = 3,
+    min_approval_rate: Annotated[
+        int | None, typer.Option(help="percent, e.g. 95; default: the study file's")
+    ] = None,
+    min_approved: Annotated[
+        int | None, typer.Option(help="approved HITs, e.g. 1000; default: the study file's")
+    ] = None,
+    locale: Annotated[
+        list[str] | None,
+        typer.Option(help="country code (repeatable), e.g. US; default: the study file's"),
+    ] = None,
+    masters: Annotated[
+        bool | None,
+        typer.Option(
+            "--masters/--no-masters", help="Masters workers only (+5% fee); default: the study's"
+        ),
+    ] = None,
+    cap_qualification: Annotated[
+        bool,
+        typer.Option(help="hide the study from workers at the cap (MTurk qualification)"),
+    ] = True,
+    hits_per_participant: Annotated[
+        int, typer.Option(help="Prolific: HITs one participant (one place) does and is paid for")
+    ] = 1,
+    limit: Annotated[int | None, typer.Option(help="publish at most this many HITs now")] = None,
+    yes: Yes = False,
+) -> None:
+    """Publish every HIT not yet on the platform (resumable: run it again after a crash).
+
+    Qualifications not given here come from the study file's `channels.mturk`."""
+    from app.crowd import publishing
+    from app.crowd.common import PublishOptions, study_named
+    from app.db import unit_of_work
+
+    options = PublishOptions(
+        reward_cents=reward_cents,
+        title=title,
+        lifetime_days=lifetime_days,
+        auto_approve_days=auto_approve_days,
+        min_approval_rate=min_approval_rate,
+        min_approved=min_approved,
+        locales=tuple(c.upper() for c in locale) if locale else None,
+        masters=masters,
+        cap_qualification=cap_qualification,
+    )
+    bundle = {"hits_per_participant": hits_per_participant} if hits_per_participant != 1 else {}
+    with _crowd(provider, production, **bundle) as (settings, make_session, made):
+        with unit_of_work(make_session) as session:
+            found = study_named(session, study)
+            cost = publishing.estimate(session, settings, found, made, options)
+        typer.echo(
+            f"{made.name} ({made.environment}): rewards {_cents(cost.rewards_cents)}, fees "
+            f"{_cents(cost.fees_cents)}, total {_cents(cost.total_cents)}"
+        )
+        for note in cost.notes:
+            typer.echo(f"  note: {note}")
+        typer.echo(f"balance: {_cents(made.balance_cents())}")
+        if not yes and not typer.confirm("publish?", default=False):
+            raise typer.Exit(1)
+        report = publishing.publish(
+            make_session, settings, study, made, options, by=CLI, limit=limit
+        )
+    for warning in report.warnings:
+        typer.echo(f"warning: {warning}")
+    typer.echo(
+        f"published {report.published} now; {report.total} on {made.name} in all, "
+        f"{report.pending} still to publish (HIT type {report.external_id})"
+    )
+
+
+@crowd_cli.command("sync")
+def sync(study: Study, provider: Provider = "mturk", production: Production = None) -> None:
+    """Reconcile the platform's submissions with ours; report the ones we never stored."""
+    from app.crowd import sync as crowd_sync
+
+    with _crowd(provider, production) as (settings, make_session, made):
+        report = crowd_sync.sync(make_session, settings, study, made, by=CLI)
+    typer.echo(
+        f"listed {report.listed}, confirmed {report.confirmed}, reviews taken {report.reviewed}, "
+        f"recovered {report.recovered}, cap qualifications given {report.qualified}"
+    )
+    for flag in report.flagged:
+        state = "recovered" if flag.recovered else "NOT stored"
+        typer.echo(
+            f"flagged: {flag.external_assignment_id} (worker {flag.external_worker_id}, "
+            f"{flag.status}): {flag.reason} [{state}]"
+        )
+
+
+@crowd_cli.command("approve")
+def approve(
+    study: Study,
+    provider: Provider = "mturk",
+    production: Production = None,
+    assignment: Annotated[
+        str | None, typer.Option(help="one assignment (ours or the platform's id)")
+    ] = None,
+    all_: Annotated[bool, typer.Option("--all", help="every confirmed, unreviewed one")] = False,
+    apply_exclusions: Annotated[
+        bool, typer.Option(help="with --all: reject whom the study's exclusion rules drop")
+    ] = False,
+    feedback: Annotated[str | None, typer.Option(help="a note to approved workers")] = None,
+    reject_feedback: Annotated[
+        str | None, typer.Option(help="the note rejected workers read (needed to reject)")
+    ] = None,
+    reject_category: Annotated[
+        str | None, typer.Option(help="Prolific's rejection category, e.g. FAILED_CHECK")
+    ] = None,
+    yes: Yes = False,
+) -> None:
+    """Approve one assignment, or all of them after a preview (a second approval: no-op)."""
+    from app.crowd import payments
+
+    if (assignment is None) == (not all_):
+        fail("give --assignment ID or --all")
+    with _crowd(provider, production) as (settings, make_session, made):
+        if assignment is not None:
+            outcome = payments.approve(
+                make_session, study, made, assignment, feedback=feedback, by=CLI
+            )
+            typer.echo(f"approved {assignment}" if outcome.made else "already approved")
+            return
+        plan = payments.preview_approve_all(
+            make_session, study, made, apply_exclusions=apply_exclusions
+        )
+        typer.echo(f"to approve: {len(plan.approve)}")
+        typer.echo(f"to reject: {len(plan.reject)}")
+        for item in plan.reject:
+            typer.echo(
+                f"  reject {item.external_assignment_id} ({item.worker}): "
+                + "; ".join(item.reasons)
+            )
+        if plan.unconfirmed:
+            typer.echo(f"not yet confirmed by the platform (run sync): {plan.unconfirmed}")
+        if not plan.approve and not plan.reject:
+            return
+        if not yes and not typer.confirm("go ahead?", default=False):
+            raise typer.Exit(1)
+        report = payments.approve_all(
+            make_session,
+            settings,
+            study,
+            made,
+            apply_exclusions=apply_exclusions,
+            reject_feedback=reject_feedback,
+            reject_category=reject_category,
+            rejections_seen=[i.public_id for i in plan.reject],
+            feedback=feedback,
+            by=CLI,
+        )
+    typer.echo(
+        f"approved {report.approved}, rejected {report.rejected}, already done {report.already}"
+    )
+
+
+@crowd_cli.command("reject")
+def reject(
+    study: Study,
+    assignment: Annotated[str, typer.Option(help="ours or the platform's assignment id")],
+    feedback: Annotated[str, typer.Option(help="why (the worker reads it; required)")],
+    category: Annotated[
+        str | None,
+        typer.Option(help="Prolific's rejection category (default OTHER), e.g. LOW_EFFORT"),
+    ] = None,
+    provider: Provider = "mturk",
+    production: Production = None,
+) -> None:
+    """Reject one assignment (no payment), with the feedback the platform requires; on
+    Prolific the participant's whole submission."""
+    from app.crowd import payments
+
+    with _crowd(provider, production) as (_settings, make_session, made):
+        outcome = payments.reject(
+            make_session, study, made, assignment, feedback=feedback, category=category, by=CLI
+        )
+    typer.echo(f"rejected {assignment}" if outcome.made else "already rejected")
+
+
+@crowd_cli.command("bonus")
+def bonus(
+    study: Study,
+    assignment: Annotated[str, typer.Option(help="ours or the platform's assignment id")],
+    cents: Annotated[int, typer.Option(help="the bonus in cents")],
+    reason: Annotated[str, typer.Option(help="the note the worker reads (required)")],
+    number: Annotated[
+        int, typer.Option(help="which bonus of this assignment (0: the first); paid once each")
+    ] = 0,
+    provider: Provider = "mturk",
+    production: Production = None,
+) -> None:
+    """Pay a bonus for one assignment: paid once, however often the command is retried."""
+    from app.crowd import payments
+
+    with _crowd(provider, production) as (_settings, make_session, made):
+        outcome = payments.bonus(
+            make_session, study, made, assignment, cents, reason=reason, n=number, by=CLI
+        )
+    typer.echo(f"paid {_cents(cents)}" if outcome.made else "already paid")
+
+
+@crowd_cli.command("block")
+def block(
+    study: Study,
+    worker: Annotated[str, typer.Option(help="the platform's worker id")],
+    reason: Annotated[str, typer.Option(help="why (the platform keeps it)")] = "",
+    unblock: Annotated[bool, typer.Option("--unblock", help="lift the block instead")] = False,
+    provider: Provider = "mturk",
+    production: Production = None,
+) -> None:
+    """Block a worker on the platform and here (their future work stops), or unblock."""
+    from app.crowd import payments
+
+    with _crowd(provider, production) as (_settings, make_session, made):
+        verb = payments.unblock if unblock else payments.block
+        outcome = verb(make_session, study, made, worker, reason=reason, by=CLI)
+    done = "unblocked" if unblock else "blocked"
+    typer.echo(f"{done} {worker}" if outcome.made else f"already {done}")
+
+
+@crowd_cli.command("expire")
+def expire(
+    study: Study, provider: Provider = "mturk", production: Production = None, yes: Yes = False
+) -> None:
+    """Stop new work on the platform: expire every published HIT of the study."""
+    from app.crowd import payments
+
+    with _crowd(provider, production) as (_settings, make_session, made):
+        if not yes and not typer.confirm(f"expire every HIT of {study}?", default=False):
+            raise typer.Exit(1)
+        outcome = payments.expire(make_session, study, made, by=CLI)
+    typer.echo("expired" if outcome.made else "already expired")
+
+
+@crowd_cli.command("balance")
+def balance(
+    study: Annotated[str | None, typer.Argument(help="a study (not needed)")] = None,
+    provider: Provider = "mturk",
+    production: Production = None,
+) -> None:
+    """The platform account's available balance."""
+    from app.crowd import payments
+
+    with _crowd(provider, production) as (_settings, _make_session, made):
+        cents = payments.balance(made)
+    typer.echo(f"{made.name} ({made.environment}) balance: {_cents(cents)}")
+
+
+@crowd_cli.command("export-batch")
+def export_batch(
+    study: Study,
+    out: Annotated[
+        Path, typer.Option("--out", help="directory for hit_template.html and input.csv")
+    ],
+) -> None:
+    """Write the study's MTurk-format batch (HIT template + input CSV; Turkle reads it)."""
+    from app.cli.common import session_scope, study_named
+    from app.crowd.batch import BatchError, write_batch
+
+    with session_scope(load_settings()) as session:
+        found = study_named(session, study)
+        try:
+            template_path, input_path = write_batch(session, found, out)
+        except BatchError as exc:
+            fail(str(exc))
+    typer.echo(f"wrote {template_path} and {input_path}")
+
+
+@crowd_cli.command("import-results")
+def import_results(
+    study: Study,
+    results: Annotated[
+        Path,
+        typer.Argument(
+            help="the tool's results file (Batch_results.csv)", exists=True, dir_okay=False
+        ),
+    ],
+) -> None:
+    """Store an MTurk-format results file (MTurk, Turkle) of the study's batch.
+
+    Safe to run again: rows stored before are not stored twice. Exits with 1 when rows
+    were skipped (the others are stored).
+    """
+    from app.cli.common import session_scope, study_named
+    from app.crowd.batch import BatchError
+    from app.crowd.imports import import_results as store_results
+    from app.db import begin_write
+
+    try:
+        text = results.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        fail(f"{results} is not a UTF-8 text file")
+    with session_scope(load_settings()) as session:
+        begin_write(session)  # SQLite: a writer from the start (many rows, one transaction)
+        found = study_named(session, study)
+        try:
+            report = store_results(session, found, text, by=CLI)
+        except BatchError as exc:
+            fail(str(exc))
+    typer.echo(
+        f"stored {report.stored}, repeated {report.repeated}, skipped {report.skipped}"
+        + (f" ({report.too_fast} judgments faster than the minimum)" if report.too_fast else "")
+    )
+    for verb, rows in (("skipped", report.errors), ("repeated", report.differing)):
+        for row in rows:
+            hit = row.hit if row.hit and row.hit.isdigit() else repr(row.hit)  # from the file
+            typer.echo(f"{verb} line {row.line} (HIT {hit}): {row.message}")
+    if report.errors:
+        raise typer.Exit(1)

@@ -1,0 +1,40 @@
+"""Crowd platforms: publishing a study's HITs, syncing submissions, paying (DESIGN.md §2).
+
+Where things live:
+
+- `base`: the provider interface; `mturk` (boto3) and `prolific` (httpx) implement it;
+- `common`: errors, `provider_for`, tokens, pacing, posting lookup and status,
+  `PostingSpec` building, `platform_ref` (the platform's id of an assignment's work);
+- `publishing`: the posting, its units, the cost estimate, `publish`;
+- `sync`: reconciling the platform's submissions with ours, recovery, flags, `sync`;
+- `ledger`: one money or standing call, ledgered (`begin_call` ... `money_call`), with
+  `guards` (what is refused before a call; proof that an uncertain bonus was paid);
+- `payments`: approve, reject, bonus, block, unblock, expire, balance, bulk approval;
+- `bonuses`, `overview`: bulk bonuses with a preview, and what the Crowd page shows;
+- `batch`, `imports`: the offline MTurk-format batch export and results import.
+
+The dashboard and the CLI call the same functions; providers only talk to their platform.
+
+**Transactions.** Services flush and the caller commits, except where a platform call
+must sit between two commits: a ledger row with its deterministic token (`CrowdHit`,
+`CrowdCall`) is committed *before* the call and its outcome *after* it, so a crash
+between the two leaves a row that the next run finishes with the same token (the
+platform answers "already done") instead of making the call twice. So there are two
+layers:
+
+- **steps** take a `Session` and only flush, like every service: `open_posting`,
+  `plan_units`, `claim_unit`, `finish_unit`, `fail_unit`, `estimate` (publishing),
+  `reconcile` (sync), `begin_call`, `finish_call`, `fail_call` (ledger), `review_plan`
+  (payments);
+- **drivers** (`publish`, `sync`, `money_call`, `approve`, `approve_all`, `reject`,
+  `bonus`, `block`, `unblock`, `expire`, `balance`) take a session factory and run each
+  step in its own `app.db.unit_of_work`, one unit (one HIT, one call) at a time, with the
+  platform call between two of them. They are transaction owners like a CLI command or a
+  worker step: the dashboard and the CLI call them with their session factory and
+  commit nothing themselves.
+
+Every money or standing call is written to the ledger before it is made, is made at most
+once when it succeeded (a second approve is a no-op), records its outcome on the
+assignment (`review_status`, `reviewed_at`, `bonus_cents`, `review_error`), is audited,
+and raises when it failed: never swallowed.
+"""

@@ -1,0 +1,422 @@
+"""The offline MTurk batch format (DESIGN.md §2 "Offline MTurk format"), which Turkle reads too.
+
+`export_batch` makes a HIT template (an HTML fragment with `${var}` placeholders, no
+`<form>`: MTurk and Turkle wrap it in theirs, add a Submit button and post its fields as
+`Answer.<name>`) and an input CSV with one row per HIT replica. A row carries only opaque
+ids (the study's slug, the HIT's number, the replica) and what the annotator sees: each
+position's text and options in the HIT's stored screen order; "None of the above is
+plausible" is the template's last option of every text. No kind, rank, probability or
+item id is in either file.
+
+The fields the template posts are those of our own page: `o{position}` is the chosen
+screen slot (`k`, the study's top-k, is "none") and `ms{position}` the milliseconds spent
+on the text (a small script fills it; without JavaScript it stays empty).
+
+Both tools put a CSV value into the page as it is, so every value is HTML-escaped here
+(and `$` written `&#36;`, so a value cannot bring another `${var}` into the page). A value
+that a spreadsheet would run as a formula starts with its first character written as an
+HTML character reference, which the page shows unchanged; `csv_text` then has nothing left
+to neutralise but still guards every cell.
+
+`parse_results` reads a `Batch_results.csv` back into typed rows (`ResultRow`), checking
+each row against the batch as exported: the echoed `Input.*` columns must be what this
+export writes for that HIT and replica (else the row is reported as tampered), and the
+answers must be slots of the texts the row showed. It stores nothing: a row's `answers`
+and `times` have the shapes of `app.annotation.submissions.answers_from_form`, for an
+importer to pass to the submission service.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.config import PACKAGE
+from app.models import Hit, HitPosition, Item, Study, Task
+from app.results.exports import FORMULA_START, csv_text
+
+NONE_TEXT = "None of the above is plausible"
+TEMPLATE_FILE = "hit_template.html"
+INPUT_FILE = "input.csv"
+ID_COLUMNS = ("study", "hit", "replica")
+# Columns of a results file that every row needs (MTurk and Turkle both write them).
+RESULT_COLUMNS = ("AssignmentId", "WorkerId")
+_DIGITS = re.compile(r"[0-9]{1,6}")
+_MS = re.compile(r"-?[0-9]{1,12}")
+_PLACEHOLDER = re.compile(r"\$\{([A-Za-z0-9_]+)\}")
+_MAX_ID = 255
+
+_templates = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(PACKAGE / "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+)
+
+
+class BatchError(ValueError):
+    """The batch cannot be made, or a results file cannot be read at all (clear message)."""
+
+
+@dataclass(frozen=True)
+class _Position:
+    number: int
+    words: str
+    prompt: str | None
+    source: str | None
+    options: tuple[str, ...]  # in the HIT's stored screen order, "none" left out
+
+
+@dataclass(frozen=True)
+class _Hit:
+    id: int
+    index: int
+    replicas: int
+    positions: tuple[_Position, ...]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The columns a study's batch needs: the most texts a HIT has, the most options a
+    text has (the study's top-k), and whether prompts or source sentences are shown."""
+
+    positions: int
+    options: int
+    prompts: bool
+    sources: bool
+
+    def position_columns(self, p: int) -> list[str]:
+        cols = [f"text_{p}"]
+        if self.prompts:
+            cols.append(f"prompt_{p}")
+        if self.sources:
+            cols.append(f"source_{p}")
+        return cols + [f"option_{p}_{s}" for s in range(self.options)]
+
+    @property
+    def columns(self) -> list[str]:
+        return [*ID_COLUMNS, *(c for p in range(self.positions) for c in self.position_columns(p))]
+
+
+def _hits(session: Session, study: Study) -> list[_Hit]:
+    rows = session.execute(
+        select(
+            Hit.id,
+            Hit.index,
+            Hit.replicas,
+            HitPosition.position,
+            HitPosition.choice_order,
+            Item.words,
+            Item.prompt,
+            Item.source,
+            Item.choices,
+        )
+        .join(HitPosition, HitPosition.hit_id == Hit.id)
+        .join(Item, Item.id == HitPosition.item_id)
+        .where(Hit.study_id == study.id)
+        .order_by(Hit.index, HitPosition.position)
+    ).all()
+    hits: list[_Hit] = []
+    for r in rows:
+        words = [choice["word"] for choice in r.choices]
+        position = _Position(
+            number=r.position,
+            words=r.words,
+            prompt=r.prompt,
+            source=r.source,
+            options=tuple(words[rank] for rank in r.choice_order if rank != "none"),
+        )
+        if hits and hits[-1].id == r.id:
+            last = hits[-1]
+            hits[-1] = _Hit(last.id, last.index, last.replicas, (*last.positions, position))
+        else:
+            hits.append(_Hit(r.id, r.index, r.replicas, (position,)))
+    return hits
+
+
+def _layout(study: Study, hits: list[_Hit]) -> Layout:
+    if not hits:
+        raise BatchError(f"Study {study.slug} has no HITs yet: build them first.")
+    for hit in hits:
+        numbers = [p.number for p in hit.positions]
+        if numbers != list(range(len(numbers))):
+            raise BatchError(f"HIT {hit.index} has gaps in its positions {numbers}.")
+    return Layout(
+        positions=max(len(h.positions) for h in hits),
+        options=max(len(p.options) for h in hits for p in h.positions),
+        prompts=any(p.prompt for h in hits for p in h.positions),
+        sources=study.task == Task.seq2seq or any(p.source for h in hits for p in h.positions),
+    )
+
+
+def shown(text: str | None) -> str:
+    """`text` as a cell of the input CSV: HTML-escaped for the page, neutralised for a
+    spreadsheet, and shown by the page exactly as `text` reads."""
+    out = html.escape(text or "", quote=True).replace("$", "&#36;")
+    if out.startswith(FORMULA_START):
+        out = f"&#{ord(out[0])};{out[1:]}"
+    return csv_text(out)
+
+
+def _row(study: Study, layout: Layout, hit: _Hit, replica: int) -> dict[str, str]:
+    row = {"study": csv_text(study.slug), "hit": str(hit.index), "replica": str(replica)}
+    for p in range(layout.positions):
+        pos = hit.positions[p] if p < len(hit.positions) else None
+        row[f"text_{p}"] = shown(pos.words if pos else "")
+        if layout.prompts:
+            row[f"prompt_{p}"] = shown(pos.prompt if pos else "")
+        if layout.sources:
+            row[f"source_{p}"] = shown(pos.source if pos else "")
+        for s in range(layout.options):
+            options = pos.options if pos else ()
+            row[f"option_{p}_{s}"] = shown(options[s] if s < len(options) else "")
+    return row
+
+
+def _rows(study: Study, layout: Layout, hits: list[_Hit]) -> Iterator[tuple[_Hit, int, dict]]:
+    for hit in hits:
+        for replica in range(hit.replicas):
+            yield hit, replica, _row(study, layout, hit, replica)
+
+
+def template_html(study: Study, layout: Layout) -> str:
+    """The HIT template for `layout`: placeholders named as the input CSV's columns."""
+
+    def var(name: str) -> str:
+        return "${" + name + "}"
+
+    positions = [
+        {
+            "n": p,
+            "text": var(f"text_{p}"),
+            "prompt": var(f"prompt_{p}") if layout.prompts else None,
+            "source": var(f"source_{p}") if layout.sources else None,
+            "options": [var(f"option_{p}_{s}") for s in range(layout.options)],
+        }
+        for p in range(layout.positions)
+    ]
+    return _templates.get_template("crowd/batch_hit.html").render(
+        positions=positions,
+        none_slot=layout.options,
+        none_text=NONE_TEXT,
+        seq2seq=layout.sources,
+        k=layout.options,
+    )
+
+
+def export_batch(session: Session, study: Study) -> tuple[str, str]:
+    """The study's HIT template and input CSV (one row per HIT replica, by HIT number)."""
+    hits = _hits(session, study)
+    layout = _layout(study, hits)
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=layout.columns, lineterminator="\r\n")
+    writer.writeheader()
+    for _, _, row in _rows(study, layout, hits):
+        writer.writerow(row)
+    return template_html(study, layout), out.getvalue()
+
+
+def write_batch(session: Session, study: Study, out_dir: Path) -> tuple[Path, Path]:
+    """Write `hit_template.html` and `input.csv` into `out_dir` (made if missing)."""
+    template, rows = export_batch(session, study)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    template_path, input_path = out_dir / TEMPLATE_FILE, out_dir / INPUT_FILE
+    template_path.write_text(template, encoding="utf-8")
+    input_path.write_text(rows, encoding="utf-8", newline="")
+    return template_path, input_path
+
+
+def placeholders(template: str) -> set[str]:
+    """The `${var}` names a HIT template uses."""
+    return set(_PLACEHOLDER.findall(template))
+
+
+# -- the results file -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    """One worker's answers to one exported row, checked against the batch.
+
+    `answers` maps a position to the screen slot chosen (the HIT's option count is
+    "none"), `times` a position to the milliseconds the page measured (absent when it
+    measured none): the shapes `answers_from_form` gives the submission service.
+    """
+
+    line: int  # in the results file (the header is line 1)
+    hit_id: int  # our HIT's database id
+    hit_index: int  # the HIT's number, as in the file
+    replica: int
+    worker_id: str
+    assignment_id: str  # the tool's assignment id
+    answers: dict[int, int]
+    times: dict[int, int]
+    work_seconds: int | None = None
+    accept_time: str | None = None  # as the tool wrote it
+    submit_time: str | None = None
+    status: str | None = None  # MTurk's AssignmentStatus, when the file has it
+
+
+@dataclass(frozen=True)
+class RowError:
+    """A row that was not read, and why (nothing of it is to be stored)."""
+
+    line: int
+    hit: str | None
+    message: str
+
+
+@dataclass
+class ParsedResults:
+    rows: list[ResultRow] = field(default_factory=list)
+    errors: list[RowError] = field(default_factory=list)
+
+
+def parse_results(session: Session, study: Study, text: str) -> ParsedResults:
+    """Read an MTurk or Turkle `Batch_results.csv` of `study`'s batch into typed rows.
+
+    A file that is not a results file of this batch format (missing columns) raises
+    `BatchError`; a bad row is reported in `errors` and the others are still read.
+    """
+    hits = _hits(session, study)
+    layout = _layout(study, hits)
+    by_index = {h.index: h for h in hits}
+    reader = csv.DictReader(io.StringIO(text.removeprefix("\ufeff"), newline=""))
+    header = reader.fieldnames or []
+    needed = [*RESULT_COLUMNS, *(f"Input.{c}" for c in layout.columns)]
+    if missing := [c for c in needed if c not in header]:
+        shown_missing = ", ".join(missing[:6]) + (" ..." if len(missing) > 6 else "")
+        raise BatchError(
+            f"This is not a results file of {study.slug}'s batch: it lacks {shown_missing}."
+        )
+    answer_columns = {c for c in header if re.fullmatch(r"Answer\.o[0-9]+", c)}
+    result = ParsedResults()
+    seen_assignments: dict[str, int] = {}
+    seen_workers: dict[tuple[str, int], int] = {}
+    for raw in reader:
+        line = reader.line_num
+        if None in raw:  # more cells than the header names
+            result.errors.append(RowError(line, raw.get("Input.hit"), "the row has extra cells"))
+            continue
+        row = {k: (v or "") for k, v in raw.items()}
+        problems: list[str] = []
+        hit_ref = row["Input.hit"]
+        hit = _check_ids(study, by_index, row, problems)
+        replica = int(row["Input.replica"]) if hit else -1
+        if hit is not None:
+            expected = _row(study, layout, hit, replica)
+            changed = [c for c in layout.columns if row[f"Input.{c}"] != expected[c]]
+            if changed:
+                problems.append(
+                    f"tampered: Input.{changed[0]} is not what the batch showed for HIT "
+                    f"{hit.index}" + (f" (and {len(changed) - 1} more)" if len(changed) > 1 else "")
+                )
+        worker = _platform_id(row["WorkerId"], "WorkerId", problems)
+        assignment = _platform_id(row["AssignmentId"], "AssignmentId", problems)
+        answers, times = ({}, {})
+        if hit is not None and not problems:
+            answers, times = _answers(row, layout, hit, answer_columns, problems)
+        if assignment and assignment in seen_assignments:
+            problems.append(
+                f"assignment {assignment} is already on line {seen_assignments[assignment]}"
+            )
+        if hit is not None and worker and (worker, hit.id) in seen_workers:
+            problems.append(
+                f"worker {worker} already answered HIT {hit.index} on line "
+                f"{seen_workers[(worker, hit.id)]} (a HIT is done once per person)"
+            )
+        if problems or hit is None or worker is None or assignment is None:
+            result.errors.append(RowError(line, hit_ref or None, "; ".join(problems)))
+            continue
+        seen_assignments[assignment] = line
+        seen_workers[(worker, hit.id)] = line
+        seconds = row.get("WorkTimeInSeconds", "").strip()
+        result.rows.append(
+            ResultRow(
+                line=line,
+                hit_id=hit.id,
+                hit_index=hit.index,
+                replica=replica,
+                worker_id=worker,
+                assignment_id=assignment,
+                answers=answers,
+                times=times,
+                work_seconds=int(seconds) if _DIGITS.fullmatch(seconds) else None,
+                accept_time=row.get("AcceptTime") or None,
+                submit_time=row.get("SubmitTime") or None,
+                status=row.get("AssignmentStatus") or None,
+            )
+        )
+    return result
+
+
+def _check_ids(
+    study: Study, by_index: dict[int, _Hit], row: dict[str, str], problems: list[str]
+) -> _Hit | None:
+    if row["Input.study"] != csv_text(study.slug):
+        problems.append(f"the row belongs to study {row['Input.study']!r}, not {study.slug}")
+        return None
+    ref, replica = row["Input.hit"], row["Input.replica"]
+    hit = by_index.get(int(ref)) if _DIGITS.fullmatch(ref) else None
+    if hit is None:
+        problems.append(f"unknown HIT {ref!r}")
+        return None
+    if not (_DIGITS.fullmatch(replica) and int(replica) < hit.replicas):
+        problems.append(f"HIT {hit.index} has no replica {replica!r}")
+        return None
+    return hit
+
+
+def _platform_id(value: str, column: str, problems: list[str]) -> str | None:
+    value = value.strip()
+    if not value:
+        problems.append(f"no {column}")
+        return None
+    if len(value) > _MAX_ID or not value.isprintable() or any(c.isspace() for c in value):
+        problems.append(f"{column} {value[:40]!r} is not an id")
+        return None
+    return value
+
+
+def _answers(
+    row: dict[str, str],
+    layout: Layout,
+    hit: _Hit,
+    answer_columns: set[str],
+    problems: list[str],
+) -> tuple[dict[int, int], dict[int, int]]:
+    answers: dict[int, int] = {}
+    times: dict[int, int] = {}
+    for pos in hit.positions:
+        p, n = pos.number, len(pos.options)
+        value = row.get(f"Answer.o{p}", "").strip()
+        if not value:
+            problems.append(f"no answer for text {p + 1}")
+            continue
+        slot = int(value) if _DIGITS.fullmatch(value) else -1
+        if slot == layout.options:
+            slot = n  # the template's "none" is the study's k; this text's is after its options
+        elif not 0 <= slot < n:
+            problems.append(f"answer {value!r} for text {p + 1} is not one of its options")
+            continue
+        answers[p] = slot
+        ms = row.get(f"Answer.ms{p}", "").strip()
+        if ms:
+            if not _MS.fullmatch(ms):
+                problems.append(f"time {ms[:20]!r} for text {p + 1} is not a number")
+            else:
+                times[p] = int(ms)
+    shown_positions = {f"Answer.o{pos.number}" for pos in hit.positions}
+    extra = sorted(c for c in answer_columns - shown_positions if row.get(c, "").strip())
+    if extra:
+        problems.append(f"tampered: {extra[0]} answers a text HIT {hit.index} does not have")
+    return answers, times

@@ -1,0 +1,409 @@
+"""What every part of the crowd service shares: errors, providers, tokens, pacing, postings
+and the `PostingSpec` a posting is published as.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime
+from typing import Any
+from urllib.parse import unquote
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.audit.service import Actor
+from app.config import Settings
+from app.crowd.base import (
+    CrowdError,
+    CrowdProvider,
+    PostingSpec,
+    Qualifications,
+)
+from app.db import unit_of_work
+from app.models import (
+    Assignment,
+    Channel,
+    CrowdCall,
+    CrowdHit,
+    CrowdPosting,
+    Hit,
+    Study,
+    User,
+)
+
+PROVIDERS = ("mturk", "prolific")
+ENVIRONMENTS = ("sandbox", "production")
+CALL_KINDS = ("approve", "reject", "bonus", "block", "unblock", "qualify", "expire")
+CHANNEL_OF = {"mturk": Channel.mturk, "prolific": Channel.panel}
+DEFAULT_DESCRIPTION = (
+    "Read the start of a short text and pick the word you think comes next. "
+    "About 10 texts per HIT; a research study on language models."
+)
+DEFAULT_KEYWORDS = ("language", "next word", "guess", "research")
+# Publish options that default from the study file's `channels.mturk`.
+STUDY_QUALIFICATIONS = ("min_approval_rate", "min_approved", "locales", "masters")
+# The panel URL parameters (`channels.panel`) and Prolific's placeholder for each.
+PROLIFIC_IDS = {
+    "participant_param": "PROLIFIC_PID",
+    "study_param": "STUDY_ID",
+    "session_param": "SESSION_ID",
+}
+
+
+class CrowdServiceError(Exception):
+    """A crowd request that cannot be carried out (a 4xx: nothing was changed)."""
+
+    def __init__(self, message: str, status_code: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status_code = status_code
+
+
+# -- providers, tokens, pacing -------------------------------------------------------------
+
+
+def provider_for(
+    settings: Settings,
+    name: str,
+    environment: str | None = None,
+    *,
+    hits_per_participant: int = 1,
+) -> CrowdProvider:
+    """The provider `name` ("mturk" or "prolific") for `environment`.
+
+    MTurk: the sandbox unless `environment="production"` and `EBC_MTURK_PRODUCTION` is
+    on (real money); `EBC_MTURK_ENDPOINT_URL` replaces AWS's endpoint either way.
+    Credentials come from the AWS chain, never from settings. Prolific has no sandbox:
+    production (the default for it), from the `EBC_PROLIFIC_*` settings;
+    `hits_per_participant` > 1 makes one Prolific place a bundle of that many HITs.
+    """
+    if name not in PROVIDERS:
+        raise CrowdServiceError(f"unknown provider {name!r}: one of {', '.join(PROVIDERS)}")
+    if not 1 <= hits_per_participant <= 1000:
+        raise CrowdServiceError("hits per participant must be between 1 and 1000")
+    if name != "prolific" and hits_per_participant != 1:
+        raise CrowdServiceError("bundles of HITs per participant are for Prolific only")
+    if environment is None:
+        environment = "sandbox" if name == "mturk" else "production"
+    if environment not in ENVIRONMENTS:
+        raise CrowdServiceError(f"unknown environment {environment!r}: sandbox or production")
+    if name == "mturk":
+        from app.crowd.mturk import MTurkProvider
+
+        if environment == "production" and not settings.mturk_production:
+            raise CrowdServiceError(
+                "MTurk production moves real money and is off: set EBC_MTURK_PRODUCTION=true "
+                "to allow it",
+                403,
+            )
+        return MTurkProvider(
+            environment,
+            endpoint_url=settings.mturk_endpoint_url,
+            max_attempts=settings.mturk_max_attempts,
+            retry_mode=settings.mturk_retry_mode,
+        )
+    if environment != "production":
+        raise CrowdServiceError("Prolific has no sandbox: use its production API (a test study)")
+    from app.crowd.prolific import ProlificProvider
+
+    try:
+        return ProlificProvider.from_settings(
+            settings, environment=environment, hits_per_participant=hits_per_participant
+        )
+    except CrowdError as exc:
+        raise CrowdServiceError(str(exc), 400) from exc
+
+
+def request_token(kind: str, *parts: object) -> str:
+    """A deterministic idempotency token of at most 64 characters: `ebc-{kind}-{hash}`.
+
+    `parts` name the call (posting, study, target, attempt); the study's creation time
+    is among them, so two databases sharing one platform account do not collide.
+    """
+    digest = hashlib.sha256("|".join(str(p) for p in parts).encode()).hexdigest()[:40]
+    token = f"ebc-{kind[:12]}-{digest}"
+    assert len(token) <= 64
+    return token
+
+
+def hit_public_id(study: Study, hit_id: int) -> str:
+    """Our HIT's opaque id for the platform (MTurk RequesterAnnotation): a hash that says
+    nothing about the HIT's items, kinds or ranks."""
+    raw = f"ebc-hit|{study.id}|{study.slug}|{_stamp(study.created_at)}|{hit_id}"
+    return "h-" + hashlib.sha256(raw.encode()).hexdigest()[:30]
+
+
+def _stamp(when: datetime | None) -> str:
+    return when.isoformat(timespec="microseconds") if when else ""
+
+
+def posting_parts(posting: CrowdPosting, study: Study) -> tuple[object, ...]:
+    return (posting.provider, posting.environment, study.id, study.slug, _stamp(study.created_at))
+
+
+class RateLimiter:
+    """At most `per_second` calls per second (bulk publishing and paying)."""
+
+    def __init__(
+        self,
+        per_second: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if per_second <= 0:
+            raise ValueError("calls per second must be positive")
+        self.interval = 1.0 / per_second
+        self.clock = clock
+        self.sleep = sleep
+        self._next = 0.0
+
+    def wait(self) -> None:
+        now = self.clock()
+        if now < self._next:
+            self.sleep(self._next - now)
+            now = self._next
+        self._next = now + self.interval
+
+
+def actor_name(by: Actor | None) -> str | None:
+    if by is None:
+        return None
+    return by.username if isinstance(by, User) else str(by)[:255]
+
+
+SessionFactory = Callable[[], Session]
+
+
+# -- postings and what they are published as ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class PublishOptions:
+    """What a researcher chooses when publishing (stored on the posting as `settings`).
+
+    None: the study's own value (reward, title, lease as the assignment duration; on MTurk
+    the qualifications of the study file's `channels.mturk`).
+    """
+
+    reward_cents: int | None = None
+    title: str | None = None
+    description: str | None = None
+    keywords: tuple[str, ...] = DEFAULT_KEYWORDS
+    lifetime_days: float = 7
+    auto_approve_days: float = 3
+    min_approval_rate: int | None = None
+    min_approved: int | None = None
+    locales: tuple[str, ...] | None = None
+    masters: bool | None = None
+    cap_qualification: bool = True  # MTurk: hide the study from workers at the cap
+
+    def check(self) -> None:
+        if self.reward_cents is not None and not 1 <= self.reward_cents <= 100_000:
+            raise CrowdServiceError("the reward must be between 1 cent and $1,000")
+        if not 0 < self.lifetime_days <= 365:
+            raise CrowdServiceError("a HIT stays listed between a moment and 365 days")
+        if not 0 <= self.auto_approve_days <= 30:
+            raise CrowdServiceError("automatic approval comes after 0 to 30 days")
+        if self.min_approval_rate is not None and not 0 <= self.min_approval_rate <= 100:
+            raise CrowdServiceError("the approval rate is a percentage (0 to 100)")
+        if self.min_approved is not None and not 0 <= self.min_approved <= 10_000_000:
+            raise CrowdServiceError("the number of approved HITs must be 0 or more")
+        bad = [c for c in self.locales or () if not re.fullmatch(r"[A-Z]{2}", c)]
+        if bad:
+            raise CrowdServiceError(f"locales are country codes such as US or GB, not {bad}")
+
+
+def study_named(session: Session, slug: str) -> Study:
+    from app.studies.service import get_study
+
+    study = get_study(session, slug)
+    if study is None:
+        raise CrowdServiceError(f"no study {slug!r}", 404)
+    return study
+
+
+def find_posting(
+    session: Session, study: Study, provider: str, environment: str
+) -> CrowdPosting | None:
+    return session.scalar(
+        select(CrowdPosting).where(
+            CrowdPosting.study_id == study.id,
+            CrowdPosting.provider == provider,
+            CrowdPosting.environment == environment,
+        )
+    )
+
+
+def require_posting(session: Session, study: Study, provider: CrowdProvider) -> CrowdPosting:
+    posting = find_posting(session, study, provider.name, provider.environment)
+    if posting is None:
+        raise CrowdServiceError(
+            f"study {study.slug!r} was never published on {provider.name} ({provider.environment})",
+            404,
+        )
+    return posting
+
+
+def platform_status(
+    session: Session, study: Study, provider: CrowdProvider
+) -> dict[str, Any] | None:
+    """A posting's state for a page or the CLI: units by status, calls by kind and status."""
+    posting = find_posting(session, study, provider.name, provider.environment)
+    if posting is None:
+        return None
+    units = dict(
+        session.execute(
+            select(CrowdHit.status, func.count())
+            .where(CrowdHit.posting_id == posting.id)
+            .group_by(CrowdHit.status)
+        ).all()
+    )
+    calls: dict[str, dict[str, int]] = {}
+    for kind, status, n in session.execute(
+        select(CrowdCall.kind, CrowdCall.status, func.count())
+        .where(CrowdCall.posting_id == posting.id)
+        .group_by(CrowdCall.kind, CrowdCall.status)
+    ):
+        calls.setdefault(kind, {})[status] = n
+    return {
+        "provider": posting.provider,
+        "environment": posting.environment,
+        "external_id": posting.external_id,
+        "status": posting.status,
+        "error": posting.error,
+        "units": units,
+        "calls": calls,
+        "published_at": posting.published_at,
+        "synced_at": posting.synced_at,
+    }
+
+
+def posting_id_of(make_session: SessionFactory, slug: str, provider: CrowdProvider) -> int:
+    with unit_of_work(make_session) as session:
+        return require_posting(session, study_named(session, slug), provider).id
+
+
+def resolved_options(
+    study: Study, options: PublishOptions, provider: CrowdProvider
+) -> dict[str, Any]:
+    """The posting's settings: `options`, each unset one from the study (its file's
+    `channels.mturk` qualifications on MTurk), and Prolific's bundle size."""
+    if provider.name == "mturk":
+        mturk = (study.channels or {}).get("mturk") or {}
+        options = replace(
+            options,
+            **{
+                name: tuple(mturk[name]) if name == "locales" else mturk[name]
+                for name in STUDY_QUALIFICATIONS
+                if getattr(options, name) is None and mturk.get(name) is not None
+            },
+        )
+    options.check()
+    reward = options.reward_cents if options.reward_cents is not None else study.reward_cents
+    if not reward or reward < 1:
+        raise CrowdServiceError(
+            f"study {study.slug!r} has no reward: set payment.reward_cents or give a reward"
+        )
+    out = asdict(options)
+    out.update(
+        reward_cents=int(reward),
+        title=(options.title or study.title)[:128],
+        description=(options.description or DEFAULT_DESCRIPTION)[:2000],
+        keywords=list(options.keywords),
+        locales=list(options.locales or ()),
+        masters=bool(options.masters),
+        assignment_seconds=int(study.lease_seconds),
+        hits_per_participant=int(getattr(provider, "hits_per_participant", 1)),
+    )
+    return out
+
+
+def prolific_entry_url(settings: Settings, study: Study) -> str:
+    """The study's panel URL with Prolific's own placeholders.
+
+    `panel_entry_url` names each placeholder after the study's URL parameter
+    (`pid={{%pid%}}` for a renamed `participant_param`); Prolific substitutes only its
+    own names, so the parameters keep the study's names and take Prolific's placeholders.
+    """
+    from app.annotation.identities import panel_entry_url
+
+    url = panel_entry_url(settings.base_url, settings.secret_key, study)
+    panel = (study.channels or {}).get("panel") or {}
+    placeholder = {panel.get(param) or name: name for param, name in PROLIFIC_IDS.items()}
+    base, _, query = url.partition("?")
+    pairs = []
+    for pair in query.split("&"):
+        name, _, value = pair.partition("=")
+        if unquote(name) in placeholder:
+            value = "{{%" + placeholder[unquote(name)] + "%}}"
+        pairs.append(f"{name}={value}")
+    return f"{base}?{'&'.join(pairs)}"
+
+
+def wanted_assignments(session: Session, study: Study) -> int:
+    """HIT assignments the study wants: the sum of its HITs' replicas."""
+    return int(
+        session.scalar(
+            select(func.coalesce(func.sum(Hit.replicas), 0)).where(Hit.study_id == study.id)
+        )
+    )
+
+
+def posting_spec(
+    session: Session, settings: Settings, study: Study, posting: CrowdPosting
+) -> PostingSpec:
+    """What the posting is published as, from its stored settings."""
+    s = posting.settings
+    assignments = wanted_assignments(session, study)
+    if posting.provider == "mturk":
+        entry_url = f"{settings.base_url.rstrip('/')}/mturk/{study.slug}"
+        completion_code, places = None, assignments
+    else:
+        from app.crowd.prolific import places_for
+
+        entry_url = prolific_entry_url(settings, study)
+        completion_code = ((study.channels or {}).get("panel") or {}).get("completion_code")
+        # A Prolific place is one participant, who does a bundle of HITs.
+        places = places_for(assignments, int(s.get("hits_per_participant") or 1))
+    return PostingSpec(
+        study_slug=study.slug,
+        title=s["title"],
+        description=s["description"],
+        reward_cents=int(s["reward_cents"]),
+        assignment_seconds=int(s["assignment_seconds"]),
+        lifetime_seconds=max(30, round(float(s["lifetime_days"]) * 86400)),
+        auto_approve_seconds=round(float(s["auto_approve_days"]) * 86400),
+        keywords=tuple(s.get("keywords") or ()),
+        qualifications=Qualifications(
+            min_approval_rate=s.get("min_approval_rate"),
+            min_approved=s.get("min_approved"),
+            locales=tuple(s.get("locales") or ()),
+            masters=bool(s.get("masters")),
+            cap_qualification_id=s.get("cap_qualification_id"),
+        ),
+        entry_url=entry_url,
+        completion_code=completion_code,
+        places=places,
+    )
+
+
+def platform_ref(provider: str, assignment: Assignment) -> str | None:
+    """The platform's id of an assignment's work: MTurk's assignment id; on a panel the
+    participant's submission (the session id of their entry), which the assignments of a
+    bundle share."""
+    if CHANNEL_OF[provider] is Channel.panel:
+        return assignment.external_session_id
+    return assignment.external_assignment_id
+
+
+def ref_column(provider: str) -> Any:
+    """The `Assignment` column that `platform_ref` reads, for queries."""
+    if CHANNEL_OF[provider] is Channel.panel:
+        return Assignment.external_session_id
+    return Assignment.external_assignment_id

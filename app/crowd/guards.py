@@ -1,0 +1,77 @@
+"""What the ledger checks before it makes a call (`app.crowd.ledger`): the refusals a
+platform would answer with, made before anything is written, and the proof that a bonus
+whose earlier attempt may have been paid was paid."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.crowd.common import CrowdServiceError, platform_ref, ref_column
+from app.crowd.prolific import REJECTION_MESSAGE_MIN, RejectionCategory
+from app.models import Assignment, CrowdCall, CrowdPosting
+
+
+def check_platform_rules(
+    posting: CrowdPosting, kind: str, reason: str | None, category: str | None
+) -> None:
+    """What the platform would refuse, refused before anything is written."""
+    if posting.provider != "prolific":
+        if category is not None:
+            raise CrowdServiceError(f"{posting.provider} has no rejection category")
+        return
+    if kind == "reject":
+        if len(reason or "") < REJECTION_MESSAGE_MIN:
+            raise CrowdServiceError(
+                f"Prolific requires a rejection message of at least {REJECTION_MESSAGE_MIN} "
+                "characters explaining the reason to the participant"
+            )
+        names = [c.value for c in RejectionCategory]
+        if category is not None and category not in names:
+            raise CrowdServiceError(
+                f"unknown Prolific rejection category {category!r}: one of {', '.join(names)}"
+            )
+    elif category is not None:
+        raise CrowdServiceError("a rejection category goes with a rejection only")
+
+
+def check_bonus_paid(session: Session, call_id: int, paid_cents: list[int]) -> None:
+    """Whether the platform lists a bonus whose earlier attempt may have been paid; a 409
+    asking for a manual check when it does not (or cannot say which of several it is).
+
+    Prolific pays a bulk bonus asynchronously and a lost answer says nothing, so only a
+    listed payment is proof: the bonuses of that amount on the submission beyond those
+    our ledger recorded as paid must cover this call and every other unfinished one.
+    """
+    call = session.get(CrowdCall, call_id)
+    a = session.get(Assignment, call.assignment_id)
+    posting = session.get(CrowdPosting, call.posting_id)
+    ref = platform_ref(posting.provider, a)
+    same = (
+        select(CrowdCall.status)
+        .join(Assignment, Assignment.id == CrowdCall.assignment_id)
+        .where(
+            CrowdCall.posting_id == posting.id,
+            CrowdCall.kind == "bonus",
+            CrowdCall.amount_cents == call.amount_cents,
+            CrowdCall.id != call.id,
+            ref_column(posting.provider) == ref,
+        )
+    )
+    others = list(session.scalars(same))
+    recorded = others.count("ok")
+    unfinished = sum(1 for status in others if status in ("pending", "retrying", "unknown"))
+    beyond = paid_cents.count(int(call.amount_cents)) - recorded
+    if beyond < 1 + unfinished:
+        raise CrowdServiceError(
+            f"an earlier attempt of this bonus ({call.amount_cents} cents on submission {ref}) "
+            "may have been paid, and "
+            + (
+                "the platform does not list it (yet)"
+                if beyond < 1
+                else "the platform's payments cannot tell it from other unfinished bonuses"
+            )
+            + ": check the submission's bonuses on the platform; if it was not paid, pay it "
+            "as a bonus with another number",
+            409,
+        )

@@ -1,0 +1,481 @@
+"""The ledger of money and standing calls: a `CrowdCall` row with its deterministic token
+is committed before each platform call and its outcome after (`money_call`).
+
+A call's `status`: `pending` (to be made: new, or refused before), `retrying` (an
+earlier attempt may have reached the platform: its outcome is unknown), `ok`, `failed`
+(refused: nothing was done) or `unknown` (the error says it may have been done).
+
+On a panel (Prolific) the platform reviews a participant's *submission*, which the
+assignments of a bundle share (`platform_ref`): approving or rejecting one of them is
+one call for all of them, and a bonus is paid per participant (`n`-th bonus of the
+participant, on their submission).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import func, select, true
+from sqlalchemy.orm import Session
+
+from app.audit.service import Actor, record_by
+from app.crowd.base import (
+    AlreadyDone,
+    CapQualifying,
+    CrowdError,
+    CrowdProvider,
+    PaidBonuses,
+)
+from app.crowd.common import (
+    CALL_KINDS,
+    CHANNEL_OF,
+    CrowdServiceError,
+    SessionFactory,
+    actor_name,
+    platform_ref,
+    posting_parts,
+    ref_column,
+    request_token,
+)
+from app.crowd.guards import check_bonus_paid, check_platform_rules
+from app.db import unit_of_work
+from app.models import (
+    Annotator,
+    Assignment,
+    AssignmentStatus,
+    Channel,
+    CrowdCall,
+    CrowdHit,
+    CrowdPosting,
+    Hit,
+    ReviewStatus,
+    Study,
+    utcnow,
+)
+
+# -- money and standing calls: steps -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    call_id: int | None
+    kind: str
+    made: bool  # the call was made (or finished) now; False: it had been done before
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class _Target:
+    assignment: Assignment | None
+    annotator: Annotator | None
+
+
+def _target(
+    session: Session,
+    posting: CrowdPosting,
+    *,
+    assignment_id: int | None,
+    annotator_id: int | None,
+) -> _Target:
+    assignment = annotator = None
+    if assignment_id is not None:
+        assignment = session.get(Assignment, assignment_id)
+        hit = session.get(Hit, assignment.hit_id) if assignment else None
+        if assignment is None or hit is None or hit.study_id != posting.study_id:
+            raise CrowdServiceError("no such assignment in this study", 404)
+        annotator = session.get(Annotator, assignment.annotator_id)
+    elif annotator_id is not None:
+        annotator = session.get(Annotator, annotator_id)
+        if annotator is None or annotator.study_id != posting.study_id:
+            raise CrowdServiceError("no such annotator in this study", 404)
+    if annotator is not None and (
+        annotator.channel is not CHANNEL_OF[posting.provider] or not annotator.external_id
+    ):
+        raise CrowdServiceError(f"this annotator did not come through {posting.provider}", 409)
+    return _Target(assignment, annotator)
+
+
+def begin_call(
+    session: Session,
+    posting: CrowdPosting,
+    kind: str,
+    *,
+    assignment_id: int | None = None,
+    annotator_id: int | None = None,
+    amount_cents: int | None = None,
+    reason: str | None = None,
+    n: int = 0,
+    category: str | None = None,
+    by: Actor | None = None,
+) -> CrowdCall:
+    """The ledger row for one call, written before the call is made (commit it then).
+
+    The same call (kind, target, `n`) has one deterministic token: a finished (`ok`)
+    call is returned as it is (the caller makes nothing), an unfinished or failed one is
+    made again with its token (`retrying` when the last attempt may have gone through).
+    Bad requests are refused here (4xx) and change nothing; `category` is Prolific's
+    rejection category.
+    """
+    if kind not in CALL_KINDS:
+        raise CrowdServiceError(f"unknown call {kind!r}")
+    target = _target(session, posting, assignment_id=assignment_id, annotator_id=annotator_id)
+    a, worker = target.assignment, target.annotator
+    reason = (reason or "").strip() or None
+    if kind in ("approve", "reject", "bonus"):
+        if a is None:
+            raise CrowdServiceError(f"{kind} needs an assignment")
+        if a.status is not AssignmentStatus.submitted or not platform_ref(posting.provider, a):
+            raise CrowdServiceError(
+                "only a submitted platform assignment can be reviewed"
+                + ("" if posting.provider == "mturk" else " (a panel entry with its session id)"),
+                409,
+            )
+        if a.unverified or (
+            CHANNEL_OF[posting.provider] is Channel.panel and a.review_status is None
+        ):
+            raise CrowdServiceError(
+                "the platform has not confirmed this assignment yet: sync first", 409
+            )
+    if kind == "reject" and not reason:
+        raise CrowdServiceError("a rejection needs feedback for the worker")
+    check_platform_rules(posting, kind, reason, category)
+    if kind == "bonus":
+        if amount_cents is None or not 1 <= amount_cents <= 100_000:
+            raise CrowdServiceError("a bonus is between 1 cent and $1,000")
+        if not reason:
+            raise CrowdServiceError("a bonus needs a reason for the worker")
+    if kind in ("block", "unblock", "qualify") and worker is None:
+        raise CrowdServiceError(f"{kind} needs a worker")
+    if kind == "block" and not reason:
+        raise CrowdServiceError("blocking a worker needs a reason")
+    if n < 0:
+        raise CrowdServiceError("n must be 0 or more")
+
+    done = _done_kinds(session, posting, _sharing(session, posting, a))
+    if kind == "approve" and "reject" in done:
+        raise CrowdServiceError("this assignment was rejected; it is not approved now", 409)
+    if kind == "reject" and "approve" in done:
+        raise CrowdServiceError("this assignment was approved; it cannot be rejected", 409)
+
+    study = session.get(Study, posting.study_id)
+    parts = posting_parts(posting, study)
+    if kind == "bonus" and CHANNEL_OF[posting.provider] is not Channel.mturk:
+        token = request_token(kind, *parts, "participant", worker.external_id, n)
+    elif kind in ("approve", "reject", "bonus"):
+        token = request_token(kind, *parts, platform_ref(posting.provider, a), n)
+    elif kind == "qualify":
+        token = request_token(kind, *parts, worker.external_id, n)
+    else:
+        token = _toggle_token(session, posting, kind, parts, worker)
+    call = session.scalar(select(CrowdCall).where(CrowdCall.request_token == token))
+    if call is not None:
+        if kind == "bonus" and call.amount_cents != amount_cents:
+            whose = "assignment" if posting.provider == "mturk" else "participant"
+            raise CrowdServiceError(
+                f"bonus #{n} of this {whose} is {call.amount_cents} cents "
+                f"({call.status}); a further bonus needs another number",
+                409,
+            )
+        if call.status != "ok":
+            call.status = "pending" if call.status == "failed" else "retrying"
+            call.by = actor_name(by)
+            session.flush()
+        return call
+    call = CrowdCall(
+        posting_id=posting.id,
+        assignment_id=a.id if a else None,
+        annotator_id=worker.id if worker else None,
+        kind=kind,
+        request_token=token,
+        amount_cents=amount_cents,
+        reason=reason,
+        status="pending",
+        by=actor_name(by),
+    )
+    session.add(call)
+    session.flush()
+    return call
+
+
+def bonuses_counted(session: Session, posting: CrowdPosting, a: Assignment) -> int:
+    """Bonus calls in the ledger, whatever their outcome, that number bonuses with this
+    assignment's: its own on MTurk, its participant's on a panel (a bonus is paid per
+    participant there). The next bonus takes this number as its `n`."""
+    query = select(func.count()).where(
+        CrowdCall.posting_id == posting.id, CrowdCall.kind == "bonus"
+    )
+    if CHANNEL_OF[posting.provider] is Channel.mturk:
+        return session.scalar(query.where(CrowdCall.assignment_id == a.id))
+    return session.scalar(query.where(CrowdCall.annotator_id == a.annotator_id))
+
+
+def _sharing(session: Session, posting: CrowdPosting, a: Assignment | None) -> list[Assignment]:
+    """The assignments one platform review covers: `a` alone on MTurk; on a panel every
+    submitted assignment of the participant's submission (a bundle of HITs)."""
+    if a is None:
+        return []
+    ref = platform_ref(posting.provider, a)
+    if CHANNEL_OF[posting.provider] is Channel.mturk or not ref:
+        return [a]
+    return list(
+        session.scalars(
+            select(Assignment)
+            .where(
+                Assignment.annotator_id == a.annotator_id,
+                ref_column(posting.provider) == ref,
+                Assignment.status == AssignmentStatus.submitted,
+            )
+            .order_by(Assignment.id)
+        )
+    ) or [a]
+
+
+def _done_kinds(session: Session, posting: CrowdPosting, sharing: list[Assignment]) -> set[str]:
+    if not sharing:
+        return set()
+    return set(
+        session.scalars(
+            select(CrowdCall.kind).where(
+                CrowdCall.posting_id == posting.id,
+                CrowdCall.assignment_id.in_([a.id for a in sharing]),
+                CrowdCall.status == "ok",
+            )
+        )
+    )
+
+
+def _toggle_token(
+    session: Session, posting: CrowdPosting, kind: str, parts: tuple, worker: Annotator | None
+) -> str:
+    """Block, unblock and expire may be repeated in turns (block, unblock, block): the
+    n-th of its kind gets the n-th token; an unfinished one is taken up again, and one
+    that would repeat the last finished state is the same call (a no-op)."""
+    target = worker.external_id if worker is not None else "posting"
+    calls = session.execute(
+        select(CrowdCall.kind, CrowdCall.status, CrowdCall.request_token)
+        .where(
+            CrowdCall.posting_id == posting.id,
+            CrowdCall.kind.in_(("block", "unblock") if worker is not None else (kind,)),
+            (CrowdCall.annotator_id == worker.id) if worker is not None else true(),
+        )
+        .order_by(CrowdCall.id)
+    ).all()
+    mine = [c for c in calls if c.kind == kind]
+    unfinished = [c for c in mine if c.status != "ok"]
+    if unfinished:
+        return unfinished[-1].request_token
+    finished = [c for c in calls if c.status == "ok"]
+    if kind != "expire" and finished and finished[-1].kind == kind:
+        return finished[-1].request_token
+    return request_token(kind, *parts, target, len(mine))
+
+
+def finish_call(session: Session, call_id: int, *, by: Actor | None, already: bool) -> None:
+    """The call succeeded (or the platform says it was done before): its outcome on the
+    assignment or annotator, and in the audit log. Runs once per call."""
+    call = session.get(CrowdCall, call_id)
+    assert call is not None
+    if call.status == "ok":
+        return
+    call.status = "ok"
+    call.error = None
+    call.finished_at = now = utcnow()
+    a = session.get(Assignment, call.assignment_id) if call.assignment_id else None
+    worker = session.get(Annotator, call.annotator_id) if call.annotator_id else None
+    posting = session.get(CrowdPosting, call.posting_id)
+    if call.kind in ("approve", "reject") and a is not None:
+        for each in _sharing(session, posting, a):
+            each.review_status = (
+                ReviewStatus.approved if call.kind == "approve" else ReviewStatus.rejected
+            )
+            each.reviewed_at = now
+            each.review_error = None
+    elif call.kind == "bonus" and a is not None:
+        a.bonus_cents = (a.bonus_cents or 0) + int(call.amount_cents or 0)
+        a.review_error = None if a.review_status is not ReviewStatus.failed else a.review_error
+    elif call.kind in ("block", "unblock") and worker is not None:
+        from app.annotation import admin
+
+        if call.kind == "block":
+            admin.block(session, worker, reason=call.reason or "", exclude_past=worker.exclude_past)
+        else:
+            admin.unblock(session, worker)
+    elif call.kind == "expire":
+        for row in session.scalars(
+            select(CrowdHit).where(
+                CrowdHit.posting_id == call.posting_id, CrowdHit.status == "published"
+            )
+        ):
+            row.status = "expired"
+        posting.status = "expired"
+    session.flush()
+    _audit(session, call, posting, by, "already done" if already else "ok")
+
+
+def fail_call(session: Session, call_id: int, error: CrowdError, *, by: Actor | None) -> None:
+    """The call failed: the error on the call and on the assignment, and in the audit log.
+    An approval or rejection that failed leaves the assignment (its whole submission on a
+    panel) `failed` (so it shows); a failed bonus keeps the review status and records the
+    error. An error that may have taken effect leaves the call `unknown`."""
+    call = session.get(CrowdCall, call_id)
+    assert call is not None
+    posting = session.get(CrowdPosting, call.posting_id)
+    message = str(error)[:4000]
+    call.status = "unknown" if error.maybe_done else "failed"
+    call.error = message
+    call.finished_at = utcnow()
+    a = session.get(Assignment, call.assignment_id) if call.assignment_id else None
+    for each in _sharing(session, posting, a) if call.kind in ("approve", "reject") else [a]:
+        if each is None:
+            continue
+        if call.kind in ("approve", "reject"):
+            each.review_status = ReviewStatus.failed
+        each.review_error = f"{call.kind}: {message}"[:4000]
+    session.flush()
+    _audit(session, call, posting, by, call.status, message)
+
+
+def _audit(
+    session: Session,
+    call: CrowdCall,
+    posting: CrowdPosting,
+    by: Actor | None,
+    outcome: str,
+    error: str | None = None,
+) -> None:
+    a = session.get(Assignment, call.assignment_id) if call.assignment_id else None
+    worker = session.get(Annotator, call.annotator_id) if call.annotator_id else None
+    detail: dict[str, Any] = {
+        "provider": posting.provider,
+        "environment": posting.environment,
+        "outcome": outcome,
+        "request_token": call.request_token,
+    }
+    if a is not None:
+        detail["assignment"] = a.public_id
+        if posting.provider == "mturk":
+            detail["external_assignment_id"] = a.external_assignment_id
+        else:
+            detail["submission"] = platform_ref(posting.provider, a)
+    if worker is not None:
+        detail["worker"] = worker.external_id
+    if call.amount_cents is not None:
+        detail["amount_cents"] = call.amount_cents
+    if error:
+        detail["error"] = error[:500]
+    # Money calls are audited whoever makes them (a scheduled sync's qualification too).
+    record_by(
+        session,
+        by or "system",
+        f"crowd_{call.kind}",
+        study=session.get(Study, posting.study_id),
+        **detail,
+    )
+
+
+# -- money and standing calls: drivers -----------------------------------------------------
+
+
+def money_call(
+    make_session: SessionFactory,
+    provider: CrowdProvider,
+    posting_id: int,
+    kind: str,
+    *,
+    assignment_id: int | None = None,
+    annotator_id: int | None = None,
+    amount_cents: int | None = None,
+    reason: str | None = None,
+    n: int = 0,
+    category: str | None = None,
+    by: Actor | None,
+) -> CallOutcome:
+    """One ledgered call: its row committed first, the call, its outcome committed after.
+
+    A call already finished is not made again (`made=False`). The platform's "already
+    done" (an approval MTurk shows, a bonus token it has seen) finishes the call as a
+    success. Any other failure is recorded on the call and the assignment, then raised.
+
+    A bonus on a platform without an idempotency key for it (Prolific, `PaidBonuses`)
+    whose earlier attempt may have been paid (`retrying`) is not paid again: it is
+    finished as done when the platform lists it, else refused (409) for a manual check.
+    """
+    with unit_of_work(make_session) as session:
+        posting = session.get(CrowdPosting, posting_id)
+        if posting is None:
+            raise CrowdServiceError("no such posting", 404)
+        call = begin_call(
+            session,
+            posting,
+            kind,
+            assignment_id=assignment_id,
+            annotator_id=annotator_id,
+            amount_cents=amount_cents,
+            reason=reason,
+            n=n,
+            category=category,
+            by=by,
+        )
+        if call.status == "ok":
+            return CallOutcome(call.id, kind, made=False, detail="already done")
+        call_id, token, retrying = call.id, call.request_token, call.status == "retrying"
+        assignment = session.get(Assignment, call.assignment_id) if call.assignment_id else None
+        worker = session.get(Annotator, call.annotator_id) if call.annotator_id else None
+        external_assignment = platform_ref(posting.provider, assignment) if assignment else None
+        if assignment is not None and worker is None:
+            worker = session.get(Annotator, assignment.annotator_id)
+        worker_id = worker.external_id if worker else None
+        units = list(
+            session.scalars(
+                select(CrowdHit.external_hit_id).where(
+                    CrowdHit.posting_id == posting.id,
+                    CrowdHit.status == "published",
+                    CrowdHit.external_hit_id.is_not(None),
+                )
+            )
+        )
+        external_id = posting.external_id or ""
+        cap_id = posting.settings.get("cap_qualification_id")
+    if kind == "bonus" and retrying and isinstance(provider, PaidBonuses):
+        paid = provider.submission_bonuses_cents(external_assignment)
+        with unit_of_work(make_session) as session:
+            check_bonus_paid(session, call_id, paid)
+            finish_call(session, call_id, by=by, already=True)
+        return CallOutcome(call_id, kind, made=True, detail="already done")
+    already = False
+    try:
+        if kind == "approve":
+            provider.approve(external_assignment, feedback=reason)
+        elif kind == "reject":
+            if category is not None:  # Prolific's; refused for other platforms before
+                provider.reject(external_assignment, feedback=reason or "", category=category)
+            else:
+                provider.reject(external_assignment, feedback=reason or "")
+        elif kind == "bonus":
+            provider.bonus(
+                worker_id,
+                external_assignment,
+                int(amount_cents),
+                reason=reason or "",
+                request_token=token,
+            )
+        elif kind == "block":
+            provider.block(worker_id, reason=reason or "")
+        elif kind == "unblock":
+            provider.unblock(worker_id, reason=reason or "")
+        elif kind == "qualify":
+            if not (cap_id and isinstance(provider, CapQualifying)):
+                raise CrowdError("this posting has no cap qualification")
+            provider.grant_cap(cap_id, worker_id)
+        elif kind == "expire":
+            provider.expire(external_id, units)
+    except AlreadyDone:
+        already = True
+    except CrowdError as exc:
+        with unit_of_work(make_session) as session:
+            fail_call(session, call_id, exc, by=by)
+        raise
+    with unit_of_work(make_session) as session:
+        finish_call(session, call_id, by=by, already=already)
+    return CallOutcome(call_id, kind, made=True, detail="already done" if already else "ok")

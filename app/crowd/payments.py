@@ -1,0 +1,389 @@
+"""Reviewing and paying: approve, reject, bonus, block, unblock, expire, balance, and the
+bulk approval with its preview. Every call goes through the ledger (`money_call`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.audit.service import Actor
+from app.config import Settings
+from app.crowd.base import (
+    CrowdProvider,
+)
+from app.crowd.common import (
+    CHANNEL_OF,
+    CrowdServiceError,
+    RateLimiter,
+    SessionFactory,
+    platform_ref,
+    posting_id_of,
+    ref_column,
+    require_posting,
+    study_named,
+)
+from app.crowd.ledger import CallOutcome, money_call
+from app.db import unit_of_work
+from app.models import (
+    Annotator,
+    Assignment,
+    AssignmentStatus,
+    Channel,
+    CrowdHit,
+    CrowdPosting,
+    Hit,
+    ReviewStatus,
+    Study,
+)
+
+
+def _assignment_id(make_session: SessionFactory, slug: str, ref: str) -> int:
+    """An assignment of the study by our public id or the platform's id for it: MTurk's
+    assignment id, or a panel submission's id (its first assignment, for a bundle)."""
+    with unit_of_work(make_session) as session:
+        study = study_named(session, slug)
+        found = session.scalar(
+            select(Assignment.id)
+            .join(Hit, Hit.id == Assignment.hit_id)
+            .where(
+                Hit.study_id == study.id,
+                (Assignment.public_id == ref)
+                | (Assignment.external_assignment_id == ref)
+                | (Assignment.external_session_id == ref),
+            )
+            .order_by(Assignment.id)
+            .limit(1)
+        )
+        if found is None:
+            raise CrowdServiceError(f"no assignment {ref!r} in study {slug!r}", 404)
+        return found
+
+
+def _annotator_id(
+    make_session: SessionFactory, slug: str, provider: CrowdProvider, ref: str
+) -> int:
+    """A platform worker of the study by the platform's worker id."""
+    with unit_of_work(make_session) as session:
+        study = study_named(session, slug)
+        found = session.scalar(
+            select(Annotator.id).where(
+                Annotator.study_id == study.id,
+                Annotator.channel == CHANNEL_OF[provider.name],
+                Annotator.external_id == ref,
+            )
+        )
+        if found is None:
+            raise CrowdServiceError(f"no {provider.name} worker {ref!r} in study {slug!r}", 404)
+        return found
+
+
+def approve(
+    make_session: SessionFactory,
+    slug: str,
+    provider: CrowdProvider,
+    assignment: str,
+    *,
+    feedback: str | None = None,
+    by: Actor | None,
+) -> CallOutcome:
+    """Approve one assignment (our public id or the platform's id); a second is a no-op."""
+    return money_call(
+        make_session,
+        provider,
+        posting_id_of(make_session, slug, provider),
+        "approve",
+        assignment_id=_assignment_id(make_session, slug, assignment),
+        reason=feedback,
+        by=by,
+    )
+
+
+def reject(
+    make_session: SessionFactory,
+    slug: str,
+    provider: CrowdProvider,
+    assignment: str,
+    *,
+    feedback: str,
+    category: str | None = None,
+    by: Actor | None,
+) -> CallOutcome:
+    """Reject one assignment with the feedback the worker reads (required); on Prolific
+    its whole submission, with a rejection `category` (default OTHER)."""
+    return money_call(
+        make_session,
+        provider,
+        posting_id_of(make_session, slug, provider),
+        "reject",
+        assignment_id=_assignment_id(make_session, slug, assignment),
+        reason=feedback,
+        category=category,
+        by=by,
+    )
+
+
+def bonus(
+    make_session: SessionFactory,
+    slug: str,
+    provider: CrowdProvider,
+    assignment: str,
+    amount_cents: int,
+    *,
+    reason: str,
+    n: int = 0,
+    by: Actor | None,
+) -> CallOutcome:
+    """Pay the `n`-th bonus (0: the first) of one assignment, once, whatever retries."""
+    return money_call(
+        make_session,
+        provider,
+        posting_id_of(make_session, slug, provider),
+        "bonus",
+        assignment_id=_assignment_id(make_session, slug, assignment),
+        amount_cents=amount_cents,
+        reason=reason,
+        n=n,
+        by=by,
+    )
+
+
+def block(
+    make_session: SessionFactory,
+    slug: str,
+    provider: CrowdProvider,
+    worker: str,
+    *,
+    reason: str,
+    by: Actor | None,
+) -> CallOutcome:
+    """Block a worker on the platform and here (their future work stops)."""
+    return money_call(
+        make_session,
+        provider,
+        posting_id_of(make_session, slug, provider),
+        "block",
+        annotator_id=_annotator_id(make_session, slug, provider, worker),
+        reason=reason,
+        by=by,
+    )
+
+
+def unblock(
+    make_session: SessionFactory,
+    slug: str,
+    provider: CrowdProvider,
+    worker: str,
+    *,
+    reason: str = "",
+    by: Actor | None,
+) -> CallOutcome:
+    """Lift a block, on the platform and here."""
+    return money_call(
+        make_session,
+        provider,
+        posting_id_of(make_session, slug, provider),
+        "unblock",
+        annotator_id=_annotator_id(make_session, slug, provider, worker),
+        reason=reason,
+        by=by,
+    )
+
+
+def expire(
+    make_session: SessionFactory, slug: str, provider: CrowdProvider, *, by: Actor | None
+) -> CallOutcome:
+    """Expire every published unit of the posting: no new work is accepted. Nothing left
+    to expire (all expired already): a no-op."""
+    posting_id = posting_id_of(make_session, slug, provider)
+    with unit_of_work(make_session) as session:
+        live = session.scalar(
+            select(func.count()).where(
+                CrowdHit.posting_id == posting_id, CrowdHit.status == "published"
+            )
+        )
+    if not live:
+        return CallOutcome(None, "expire", made=False, detail="nothing to expire")
+    return money_call(make_session, provider, posting_id, "expire", by=by)
+
+
+def balance(provider: CrowdProvider) -> int | None:
+    """The platform account's available balance in cents (None: the platform has none)."""
+    return provider.balance_cents()
+
+
+# -- bulk review ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReviewItem:
+    assignment_id: int
+    public_id: str
+    external_assignment_id: str
+    worker: str
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass
+class ReviewPlan:
+    """Who a bulk approval would approve, and (with the exclusion rules) reject, and why."""
+
+    approve: list[ReviewItem] = field(default_factory=list)
+    reject: list[ReviewItem] = field(default_factory=list)
+    unconfirmed: int = 0  # submitted but not yet confirmed by the platform: sync first
+    exclusions_applied: bool = False
+
+
+def review_plan(
+    session: Session, study: Study, posting: CrowdPosting, *, apply_exclusions: bool
+) -> ReviewPlan:
+    """The preview of a bulk approval: every confirmed, unreviewed platform assignment
+    (on a panel one item per submission, which covers its bundle of assignments).
+
+    With `apply_exclusions`, assignments of annotators that the study's pre-declared
+    rules drop whole are to be rejected: `blocked` (blocked with their past work
+    excluded) and `attention_min_accuracy` (attention accuracy on confirmed work below
+    the threshold, as the results compute it). Rules on single judgments (`too_fast`)
+    and the late-work flags reject nothing: the worker did the assignment.
+    """
+    plan = ReviewPlan(exclusions_applied=apply_exclusions)
+    rows = session.execute(
+        select(Assignment, Annotator)
+        .join(Annotator, Annotator.id == Assignment.annotator_id)
+        .join(Hit, Hit.id == Assignment.hit_id)
+        .where(
+            Hit.study_id == study.id,
+            Annotator.channel == CHANNEL_OF[posting.provider],
+            Assignment.status == AssignmentStatus.submitted,
+            ref_column(posting.provider).is_not(None),
+            (Assignment.review_status.is_(None))
+            | Assignment.review_status.in_((ReviewStatus.pending, ReviewStatus.failed)),
+        )
+        .order_by(Assignment.id)
+    ).all()
+    dropped = _excluded_annotators(session, study) if apply_exclusions else {}
+    panel = CHANNEL_OF[posting.provider] is Channel.panel
+    seen: set[str] = set()
+    for assignment, annotator in rows:
+        ref = platform_ref(posting.provider, assignment)
+        if ref in seen:
+            continue
+        seen.add(ref)
+        # A panel submission is handed in once the platform lists it (a sync).
+        if assignment.unverified or (panel and assignment.review_status is None):
+            plan.unconfirmed += 1
+            continue
+        item = ReviewItem(
+            assignment.id,
+            assignment.public_id,
+            ref,
+            annotator.external_id or "",
+            tuple(dropped.get(annotator.id, ())),
+        )
+        (plan.reject if item.reasons else plan.approve).append(item)
+    return plan
+
+
+def _excluded_annotators(session: Session, study: Study) -> dict[int, list[str]]:
+    from app.results.exclusions import DEFAULT_RULES, attention_accuracy
+    from app.results.queries import FLAG_UNVERIFIED, load_judgments
+
+    rules = {**DEFAULT_RULES, **(study.exclusions or {})}
+    out: dict[int, list[str]] = {}
+    if rules.get("blocked"):
+        for annotator_id in session.scalars(
+            select(Annotator.id).where(
+                Annotator.study_id == study.id,
+                Annotator.blocked.is_(True),
+                Annotator.exclude_past.is_(True),
+            )
+        ):
+            out.setdefault(annotator_id, []).append("blocked, past work excluded")
+    threshold = rules.get("attention_min_accuracy")
+    if threshold is not None:
+        j = load_judgments(session, study)
+        ids, accuracy = attention_accuracy(j, among=~j.flagged(FLAG_UNVERIFIED))
+        for annotator_id, acc in zip(ids.tolist(), accuracy.tolist(), strict=True):
+            if acc < float(threshold):
+                out.setdefault(int(annotator_id), []).append(
+                    f"attention items {acc:.0%} correct (< {float(threshold):.0%})"
+                )
+    return out
+
+
+@dataclass
+class BulkReport:
+    approved: int = 0
+    rejected: int = 0
+    already: int = 0
+    plan: ReviewPlan | None = None
+
+
+def preview_approve_all(
+    make_session: SessionFactory, slug: str, provider: CrowdProvider, *, apply_exclusions: bool
+) -> ReviewPlan:
+    """The preview a bulk approval shows first (who is approved, who rejected and why)."""
+    with unit_of_work(make_session) as session:
+        study = study_named(session, slug)
+        return review_plan(
+            session,
+            study,
+            require_posting(session, study, provider),
+            apply_exclusions=apply_exclusions,
+        )
+
+
+def approve_all(
+    make_session: SessionFactory,
+    settings: Settings,
+    slug: str,
+    provider: CrowdProvider,
+    *,
+    apply_exclusions: bool = False,
+    reject_feedback: str | None = None,
+    reject_category: str | None = None,
+    rejections_seen: Collection[str] | None = None,
+    feedback: str | None = None,
+    by: Actor | None,
+    limiter: RateLimiter | None = None,
+) -> BulkReport:
+    """Approve every confirmed, unreviewed assignment; with `apply_exclusions`, reject
+    those the rules drop instead. The rejections must be the ones the preview showed
+    (`rejections_seen`: their public ids), or nothing is done (409): the plan changed.
+    Each call is ledgered and paced; the first failure stops the run and is raised."""
+    plan = preview_approve_all(make_session, slug, provider, apply_exclusions=apply_exclusions)
+    if plan.reject:
+        if rejections_seen is None or set(rejections_seen) != {i.public_id for i in plan.reject}:
+            raise CrowdServiceError(
+                "the assignments to reject are not those of the preview; preview again", 409
+            )
+        if not (reject_feedback or "").strip():
+            raise CrowdServiceError("rejections need feedback for the workers")
+    posting_id = posting_id_of(make_session, slug, provider)
+    limiter = limiter or RateLimiter(settings.crowd_calls_per_second)
+    report = BulkReport(plan=plan)
+    counts: Counter[str] = Counter()
+    for kind, items in (("reject", plan.reject), ("approve", plan.approve)):
+        for item in items:
+            limiter.wait()
+            outcome = money_call(
+                make_session,
+                provider,
+                posting_id,
+                kind,
+                assignment_id=item.assignment_id,
+                reason=reject_feedback if kind == "reject" else feedback,
+                category=reject_category if kind == "reject" else None,
+                by=by,
+            )
+            counts[kind if outcome.made else "already"] += 1
+    report.approved, report.rejected, report.already = (
+        counts["approve"],
+        counts["reject"],
+        counts["already"],
+    )
+    return report

@@ -1,0 +1,440 @@
+"""Syncing a posting: list the platform's submissions, reconcile them with ours (recover
+and flag what we never stored), give the cap qualification.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.audit.service import Actor, record_by
+from app.config import Settings
+from app.crowd.base import (
+    CapQualifying,
+    CrowdError,
+    CrowdProvider,
+    PlatformSubmission,
+)
+from app.crowd.common import (
+    CHANNEL_OF,
+    RateLimiter,
+    SessionFactory,
+    require_posting,
+    study_named,
+)
+from app.crowd.ledger import money_call
+from app.db import unit_of_work
+from app.models import (
+    Annotator,
+    Assignment,
+    AssignmentStatus,
+    Channel,
+    CrowdCall,
+    CrowdHit,
+    CrowdPosting,
+    Hit,
+    ReviewStatus,
+    Study,
+    utcnow,
+)
+
+log = logging.getLogger(__name__)
+
+# The platform's review of an assignment, in our words.
+REVIEW_OF = {
+    "Approved": ReviewStatus.approved,
+    "Rejected": ReviewStatus.rejected,
+    "Submitted": ReviewStatus.pending,
+    # Prolific's submission statuses.
+    "APPROVED": ReviewStatus.approved,
+    "REJECTED": ReviewStatus.rejected,
+    "AWAITING REVIEW": ReviewStatus.pending,
+}
+# Prolific submissions that end without a review: the participant left (our copy of what
+# they did is kept, and counts, but the platform pays nothing for it).
+_UNREVIEWABLE = {"RETURNED", "TIMED-OUT", "SCREENED-OUT"}
+_ID_IN_CHUNK = 500  # ids per IN (...) list
+
+# -- sync ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecoveredSubmission:
+    """An MTurk submission we never stored, with the answers its XML carries."""
+
+    external_worker_id: str
+    external_assignment_id: str
+    external_hit_id: str | None
+    assignment_public_id: str  # ours, from the form's hidden `assignment` field
+    answers: dict[int, int]  # position -> screen slot (never a rank or a kind)
+
+
+@dataclass(frozen=True)
+class Flagged:
+    external_assignment_id: str
+    external_worker_id: str
+    status: str
+    reason: str
+    recovered: bool = False
+
+
+@dataclass
+class SyncReport:
+    listed: int = 0  # submissions the platform listed
+    confirmed: int = 0  # our assignments confirmed now (no longer unverified)
+    reviewed: int = 0  # review statuses taken from the platform
+    flagged: list[Flagged] = field(default_factory=list)
+    recovered: int = 0
+    at_cap: list[int] = field(default_factory=list)  # annotators to give the cap qualification
+    qualified: int = 0
+
+
+_ANSWER_FIELD = re.compile(r"o(\d{1,3})")
+_PUBLIC_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def recovered_answers(sub: PlatformSubmission) -> RecoveredSubmission | None:
+    """The answers a submission's XML carries (`assignment` = our assignment's public id,
+    `o{pos}` = the screen slot chosen), strictly parsed: they come from the worker's
+    browser. None when it carries none or anything does not parse."""
+    fields = sub.answers or {}
+    public_id = fields.get("assignment", "")
+    if not _PUBLIC_ID.fullmatch(public_id):
+        return None
+    answers: dict[int, int] = {}
+    for name, value in fields.items():
+        match = _ANSWER_FIELD.fullmatch(name)
+        if match is None:
+            continue
+        if not (value.isascii() and value.isdigit() and len(value) <= 2):
+            return None
+        answers[int(match.group(1))] = int(value)
+    if not answers:
+        return None
+    return RecoveredSubmission(
+        external_worker_id=sub.external_worker_id,
+        external_assignment_id=sub.external_assignment_id,
+        external_hit_id=sub.external_hit_id,
+        assignment_public_id=public_id,
+        answers=answers,
+    )
+
+
+def store_recovered_submission(
+    session: Session, study: Study, recovered: RecoveredSubmission
+) -> Assignment | None:
+    """Store a recovered submission through the annotation submission code; the
+    assignment, or None when it cannot be stored (no such lease of this worker, a lease
+    of another MTurk assignment, answers that do not fit the HIT).
+
+    The one place the crowd service stores judgments. It needs from the submission
+    module: the worker's annotator, locked (`crowd_annotator`), and `submit(session,
+    annotator, public_id, answers, client_ms)` with its rules (d from the stored screen
+    order, late and cap flags, a repeat stores nothing twice).
+    """
+    from app.annotation.errors import AnnotationError
+    from app.annotation.identities import crowd_annotator
+    from app.annotation.submissions import submit
+
+    try:
+        annotator = crowd_annotator(session, study, Channel.mturk, recovered.external_worker_id)
+    except AnnotationError:
+        return None
+    lease = session.scalar(
+        select(Assignment).where(
+            Assignment.public_id == recovered.assignment_public_id,
+            Assignment.annotator_id == annotator.id,
+        )
+    )
+    if lease is None or lease.external_assignment_id not in (
+        None,
+        recovered.external_assignment_id,
+    ):
+        return None
+    try:
+        result = submit(session, annotator, recovered.assignment_public_id, recovered.answers, {})
+    except AnnotationError:
+        return None
+    # submit() writes with Core statements: reload the lease read above.
+    return session.get(Assignment, result.assignment.id, populate_existing=True)
+
+
+def reconcile(
+    session: Session,
+    posting: CrowdPosting,
+    submissions: Iterable[PlatformSubmission],
+    *,
+    by: Actor | None = None,
+) -> SyncReport:
+    """Match the platform's submissions with our assignments (`external_assignment_id`;
+    on a panel `external_session_id`: see `_reconcile_panel`).
+
+    Ours is the source of truth for answers; the platform's for whether the work was
+    done and how it was reviewed. A confirmed assignment clears `unverified` (MTurk work
+    counts once confirmed through the API) and takes the platform's review status. A
+    submission we never stored is flagged (reported and audited) and, when its answer
+    XML carries our assignment id and the chosen slots, stored through the submission
+    code (`store_recovered_submission`). Workers who reached the cap are listed for the
+    cap qualification.
+    """
+    study = session.get(Study, posting.study_id)
+    assert study is not None
+    subs = list(submissions)
+    report = SyncReport(listed=len(subs))
+    now = utcnow()
+    if CHANNEL_OF[posting.provider] is Channel.panel:
+        _reconcile_panel(session, study, posting, subs, report, now, by)
+        return _finish(session, study, posting, report, now)
+    ids = [s.external_assignment_id for s in subs]
+    ours: dict[str, tuple[Assignment, str | None]] = {}
+    for start in range(0, len(ids), _ID_IN_CHUNK):
+        rows = session.execute(
+            select(Assignment, Annotator.external_id)
+            .join(Annotator, Annotator.id == Assignment.annotator_id)
+            .join(Hit, Hit.id == Assignment.hit_id)
+            .where(
+                Hit.study_id == study.id,
+                Assignment.external_assignment_id.in_(ids[start : start + _ID_IN_CHUNK]),
+            )
+        ).all()
+        ours.update({a.external_assignment_id: (a, worker) for a, worker in rows})
+    for sub in subs:
+        found = ours.get(sub.external_assignment_id)
+        if found is not None and found[1] != sub.external_worker_id:
+            _flag(session, report, study, posting, sub, "another worker holds this assignment", by)
+            continue
+        assignment = found[0] if found else None
+        if assignment is None or assignment.status is not AssignmentStatus.submitted:
+            reason = "never stored" if assignment is None else "stored lease never submitted"
+            recovered = recovered_answers(sub)
+            stored = store_recovered_submission(session, study, recovered) if recovered else None
+            _flag(
+                session,
+                report,
+                study,
+                posting,
+                sub,
+                reason + ("" if recovered else "; its answers are not in the XML"),
+                by,
+                recovered=stored is not None,
+            )
+            if stored is None:
+                continue
+            report.recovered += 1
+            assignment = stored
+            assignment.external_assignment_id = sub.external_assignment_id
+        if assignment.unverified:
+            assignment.unverified = False
+            report.confirmed += 1
+        if assignment.external_hit_id is None and sub.external_hit_id:
+            assignment.external_hit_id = sub.external_hit_id
+        _take_review(assignment, sub.status, report, now)
+    return _finish(session, study, posting, report, now)
+
+
+def _take_review(assignment: Assignment, status: str, report: SyncReport, now: datetime) -> None:
+    """The platform's review of the work, ours now (a handed-in one becomes `pending`)."""
+    review = REVIEW_OF.get(status)
+    if review is ReviewStatus.pending:
+        if assignment.review_status is None:
+            assignment.review_status = review
+    elif review is not None and assignment.review_status is not review:
+        assignment.review_status = review
+        assignment.reviewed_at = assignment.reviewed_at or now
+        report.reviewed += 1
+
+
+def _finish(
+    session: Session, study: Study, posting: CrowdPosting, report: SyncReport, now: datetime
+) -> SyncReport:
+    session.flush()
+    report.at_cap = _at_cap(session, study, posting)
+    posting.synced_at = now
+    session.flush()
+    return report
+
+
+def _reconcile_panel(
+    session: Session,
+    study: Study,
+    posting: CrowdPosting,
+    subs: list[PlatformSubmission],
+    report: SyncReport,
+    now: datetime,
+    by: Actor | None,
+) -> None:
+    """A panel submission is a participant's whole visit: every assignment they submitted
+    under its session id (`external_session_id`, from the entry URL; a bundle of HITs
+    shares one). A panel holds no answers, so a submission without stored work is flagged
+    only; one that ended without a review (returned, timed out) is flagged too."""
+    ids = [s.external_assignment_id for s in subs]
+    ours: dict[str, list[tuple[Assignment, str | None]]] = {}
+    for start in range(0, len(ids), _ID_IN_CHUNK):
+        rows = session.execute(
+            select(Assignment, Annotator.external_id)
+            .join(Annotator, Annotator.id == Assignment.annotator_id)
+            .join(Hit, Hit.id == Assignment.hit_id)
+            .where(
+                Hit.study_id == study.id,
+                Annotator.channel == Channel.panel,
+                Assignment.status == AssignmentStatus.submitted,
+                Assignment.external_session_id.in_(ids[start : start + _ID_IN_CHUNK]),
+            )
+            .order_by(Assignment.id)
+        ).all()
+        for a, worker in rows:
+            ours.setdefault(a.external_session_id, []).append((a, worker))
+    for sub in subs:
+        found = ours.get(sub.external_assignment_id, [])
+        mine = [a for a, worker in found if worker == sub.external_worker_id]
+        reason = None
+        if found and not mine:
+            reason = "another participant holds this session"
+        elif not mine:
+            reason = "never stored (a panel keeps no answers)"
+        elif sub.status in _UNREVIEWABLE:
+            reason = (
+                f"work stored, but the submission is {sub.status} on the panel: it cannot be "
+                "reviewed or paid there"
+            )
+        if reason is not None:
+            _flag(session, report, study, posting, sub, reason, by)
+            continue
+        for assignment in mine:
+            if assignment.review_status is None and sub.status in REVIEW_OF:
+                report.confirmed += 1
+            _take_review(assignment, sub.status, report, now)
+
+
+def _flag(
+    session: Session,
+    report: SyncReport,
+    study: Study,
+    posting: CrowdPosting,
+    sub: PlatformSubmission,
+    reason: str,
+    by: Actor | None,
+    *,
+    recovered: bool = False,
+) -> None:
+    report.flagged.append(
+        Flagged(sub.external_assignment_id, sub.external_worker_id, sub.status, reason, recovered)
+    )
+    log.warning(
+        "%s submission %s of worker %s: %s",
+        posting.provider,
+        sub.external_assignment_id,
+        sub.external_worker_id,
+        reason,
+    )
+    # Recorded whoever runs the sync (a scheduled one included): a lost submission is news.
+    record_by(
+        session,
+        by or "sync",
+        "crowd_submission_flagged",
+        study=study,
+        provider=posting.provider,
+        environment=posting.environment,
+        external_assignment_id=sub.external_assignment_id,
+        worker=sub.external_worker_id,
+        external_hit_id=sub.external_hit_id,
+        platform_status=sub.status,
+        reason=reason,
+        recovered=recovered,
+    )
+
+
+def _at_cap(session: Session, study: Study, posting: CrowdPosting) -> list[int]:
+    """The platform's workers whose submitted HITs reached their cap and who were not
+    given the cap qualification yet."""
+    channel = CHANNEL_OF[posting.provider]
+    done = (
+        select(Assignment.annotator_id, func.count().label("n"))
+        .join(Hit, Hit.id == Assignment.hit_id)
+        .where(Hit.study_id == study.id, Assignment.status == AssignmentStatus.submitted)
+        .group_by(Assignment.annotator_id)
+        .subquery()
+    )
+    qualified = select(CrowdCall.annotator_id).where(
+        CrowdCall.posting_id == posting.id,
+        CrowdCall.kind == "qualify",
+        CrowdCall.status == "ok",
+        CrowdCall.annotator_id.is_not(None),
+    )
+    cap = func.coalesce(Annotator.hit_cap, study.per_annotator_cap)
+    return list(
+        session.scalars(
+            select(Annotator.id)
+            .join(done, done.c.annotator_id == Annotator.id)
+            .where(
+                Annotator.study_id == study.id,
+                Annotator.channel == channel,
+                Annotator.external_id.is_not(None),
+                done.c.n >= cap,
+                Annotator.id.not_in(qualified),
+            )
+            .order_by(Annotator.id)
+        )
+    )
+
+
+def sync(
+    make_session: SessionFactory,
+    settings: Settings,
+    slug: str,
+    provider: CrowdProvider,
+    *,
+    by: Actor | None,
+    limiter: RateLimiter | None = None,
+) -> SyncReport:
+    """List every submission of the study's published units and reconcile them (one unit
+    of work), then give the cap qualification to workers at the cap (one ledgered call
+    each)."""
+    with unit_of_work(make_session) as session:
+        study = study_named(session, slug)
+        posting = require_posting(session, study, provider)
+        posting_id, external_id = posting.id, posting.external_id
+        unit_ids = list(
+            session.scalars(
+                select(CrowdHit.external_hit_id)
+                .where(CrowdHit.posting_id == posting.id, CrowdHit.external_hit_id.is_not(None))
+                .order_by(CrowdHit.id)
+            )
+        )
+        cap_id = posting.settings.get("cap_qualification_id")
+    try:
+        submissions = list(provider.submissions(external_id or "", unit_ids))
+    except CrowdError as exc:
+        with unit_of_work(make_session) as session:
+            session.get(CrowdPosting, posting_id).error = f"sync: {exc}"[:4000]
+        raise
+    with unit_of_work(make_session) as session:
+        posting = session.get(CrowdPosting, posting_id)
+        report = reconcile(session, posting, submissions, by=by)
+        record_by(
+            session,
+            by,
+            "crowd_synced",
+            study=session.get(Study, posting.study_id),
+            provider=posting.provider,
+            environment=posting.environment,
+            listed=report.listed,
+            confirmed=report.confirmed,
+            flagged=len(report.flagged),
+            recovered=report.recovered,
+        )
+    if cap_id and isinstance(provider, CapQualifying):
+        limiter = limiter or RateLimiter(settings.crowd_calls_per_second)
+        for annotator_id in report.at_cap:
+            limiter.wait()
+            outcome = money_call(
+                make_session, provider, posting_id, "qualify", annotator_id=annotator_id, by=by
+            )
+            report.qualified += outcome.made
+    return report
