@@ -34,6 +34,7 @@ from app.web import (
     api_docs,
     dashboard,
     dashboard_annotators,
+    dashboard_crowd,
     dashboard_results,
     dashboard_studies,
     dashboard_users,
@@ -131,6 +132,7 @@ def create_app(settings: Settings | None = None, *, bind: Connection | None = No
     app.include_router(dashboard_users.router)
     app.include_router(dashboard_studies.router)
     app.include_router(dashboard_annotators.router)
+    app.include_router(dashboard_crowd.router)
     app.include_router(dashboard_results.router)
     app.add_exception_handler(AnnotationError, annotate.annotation_error)
     _install_error_handlers(app)

@@ -130,6 +130,31 @@ EXPECTED: dict[tuple[str, str], dict[str, int] | str] = {
     ("POST", "/dashboard/studies/{slug}/cap"): STUDY_MANAGE,
     ("GET", "/dashboard/studies/{slug}/results"): STUDY_VIEW,
     ("GET", "/dashboard/studies/{slug}/results/{name}"): STUDY_VIEW,
+    # The Crowd page; its previews and actions need manage access. s1 has no reward, its
+    # MTurk channel is off and it was never published, so the service refuses each one
+    # before any platform call: no reward (400), channel off (409), no posting (404).
+    ("GET", "/dashboard/studies/{slug}/crowd"): STUDY_VIEW,
+    ("GET", "/dashboard/studies/{slug}/crowd/publish"): _policy(
+        PAGE_OUT, stranger=404, viewer=403, manager=400, owner=400, admin=400
+    ),
+    ("POST", "/dashboard/studies/{slug}/crowd/publish"): _policy(
+        PAGE_OUT, stranger=404, viewer=403, manager=409, owner=409, admin=409
+    ),
+    ("POST", "/dashboard/studies/{slug}/crowd/sync"): _policy(
+        PAGE_OUT, stranger=404, viewer=403, manager=404, owner=404, admin=404
+    ),
+    ("GET", "/dashboard/studies/{slug}/crowd/approve"): _policy(
+        PAGE_OUT, stranger=404, viewer=403, manager=404, owner=404, admin=404
+    ),
+    ("POST", "/dashboard/studies/{slug}/crowd/approve"): _policy(
+        PAGE_OUT, stranger=404, viewer=403, manager=404, owner=404, admin=404
+    ),
+    ("GET", "/dashboard/studies/{slug}/crowd/bonus"): _policy(  # no assignment, no reason
+        PAGE_OUT, stranger=404, viewer=403, manager=400, owner=400, admin=400
+    ),
+    ("POST", "/dashboard/studies/{slug}/crowd/bonus"): _policy(
+        PAGE_OUT, stranger=404, viewer=403, manager=400, owner=400, admin=400
+    ),
     ("GET", "/a/{token}"): LINK,
     ("POST", "/a/{token}/submit"): LINK,
     ("POST", "/a/{token}/return"): LINK,

@@ -1,0 +1,189 @@
+"""What the dashboard's Crowd page shows of a study on one platform environment: the
+posting's state, each assignment's payment state and the submissions a sync flagged.
+Read-only steps: they query and change nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.crowd.common import CHANNEL_OF, find_posting, platform_ref
+from app.models import (
+    Annotator,
+    Assignment,
+    AssignmentStatus,
+    AuditEvent,
+    CrowdCall,
+    CrowdHit,
+    Hit,
+    ReviewStatus,
+    Study,
+)
+
+ROWS_SHOWN = 500
+FLAGS_SHOWN = 100
+
+
+@dataclass(frozen=True)
+class PaymentRow:
+    """One submitted platform assignment and where its payment stands."""
+
+    public_id: str
+    platform_id: str | None  # the platform's id of the work (`common.platform_ref`)
+    worker: str
+    submitted_at: datetime | None
+    unverified: bool  # not yet confirmed through the platform's API (MTurk): sync first
+    review_status: ReviewStatus | None
+    reviewed_at: datetime | None
+    bonus_cents: int
+    review_error: str | None
+
+    @property
+    def payable(self) -> bool:
+        """A bonus can be paid on it (the ledger refuses the others)."""
+        return bool(self.platform_id) and not self.unverified
+
+
+@dataclass(frozen=True)
+class FlaggedRow:
+    """A platform submission that a sync could not match with our stored work."""
+
+    at: datetime
+    external_assignment_id: str
+    worker: str
+    platform_status: str
+    reason: str
+    recovered: bool
+
+
+@dataclass
+class CrowdOverview:
+    provider: str
+    environment: str
+    posting: dict[str, Any] | None  # None: never published in this environment
+    # Submitted assignments of the platform's workers by payment state.
+    states: dict[str, int] = field(default_factory=dict)
+    bonus_cents: int = 0
+    rows: list[PaymentRow] = field(default_factory=list)
+    total_rows: int = 0
+    flagged: list[FlaggedRow] = field(default_factory=list)
+
+
+def _state(unverified: bool, review: ReviewStatus | None) -> str:
+    if review in (ReviewStatus.approved, ReviewStatus.rejected, ReviewStatus.failed):
+        return review.value
+    return "unconfirmed" if unverified else "to review"
+
+
+def crowd_overview(
+    session: Session, study: Study, provider: str, environment: str, *, limit: int = ROWS_SHOWN
+) -> CrowdOverview:
+    """The study's posting on `provider` (`environment`), its submitted assignments with
+    their payment state (the first `limit`), and the latest flagged submissions.
+
+    Assignments are those of the platform's channel (MTurk or panel workers): the
+    platform ids do not say which environment they came from.
+    """
+    posting = _posting_state(session, study, provider, environment)
+    out = CrowdOverview(provider, environment, posting)
+    mine = (
+        select(Assignment, Annotator.external_id)
+        .join(Annotator, Annotator.id == Assignment.annotator_id)
+        .join(Hit, Hit.id == Assignment.hit_id)
+        .where(
+            Hit.study_id == study.id,
+            Annotator.channel == CHANNEL_OF[provider],
+            Assignment.status == AssignmentStatus.submitted,
+        )
+    )
+    counted = mine.with_only_columns(
+        Assignment.unverified,
+        Assignment.review_status,
+        func.count(),
+        func.coalesce(func.sum(Assignment.bonus_cents), 0),
+    ).group_by(Assignment.unverified, Assignment.review_status)
+    for unverified, review, n, bonus in session.execute(counted):
+        state = _state(unverified, review)
+        out.states[state] = out.states.get(state, 0) + n
+        out.bonus_cents += int(bonus)
+        out.total_rows += n
+    for a, worker in session.execute(mine.order_by(Assignment.id).limit(limit)):
+        out.rows.append(
+            PaymentRow(
+                public_id=a.public_id,
+                platform_id=platform_ref(provider, a),
+                worker=worker or "",
+                submitted_at=a.submitted_at,
+                unverified=a.unverified,
+                review_status=a.review_status,
+                reviewed_at=a.reviewed_at,
+                bonus_cents=a.bonus_cents,
+                review_error=a.review_error,
+            )
+        )
+    out.flagged = _flagged(session, study, provider, environment)
+    return out
+
+
+def _posting_state(
+    session: Session, study: Study, provider: str, environment: str
+) -> dict[str, Any] | None:
+    posting = find_posting(session, study, provider, environment)
+    if posting is None:
+        return None
+    units = dict(
+        session.execute(
+            select(CrowdHit.status, func.count())
+            .where(CrowdHit.posting_id == posting.id)
+            .group_by(CrowdHit.status)
+        ).all()
+    )
+    calls: dict[str, dict[str, int]] = {}
+    for kind, status, n in session.execute(
+        select(CrowdCall.kind, CrowdCall.status, func.count())
+        .where(CrowdCall.posting_id == posting.id)
+        .group_by(CrowdCall.kind, CrowdCall.status)
+        .order_by(CrowdCall.kind, CrowdCall.status)
+    ):
+        calls.setdefault(kind, {})[status] = n
+    return {
+        "external_id": posting.external_id,
+        "status": posting.status,
+        "error": posting.error,
+        "settings": dict(posting.settings),
+        "units": units,
+        "calls": calls,
+        "published_at": posting.published_at,
+        "synced_at": posting.synced_at,
+    }
+
+
+def _flagged(session: Session, study: Study, provider: str, environment: str) -> list[FlaggedRow]:
+    # The sync records each flag in the audit log (whoever ran it); it is the only record.
+    events = session.scalars(
+        select(AuditEvent)
+        .where(
+            AuditEvent.study_id == study.id,
+            AuditEvent.action == "crowd_submission_flagged",
+            AuditEvent.detail["provider"].as_string() == provider,
+            AuditEvent.detail["environment"].as_string() == environment,
+        )
+        .order_by(AuditEvent.created_at.desc(), AuditEvent.id.desc())
+        .limit(FLAGS_SHOWN)
+    )
+    return [
+        FlaggedRow(
+            at=e.created_at,
+            external_assignment_id=str(e.detail.get("external_assignment_id", "")),
+            worker=str(e.detail.get("worker", "")),
+            platform_status=str(e.detail.get("platform_status", "")),
+            reason=str(e.detail.get("reason", "")),
+            recovered=bool(e.detail.get("recovered")),
+        )
+        for e in events
+    ]

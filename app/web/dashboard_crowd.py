@@ -1,0 +1,483 @@
+"""Dashboard: a study's Crowd page (issue 13): publish on MTurk or Prolific with the cost
+estimate and the balance shown first, sync, each assignment's payment state, bulk
+approval and bonuses with a preview. The same crowd services as `ebc crowd`.
+
+The drivers own their units of work (a ledger row is committed before each platform
+call), so they get the app's session factory; the request's own session only reads.
+Platform calls are made in the request: bounded by the provider's retries, and a
+platform's error is shown on the page (nothing is lost: the ledger has the call).
+
+Viewers see the page; previews (they read the account's balance) and every POST need
+manage access. Production moves real money: it needs its setting (EBC_MTURK_PRODUCTION;
+Prolific has no sandbox) and the study's slug typed into the confirmation.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Annotated, Literal
+from urllib.parse import urlencode
+
+from fastapi import APIRouter, Depends, Form, HTTPException, Query, Request, status
+from fastapi.responses import HTMLResponse, Response
+from pydantic import BaseModel
+
+from app.crowd.base import CrowdError, CrowdProvider
+from app.crowd.bonuses import MAX_BONUSES, bonus_plan, pay_bonuses
+from app.crowd.common import CrowdServiceError, PublishOptions, provider_for
+from app.crowd.overview import crowd_overview
+from app.crowd.payments import approve_all, balance, preview_approve_all
+from app.crowd.publishing import estimate, publish
+from app.crowd.sync import sync
+from app.models import Study
+from app.studies.service import Access
+from app.validation import BadInput, Line, Text, parse_int
+from app.web.deps import SessionDep
+from app.web.pages import LOGIN, StudyDep, flash, redirect, render, study_url
+from app.web.security import CsrfDep, ManageStudyDep, UserDep, access_of
+from app.web.templating import templates
+
+router = APIRouter(prefix="/dashboard/studies", include_in_schema=False, dependencies=LOGIN)
+
+# HITs published per click: each is a paced platform call (EBC_CROWD_CALLS_PER_SECOND),
+# and a request should end in well under a minute; the next click publishes the rest.
+PUBLISH_BATCH = 50
+# Repeated form fields (assignments, bonus lines) taken at most: past it a request is
+# malformed; the services refuse more than they take at a time with their own message.
+MAX_LIST = 1000
+LABELS = {"mturk": "MTurk", "prolific": "Prolific"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """The platform and environment a Crowd page and its forms act on (query string)."""
+
+    provider: str
+    environment: str
+
+    @property
+    def label(self) -> str:
+        if self.provider == "prolific":
+            return LABELS[self.provider]
+        return f"{LABELS[self.provider]} {self.environment}"
+
+    @property
+    def live(self) -> bool:
+        return self.environment == "production"
+
+    def url(self, study: Study, suffix: str = "") -> str:
+        query = urlencode({"provider": self.provider, "environment": self.environment})
+        return study_url(study, f"/crowd{suffix}?{query}")
+
+
+def crowd_target(
+    provider: Literal["mturk", "prolific"] = "mturk",
+    environment: Literal["sandbox", "production"] | None = None,
+) -> Target:
+    if provider == "prolific" and environment == "sandbox":
+        raise HTTPException(
+            status.HTTP_400_BAD_REQUEST,
+            "Prolific has no sandbox: run a small test study on Prolific itself.",
+        )
+    default = "sandbox" if provider == "mturk" else "production"
+    return Target(provider, environment or default)
+
+
+TargetDep = Annotated[Target, Depends(crowd_target)]
+
+
+def crowd_provider(request: Request, target: TargetDep) -> Iterator[CrowdProvider]:
+    """The platform's client; refused (4xx page) where settings do not allow it."""
+    try:
+        made = provider_for(request.app.state.settings, target.provider, target.environment)
+    except CrowdServiceError as exc:
+        raise HTTPException(exc.status_code, exc.message) from exc
+    try:
+        yield made
+    finally:
+        close = getattr(made, "close", None)
+        if close is not None:
+            close()
+
+
+# Declared after the study in handlers: a viewer is refused (403) before any provider.
+ProviderDep = Annotated[CrowdProvider, Depends(crowd_provider)]
+
+
+# -- parsing ----------------------------------------------------------------------------
+
+
+def _number(text: str, field: str, *, le: float) -> float:
+    text = text.strip()
+    if not re.fullmatch(r"[0-9]{1,6}(\.[0-9]{1,6})?", text):
+        raise BadInput("must be a number such as 7 or 0.5", field)
+    value = float(text)
+    if value > le:
+        raise BadInput(f"must be at most {le:g}", field)
+    return value
+
+
+def _optional_int(text: str, field: str, *, le: int) -> int | None:
+    return parse_int(text, ge=0, le=le, field=field) if text.strip() else None
+
+
+class PublishFields(BaseModel):
+    """The publish form, as the preview (query) and the confirmation (form) carry it."""
+
+    reward_cents: Line(12) = ""
+    title: Line(128) = ""
+    lifetime_days: Line(16) = "7"
+    auto_approve_days: Line(16) = "3"
+    min_approval_rate: Line(12) = ""
+    min_approved: Line(12) = ""
+    locales: Line(200) = ""
+    masters: bool = False
+    cap_qualification: bool = False
+
+    def options(self) -> PublishOptions:
+        """The service's options; out-of-range values are refused by its `check`."""
+        locales = tuple(c.upper() for c in re.split(r"[\s,]+", self.locales) if c)
+        return PublishOptions(
+            reward_cents=_optional_int(self.reward_cents, "reward_cents", le=10**9),
+            title=self.title.strip() or None,
+            lifetime_days=_number(self.lifetime_days, "lifetime_days", le=10**6),
+            auto_approve_days=_number(self.auto_approve_days, "auto_approve_days", le=10**6),
+            min_approval_rate=_optional_int(self.min_approval_rate, "min_approval_rate", le=10**9),
+            min_approved=_optional_int(self.min_approved, "min_approved", le=10**9),
+            locales=locales,
+            masters=self.masters,
+            cap_qualification=self.cap_qualification,
+        )
+
+
+def _form_values(posting: dict | None) -> dict[str, str | bool]:
+    """The publish form's values: the posting's own once it exists, else the defaults."""
+    s = (posting or {}).get("settings") or {}
+    if not s:
+        return {"lifetime_days": "7", "auto_approve_days": "3", "cap_qualification": True}
+
+    def text(name: str) -> str:
+        value = s.get(name)
+        return "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+    return {
+        "reward_cents": text("reward_cents"),
+        "title": text("title"),
+        "lifetime_days": text("lifetime_days"),
+        "auto_approve_days": text("auto_approve_days"),
+        "min_approval_rate": text("min_approval_rate"),
+        "min_approved": text("min_approved"),
+        "locales": " ".join(s.get("locales") or ()),
+        "masters": bool(s.get("masters")),
+        "cap_qualification": bool(s.get("cap_qualification")),
+    }
+
+
+def _confirmed(study: Study, target: Target, confirm: str) -> None:
+    """Production moves real money: the study's slug, typed, or nothing is done."""
+    if target.live and confirm.strip() != study.slug:
+        raise HTTPException(
+            status.HTTP_400_BAD_REQUEST,
+            f"{target.label} moves real money: type the study's name ({study.slug}) into the "
+            "confirmation field to go ahead. Nothing was done.",
+        )
+
+
+# -- rendering and acting ----------------------------------------------------------------
+
+
+def money(cents: int | None, target: Target) -> str:
+    if cents is None:
+        return "-"
+    sign = "-" if cents < 0 else ""
+    # Prolific charges in the workspace's currency; MTurk in US dollars.
+    unit = "$" if target.provider == "mturk" else ""
+    return f"{sign}{unit}{abs(cents) // 100:,}.{abs(cents) % 100:02d}"
+
+
+def _page(request: Request, template: str, study: Study, target: Target, **context) -> HTMLResponse:
+    settings = request.app.state.settings
+    return render(
+        request,
+        template,
+        {
+            "study": study,
+            "target": target,
+            "can_manage": access_of(request) >= Access.manage,
+            "money": lambda cents: money(cents, target),
+            "production_allowed": settings.mturk_production,
+            "prolific_ready": settings.prolific_api_token is not None,
+            **context,
+        },
+    )
+
+
+def _balance(made: CrowdProvider) -> tuple[int | None, str | None]:
+    """The account's balance, or the platform's error as a message (never a 500)."""
+    try:
+        return balance(made), None
+    except CrowdError as exc:
+        return None, str(exc)
+
+
+def _refused(request: Request, exc: CrowdServiceError) -> HTMLResponse:
+    """The service refused (4xx: nothing was changed), with its own message whatever the
+    status (the app's page for a 404 says only that there is nothing at the address)."""
+    return templates.TemplateResponse(
+        request,
+        "error.html",
+        {"status_code": exc.status_code, "message": exc.message},
+        status_code=exc.status_code,
+    )
+
+
+def _act(request: Request, study: Study, target: Target, action: Callable[[], str]) -> Response:
+    """Run a driver: its report as a notice on the Crowd page, or the platform's error.
+
+    A request the service refuses (4xx: nothing was changed) answers an error page. A
+    platform's failure is shown with its message; what was done before it stays done
+    and the failed call stays in the ledger, retried with its token next time.
+    """
+    try:
+        flash(request, action())
+    except CrowdServiceError as exc:
+        return _refused(request, exc)
+    except CrowdError as exc:
+        flash(request, f"{target.label} refused or failed: {exc}", "error")
+    return redirect(target.url(study))
+
+
+def _sessions(request: Request):
+    return request.app.state.sessionmaker
+
+
+# -- the page ---------------------------------------------------------------------------
+
+
+@router.get("/{slug}/crowd", response_class=HTMLResponse)
+def crowd_page(
+    request: Request, session: SessionDep, study: StudyDep, target: TargetDep
+) -> HTMLResponse:
+    overview = crowd_overview(session, study, target.provider, target.environment)
+    return _page(
+        request,
+        "crowd_study.html",
+        study,
+        target,
+        overview=overview,
+        values=_form_values(overview.posting),
+        max_bonuses=MAX_BONUSES,
+    )
+
+
+# -- publishing -------------------------------------------------------------------------
+
+
+@router.get("/{slug}/crowd/publish", response_class=HTMLResponse)
+def publish_preview(
+    request: Request,
+    session: SessionDep,
+    study: ManageStudyDep,
+    target: TargetDep,
+    made: ProviderDep,
+    fields: Annotated[PublishFields, Query()],
+) -> HTMLResponse:
+    try:
+        cost = estimate(session, request.app.state.settings, study, made, fields.options())
+    except CrowdServiceError as exc:
+        return _refused(request, exc)
+    funds, funds_error = _balance(made)
+    return _page(
+        request,
+        "crowd_publish.html",
+        study,
+        target,
+        cost=cost,
+        balance=funds,
+        balance_error=funds_error,
+        fields=fields.model_dump(),
+        batch=PUBLISH_BATCH,
+    )
+
+
+def _published(report, target: Target) -> str:
+    done = f"{report.published} HITs published on {target.label} now; {report.total} there in all."
+    rest = f" {report.pending} still to publish: publish again." if report.pending else ""
+    return " ".join([done + rest, *report.warnings])
+
+
+@router.post("/{slug}/crowd/publish", dependencies=[CsrfDep])
+def publish_now(
+    request: Request,
+    user: UserDep,
+    study: ManageStudyDep,
+    target: TargetDep,
+    made: ProviderDep,
+    fields: Annotated[PublishFields, Form()],
+    confirm: Annotated[str, Form(max_length=200)] = "",
+) -> Response:
+    _confirmed(study, target, confirm)
+    options = fields.options()
+    settings = request.app.state.settings
+
+    def run() -> str:
+        report = publish(
+            _sessions(request), settings, study.slug, made, options, by=user, limit=PUBLISH_BATCH
+        )
+        return _published(report, target)
+
+    return _act(request, study, target, run)
+
+
+# -- sync -------------------------------------------------------------------------------
+
+
+def _synced(report) -> str:
+    flagged = len(report.flagged)
+    return (
+        f"Synced: {report.listed} submissions listed, {report.confirmed} confirmed now, "
+        f"{report.reviewed} reviews taken, {report.recovered} recovered, {flagged} flagged"
+        + (" (see below)." if flagged else ".")
+    )
+
+
+@router.post("/{slug}/crowd/sync", dependencies=[CsrfDep])
+def sync_now(
+    request: Request, user: UserDep, study: ManageStudyDep, target: TargetDep, made: ProviderDep
+) -> Response:
+    settings = request.app.state.settings
+    return _act(
+        request,
+        study,
+        target,
+        lambda: _synced(sync(_sessions(request), settings, study.slug, made, by=user)),
+    )
+
+
+# -- bulk approval ----------------------------------------------------------------------
+
+
+@router.get("/{slug}/crowd/approve", response_class=HTMLResponse)
+def approve_preview(
+    request: Request,
+    study: ManageStudyDep,
+    target: TargetDep,
+    made: ProviderDep,
+    apply_exclusions: bool = False,
+) -> HTMLResponse:
+    try:
+        plan = preview_approve_all(
+            _sessions(request), study.slug, made, apply_exclusions=apply_exclusions
+        )
+    except CrowdServiceError as exc:
+        return _refused(request, exc)
+    return _page(request, "crowd_approve.html", study, target, plan=plan)
+
+
+@router.post("/{slug}/crowd/approve", dependencies=[CsrfDep])
+def approve_now(
+    request: Request,
+    user: UserDep,
+    study: ManageStudyDep,
+    target: TargetDep,
+    made: ProviderDep,
+    reject: Annotated[list[Line(64)], Form(default_factory=list, max_length=MAX_LIST)],
+    apply_exclusions: Annotated[bool, Form()] = False,
+    reject_feedback: Annotated[Text(2000), Form()] = "",
+    feedback: Annotated[Text(1000), Form()] = "",
+    confirm: Annotated[str, Form(max_length=200)] = "",
+) -> Response:
+    _confirmed(study, target, confirm)
+    settings = request.app.state.settings
+
+    def run() -> str:
+        report = approve_all(
+            _sessions(request),
+            settings,
+            study.slug,
+            made,
+            apply_exclusions=apply_exclusions,
+            reject_feedback=reject_feedback,
+            rejections_seen=reject,
+            feedback=feedback.strip() or None,
+            by=user,
+        )
+        return (
+            f"Approved {report.approved}, rejected {report.rejected} on {target.label}; "
+            f"{report.already} had been done before."
+        )
+
+    return _act(request, study, target, run)
+
+
+# -- bonuses ----------------------------------------------------------------------------
+
+
+@router.get("/{slug}/crowd/bonus", response_class=HTMLResponse)
+def bonus_preview(
+    request: Request,
+    session: SessionDep,
+    study: ManageStudyDep,
+    target: TargetDep,
+    made: ProviderDep,
+    assignment: Annotated[list[Line(64)], Query(default_factory=list, max_length=MAX_LIST)],
+    amount_cents: Annotated[int, Query(ge=1, le=100_000)] = 1,
+    reason: Annotated[Text(1000), Query()] = "",
+) -> HTMLResponse:
+    settings = request.app.state.settings
+    try:
+        plan = bonus_plan(session, settings, study, made, assignment, amount_cents, reason)
+    except CrowdServiceError as exc:
+        return _refused(request, exc)
+    funds, funds_error = _balance(made)
+    return _page(
+        request,
+        "crowd_bonus.html",
+        study,
+        target,
+        plan=plan,
+        balance=funds,
+        balance_error=funds_error,
+    )
+
+
+def _bonus_lines(values: list[str]) -> list[tuple[str, int]]:
+    """`public_id:n` pairs as the preview wrote them."""
+    lines = []
+    for value in values:
+        public_id, _, n = value.rpartition(":")
+        if not public_id:
+            raise BadInput("a bonus line is an assignment and its bonus number", "bonus")
+        lines.append((public_id, parse_int(n, ge=0, le=10_000, field="bonus")))
+    return lines
+
+
+@router.post("/{slug}/crowd/bonus", dependencies=[CsrfDep])
+def bonus_now(
+    request: Request,
+    user: UserDep,
+    study: ManageStudyDep,
+    target: TargetDep,
+    made: ProviderDep,
+    bonus: Annotated[list[Line(80)], Form(default_factory=list, max_length=MAX_LIST)],
+    amount_cents: Annotated[int, Form(ge=1, le=100_000)] = 1,
+    reason: Annotated[Text(1000), Form()] = "",
+    confirm: Annotated[str, Form(max_length=200)] = "",
+) -> Response:
+    _confirmed(study, target, confirm)
+    lines = _bonus_lines(bonus)
+    settings = request.app.state.settings
+
+    def run() -> str:
+        report = pay_bonuses(
+            _sessions(request), settings, study.slug, made, lines, amount_cents,
+            reason=reason, by=user,
+        )  # fmt: skip
+        return (
+            f"Paid {report.paid} bonuses of {money(amount_cents, target)} on {target.label}; "
+            f"{report.already} had been paid before."
+        )
+
+    return _act(request, study, target, run)
