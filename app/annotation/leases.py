@@ -145,39 +145,18 @@ def next_assignment(
     hit_id = _claim_slot(session, study, annotator, now, expires_at)
     if hit_id is None:
         return work
-    lease = Lease(
-        id=0,
-        public_id=secrets.token_urlsafe(24),
-        hit_id=hit_id,
-        annotator_id=annotator.id,
-        status=AssignmentStatus.leased,
-        leased_at=now,
+    lease = _insert_lease(
+        session,
+        annotator,
+        hit_id,
+        now=now,
         expires_at=expires_at,
-        page_served_at=now if serve else None,
-        submitted_at=None,
-        late=False,
+        served_at=now if serve else None,
         external_assignment_id=external_assignment_id,
+        external_hit_id=external_hit_id,
+        external_session_id=external_session_id,
         submit_to=submit_to,
     )
-    lease.id = session.execute(
-        NEW_LEASE,
-        {
-            "public_id": lease.public_id,
-            "hit_id": hit_id,
-            "annotator_id": annotator.id,
-            "status": AssignmentStatus.leased,
-            "leased_at": now,
-            "expires_at": expires_at,
-            "page_served_at": lease.page_served_at,
-            "late": False,
-            "external_assignment_id": external_assignment_id,
-            "external_hit_id": external_hit_id,
-            "external_session_id": external_session_id,
-            "submit_to": submit_to,
-            # MTurk work counts once the assignment is confirmed through the MTurk API.
-            "unverified": annotator.channel is Channel.mturk,
-        },
-    ).scalar_one()
     work.status, work.assignment = WorkStatus.assigned, lease
     return work
 
@@ -310,38 +289,15 @@ def lease_hit(
         if taken >= row.replicas:
             session.execute(UNCLAIM, {"hit_id": hit_id, "floor": floor})
             raise AnnotationError("This HIT has no free replica slot.", 409)
-    lease = Lease(
-        id=0,
-        public_id=secrets.token_urlsafe(24),
-        hit_id=hit_id,
-        annotator_id=annotator.id,
-        status=AssignmentStatus.leased,
-        leased_at=now,
+    lease = _insert_lease(
+        session,
+        annotator,
+        hit_id,
+        now=now,
         expires_at=expires_at,
-        page_served_at=served_at,
-        submitted_at=None,
-        late=False,
+        served_at=served_at,
         external_assignment_id=external_assignment_id,
-        submit_to=None,
     )
-    lease.id = session.execute(
-        NEW_LEASE,
-        {
-            "public_id": lease.public_id,
-            "hit_id": hit_id,
-            "annotator_id": annotator.id,
-            "status": AssignmentStatus.leased,
-            "leased_at": now,
-            "expires_at": expires_at,
-            "page_served_at": served_at,
-            "late": False,
-            "external_assignment_id": external_assignment_id,
-            "external_hit_id": None,
-            "external_session_id": None,
-            "submit_to": None,
-            "unverified": annotator.channel is Channel.mturk,  # as `next_assignment` sets it
-        },
-    ).scalar_one()
     return lease
 
 
@@ -388,3 +344,53 @@ def own_assignment(
     if row is None or row.annotator_id != annotator.id:
         raise AnnotationError("This HIT is not one of yours. Reload the page to continue.", 404)
     return Lease(*row)
+
+
+def _insert_lease(
+    session: Session,
+    annotator: Annotator | AnnotatorRef,
+    hit_id: int,
+    *,
+    now: datetime,
+    expires_at: datetime,
+    served_at: datetime | None,
+    external_assignment_id: str | None = None,
+    external_hit_id: str | None = None,
+    external_session_id: str | None = None,
+    submit_to: str | None = None,
+) -> Lease:
+    """A new lease on a slot the caller has taken (the HIT's counters already count it)."""
+    lease = Lease(
+        id=0,
+        public_id=secrets.token_urlsafe(24),
+        hit_id=hit_id,
+        annotator_id=annotator.id,
+        status=AssignmentStatus.leased,
+        leased_at=now,
+        expires_at=expires_at,
+        page_served_at=served_at,
+        submitted_at=None,
+        late=False,
+        external_assignment_id=external_assignment_id,
+        submit_to=submit_to,
+    )
+    lease.id = session.execute(
+        NEW_LEASE,
+        {
+            "public_id": lease.public_id,
+            "hit_id": hit_id,
+            "annotator_id": annotator.id,
+            "status": AssignmentStatus.leased,
+            "leased_at": now,
+            "expires_at": expires_at,
+            "page_served_at": served_at,
+            "late": False,
+            "external_assignment_id": external_assignment_id,
+            "external_hit_id": external_hit_id,
+            "external_session_id": external_session_id,
+            "submit_to": submit_to,
+            # MTurk work counts once the assignment is confirmed through the MTurk API.
+            "unverified": annotator.channel is Channel.mturk,
+        },
+    ).scalar_one()
+    return lease
