@@ -4,7 +4,9 @@ Where things live:
 
 - `base`: the provider interface; `mturk` (boto3) and `prolific` (httpx) implement it;
 - `common`: errors, `provider_for`, tokens, pacing, posting lookup and status,
-  `PostingSpec` building, `platform_ref` (the platform's id of an assignment's work);
+  `PostingSpec` building, `platform_ref` (the platform's id of an assignment's work),
+  `work_of` and `confirmed` (whose work an assignment is: a posting reviews and pays only
+  its own, never another environment's);
 - `publishing`: the posting, its units, the cost estimate, `publish`;
 - `sync`: reconciling the platform's submissions with ours, recovery, flags, `sync`;
 - `ledger`: one money or standing call, ledgered (`begin_call` ... `money_call`), with

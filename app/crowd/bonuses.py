@@ -2,9 +2,10 @@
 with the platform's fee (`bonus_plan`), then the payments (`pay_bonuses`), each one a
 ledgered call (`payments.bonus`) paid at most once.
 
-The preview fixes each bonus's number `n` (the assignment's next bonus) and the
-confirmation carries it, so a confirmation sent twice (a double click, a reload) pays
-nothing twice: the same (assignment, n) is the same call.
+The preview fixes each bonus's number `n` (the next bonus of the assignment, or of the
+participant on a panel: `ledger.bonuses_counted`) and the confirmation carries it, so a
+confirmation sent twice (a double click, a reload) pays nothing twice: the same
+(assignment or participant, n) is the same call.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import func, select
+from sqlalchemy import case, select
 from sqlalchemy.orm import Session
 
 from app.audit.service import Actor
@@ -23,17 +24,20 @@ from app.crowd.common import (
     CrowdServiceError,
     RateLimiter,
     SessionFactory,
+    confirmed,
+    not_own_work,
     platform_ref,
     posting_spec,
     require_posting,
+    work_of,
 )
+from app.crowd.ledger import bonuses_counted
 from app.crowd.payments import bonus
 from app.models import (
     Annotator,
     Assignment,
     AssignmentStatus,
-    CrowdCall,
-    CrowdPosting,
+    Channel,
     Hit,
     Study,
 )
@@ -96,16 +100,24 @@ def bonus_plan(
     amount_cents: int,
     reason: str,
 ) -> BonusPlan:
-    """The preview of `amount_cents` on each of `assignments` (our public ids): each one's
-    next bonus number and the platform's fee on it (per payment, as the platform rounds).
-    Every assignment must be a confirmed platform submission of the study (else 4xx)."""
+    """The preview of `amount_cents` on each of `assignments` (our public ids): each
+    bonus's number and the platform's fee on it (per payment, as the platform rounds).
+
+    Every assignment must be work of the posting confirmed by the platform (else 4xx,
+    here rather than at pay time): MTurk work a sync confirmed, a panel submission a sync
+    listed. Bonuses are numbered as the ledger numbers them (`ledger.bonuses_counted`):
+    per assignment on MTurk, per participant on a panel, where the assignments of one
+    participant share a submission and a bonus; there, several assignments of one
+    participant make one bonus line.
+    """
     wanted = list(dict.fromkeys(assignments))
     reason = check_bonus(amount_cents, reason, len(wanted))
     posting = require_posting(session, study, provider)
+    work = work_of(study.id, posting.provider, posting.environment)
     rows = {
-        a.public_id: (a, worker)
-        for a, worker in session.execute(
-            select(Assignment, Annotator.external_id)
+        a.public_id: (a, worker, bool(own))
+        for a, worker, own in session.execute(
+            select(Assignment, Annotator.external_id, case((work.own, True), else_=False))
             .join(Annotator, Annotator.id == Assignment.annotator_id)
             .join(Hit, Hit.id == Assignment.hit_id)
             .where(
@@ -118,46 +130,42 @@ def bonus_plan(
     spec = posting_spec(session, settings, study, posting)
     plan = BonusPlan(amount_cents, reason)
     notes: list[str] = []
+    per_participant = CHANNEL_OF[provider.name] is not Channel.mturk
+    lines: dict[object, BonusLine] = {}
     for public_id in wanted:
         found = rows.get(public_id)
         if found is None:
             raise CrowdServiceError(
                 f"no {provider.name} assignment {public_id!r} in study {study.slug!r}", 404
             )
-        a, worker = found
+        a, worker, own = found
         platform_id = platform_ref(provider.name, a)
         if a.status is not AssignmentStatus.submitted or not platform_id:
             raise CrowdServiceError(f"assignment {public_id} is not a submitted one", 409)
-        if a.unverified:
+        if not own and a.external_hit_id is not None:
+            raise CrowdServiceError(not_own_work(posting, f"assignment {public_id}"), 409)
+        if not confirmed(provider.name, a, own):
             raise CrowdServiceError(
                 f"the platform has not confirmed assignment {public_id} yet: sync first", 409
             )
+        key = a.annotator_id if per_participant else a.id
+        if key in lines:
+            note = "a participant's assignments share one submission: one bonus per participant"
+            notes += [note] if note not in notes else []
+            continue
         cost = provider.estimate_cost(spec, 0, bonus_cents=amount_cents)
         notes += [note for note in cost.notes if note not in notes]
-        plan.lines.append(
-            BonusLine(
-                public_id=a.public_id,
-                platform_id=platform_id,
-                worker=worker or "",
-                n=_bonuses_made(session, posting, a),
-                amount_cents=amount_cents,
-                fee_cents=cost.fees_cents,
-            )
+        lines[key] = BonusLine(
+            public_id=a.public_id,
+            platform_id=platform_id,
+            worker=worker or "",
+            n=bonuses_counted(session, posting, a),
+            amount_cents=amount_cents,
+            fee_cents=cost.fees_cents,
         )
+    plan.lines = list(lines.values())
     plan.notes = tuple(notes)
     return plan
-
-
-def _bonuses_made(session: Session, posting: CrowdPosting, a: Assignment) -> int:
-    """Bonus calls of this assignment in the ledger, whatever their outcome: the next
-    bonus takes the next number (a failed one keeps its own, to be retried as it was)."""
-    return session.scalar(
-        select(func.count()).where(
-            CrowdCall.posting_id == posting.id,
-            CrowdCall.assignment_id == a.id,
-            CrowdCall.kind == "bonus",
-        )
-    )
 
 
 @dataclass

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import unquote
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, exists, func, or_, select
 from sqlalchemy.orm import Session
 
 from app.audit.service import Actor
@@ -188,7 +188,9 @@ class PublishOptions:
     """What a researcher chooses when publishing (stored on the posting as `settings`).
 
     None: the study's own value (reward, title, lease as the assignment duration; on MTurk
-    the qualifications of the study file's `channels.mturk`).
+    the qualifications of the study file's `channels.mturk`). To drop a qualification the
+    study file sets: `min_approval_rate=0` or `min_approved=0` (no requirement), `locales=()`,
+    `masters=False`.
     """
 
     reward_cents: int | None = None
@@ -289,21 +291,29 @@ def posting_id_of(make_session: SessionFactory, slug: str, provider: CrowdProvid
         return require_posting(session, study_named(session, slug), provider).id
 
 
+def study_qualifications(study: Study, provider: str) -> dict[str, Any]:
+    """The qualifications the study file sets for `provider` (MTurk: `channels.mturk`;
+    none elsewhere), those it leaves unset left out."""
+    if provider != "mturk":
+        return {}
+    mturk = (study.channels or {}).get("mturk") or {}
+    return {name: mturk[name] for name in STUDY_QUALIFICATIONS if mturk.get(name) is not None}
+
+
 def resolved_options(
     study: Study, options: PublishOptions, provider: CrowdProvider
 ) -> dict[str, Any]:
     """The posting's settings: `options`, each unset one from the study (its file's
     `channels.mturk` qualifications on MTurk), and Prolific's bundle size."""
-    if provider.name == "mturk":
-        mturk = (study.channels or {}).get("mturk") or {}
-        options = replace(
-            options,
-            **{
-                name: tuple(mturk[name]) if name == "locales" else mturk[name]
-                for name in STUDY_QUALIFICATIONS
-                if getattr(options, name) is None and mturk.get(name) is not None
-            },
-        )
+    given = study_qualifications(study, provider.name)
+    options = replace(
+        options,
+        **{
+            name: tuple(value) if name == "locales" else value
+            for name, value in given.items()
+            if getattr(options, name) is None
+        },
+    )
     options.check()
     reward = options.reward_cents if options.reward_cents is not None else study.reward_cents
     if not reward or reward < 1:
@@ -312,6 +322,9 @@ def resolved_options(
         )
     out = asdict(options)
     out.update(
+        # "At least 0" asks nothing: no requirement (how an option drops the study's).
+        min_approval_rate=options.min_approval_rate or None,
+        min_approved=options.min_approved or None,
         reward_cents=int(reward),
         title=(options.title or study.title)[:128],
         description=(options.description or DEFAULT_DESCRIPTION)[:2000],
@@ -407,3 +420,85 @@ def ref_column(provider: str) -> Any:
     if CHANNEL_OF[provider] is Channel.panel:
         return Assignment.external_session_id
     return Assignment.external_assignment_id
+
+
+# -- whose work an assignment is -------------------------------------------------------------
+
+
+def _units(study_id: int, provider: str, environment: str, *, same: bool) -> Any:
+    """The platform ids of the units (MTurk HITs, the Prolific study) of the study's posting
+    on `provider` in `environment` (`same`), or in its other environments."""
+    where_environment = (
+        CrowdPosting.environment == environment if same else CrowdPosting.environment != environment
+    )
+    return (
+        select(CrowdHit.external_hit_id)
+        .join(CrowdPosting, CrowdPosting.id == CrowdHit.posting_id)
+        .where(
+            CrowdPosting.study_id == study_id,
+            CrowdPosting.provider == provider,
+            where_environment,
+            CrowdHit.external_hit_id.is_not(None),
+        )
+    )
+
+
+@dataclass(frozen=True)
+class WorkOf:
+    """Which assignments are a posting's work, as SQL conditions on `Assignment`.
+
+    An assignment records its platform unit in `external_hit_id`: the MTurk HIT (from the
+    worker's URL, overwritten by each sync with the platform's own listing) or the Prolific
+    study (written by a sync that listed the participant's submission). Platform ids do
+    not say which environment they belong to, so this is what keeps a sandbox pilot's
+    assignments out of a production approval, and the reverse.
+
+    - `own`: the posting's own work (only this is reviewed, paid or shown as payable);
+    - `shown`: what its Crowd page lists: its own work and work no posting claims yet
+      (no unit recorded, or a unit of no posting: a sync will tell), never the work of
+      the study's posting in another environment.
+    """
+
+    own: ColumnElement[bool]
+    shown: ColumnElement[bool]
+
+
+def work_of(study_id: int, provider: str, environment: str) -> WorkOf:
+    hit = Assignment.external_hit_id
+    own = hit.in_(_units(study_id, provider, environment, same=True))
+    others = hit.in_(_units(study_id, provider, environment, same=False))
+    # NULL IN (...) is NULL, not false: an assignment with no unit is nobody's yet.
+    return WorkOf(own=own, shown=or_(hit.is_(None), own, ~others))
+
+
+def is_own_work(session: Session, posting: CrowdPosting, assignment: Assignment) -> bool:
+    """Whether `assignment` is work of `posting` (see `WorkOf`)."""
+    if assignment.external_hit_id is None:
+        return False
+    return bool(
+        session.scalar(
+            select(
+                exists().where(
+                    CrowdHit.posting_id == posting.id,
+                    CrowdHit.external_hit_id == assignment.external_hit_id,
+                )
+            )
+        )
+    )
+
+
+def not_own_work(posting: CrowdPosting, what: str) -> str:
+    """Why `what`, which records a platform unit of no concern to `posting`, is refused."""
+    return (
+        f"{what} is not work of the study's {posting.provider} {posting.environment} "
+        "posting: it belongs to another environment, or to a unit this posting never "
+        "published"
+    )
+
+
+def confirmed(provider: str, assignment: Assignment, own: bool) -> bool:
+    """The platform confirmed this work of the posting, so it can be reviewed and paid:
+    MTurk's sync cleared `unverified`; a panel's sync listed the submission as handed in."""
+    if not own or assignment.unverified:
+        return False
+    return CHANNEL_OF[provider] is not Channel.panel or assignment.review_status is not None

@@ -33,6 +33,9 @@ from app.crowd.common import (
     CrowdServiceError,
     SessionFactory,
     actor_name,
+    confirmed,
+    is_own_work,
+    not_own_work,
     platform_ref,
     posting_parts,
     ref_column,
@@ -131,9 +134,12 @@ def begin_call(
                 + ("" if posting.provider == "mturk" else " (a panel entry with its session id)"),
                 409,
             )
-        if a.unverified or (
-            CHANNEL_OF[posting.provider] is Channel.panel and a.review_status is None
-        ):
+        own = is_own_work(session, posting, a)
+        if not own and a.external_hit_id is not None:
+            # Platform ids do not say which environment they belong to: a sandbox
+            # assignment id must never reach production, nor the reverse.
+            raise CrowdServiceError(not_own_work(posting, "this assignment"), 409)
+        if not confirmed(posting.provider, a, own):
             raise CrowdServiceError(
                 "the platform has not confirmed this assignment yet: sync first", 409
             )

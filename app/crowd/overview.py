@@ -9,15 +9,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
-from app.crowd.common import CHANNEL_OF, find_posting, platform_ref
+from app.crowd.common import CHANNEL_OF, confirmed, find_posting, platform_ref, work_of
 from app.models import (
     Annotator,
     Assignment,
     AssignmentStatus,
     AuditEvent,
+    Channel,
     CrowdCall,
     CrowdHit,
     Hit,
@@ -42,11 +43,14 @@ class PaymentRow:
     reviewed_at: datetime | None
     bonus_cents: int
     review_error: str | None
+    # Confirmed by the platform as work of this posting (`common.confirmed`): only these
+    # are reviewed and paid; the others wait for a sync.
+    confirmed: bool = False
 
     @property
     def payable(self) -> bool:
         """A bonus can be paid on it (the ledger refuses the others)."""
-        return bool(self.platform_id) and not self.unverified
+        return bool(self.platform_id) and self.confirmed
 
 
 @dataclass(frozen=True)
@@ -74,10 +78,10 @@ class CrowdOverview:
     flagged: list[FlaggedRow] = field(default_factory=list)
 
 
-def _state(unverified: bool, review: ReviewStatus | None) -> str:
+def _state(confirmed: bool, review: ReviewStatus | None) -> str:
     if review in (ReviewStatus.approved, ReviewStatus.rejected, ReviewStatus.failed):
         return review.value
-    return "unconfirmed" if unverified else "to review"
+    return "to review" if confirmed else "unconfirmed"
 
 
 def crowd_overview(
@@ -86,33 +90,42 @@ def crowd_overview(
     """The study's posting on `provider` (`environment`), its submitted assignments with
     their payment state (the first `limit`), and the latest flagged submissions.
 
-    Assignments are those of the platform's channel (MTurk or panel workers): the
-    platform ids do not say which environment they came from.
+    Assignments are those of the platform's workers that this posting may pay
+    (`common.WorkOf.shown`): its own, and those no posting claims yet (unconfirmed until a
+    sync matches them), never those of the study's posting in another environment.
     """
     posting = _posting_state(session, study, provider, environment)
     out = CrowdOverview(provider, environment, posting)
+    work = work_of(study.id, provider, environment)
+    own = case((work.own, True), else_=False)
     mine = (
-        select(Assignment, Annotator.external_id)
+        select(Assignment, Annotator.external_id, own)
         .join(Annotator, Annotator.id == Assignment.annotator_id)
         .join(Hit, Hit.id == Assignment.hit_id)
         .where(
             Hit.study_id == study.id,
             Annotator.channel == CHANNEL_OF[provider],
             Assignment.status == AssignmentStatus.submitted,
+            work.shown,
         )
     )
-    counted = mine.with_only_columns(
-        Assignment.unverified,
-        Assignment.review_status,
+    rows = mine.with_only_columns(
+        own.label("own"), Assignment.unverified, Assignment.review_status, Assignment.bonus_cents
+    ).subquery()
+    counted = select(
+        rows.c.own,
+        rows.c.unverified,
+        rows.c.review_status,
         func.count(),
-        func.coalesce(func.sum(Assignment.bonus_cents), 0),
-    ).group_by(Assignment.unverified, Assignment.review_status)
-    for unverified, review, n, bonus in session.execute(counted):
-        state = _state(unverified, review)
+        func.coalesce(func.sum(rows.c.bonus_cents), 0),
+    ).group_by(rows.c.own, rows.c.unverified, rows.c.review_status)
+    for is_own, unverified, review, n, bonus in session.execute(counted):
+        sure = bool(is_own) and not unverified and _reviewed_on_panel(provider, review)
+        state = _state(sure, review)
         out.states[state] = out.states.get(state, 0) + n
         out.bonus_cents += int(bonus)
         out.total_rows += n
-    for a, worker in session.execute(mine.order_by(Assignment.id).limit(limit)):
+    for a, worker, is_own in session.execute(mine.order_by(Assignment.id).limit(limit)):
         out.rows.append(
             PaymentRow(
                 public_id=a.public_id,
@@ -124,10 +137,17 @@ def crowd_overview(
                 reviewed_at=a.reviewed_at,
                 bonus_cents=a.bonus_cents,
                 review_error=a.review_error,
+                confirmed=confirmed(provider, a, bool(is_own)),
             )
         )
     out.flagged = _flagged(session, study, provider, environment)
     return out
+
+
+def _reviewed_on_panel(provider: str, review: ReviewStatus | None) -> bool:
+    """`common.confirmed`'s panel rule on the grouped columns: a panel's work is confirmed
+    once a sync listed it (and so gave it a review status)."""
+    return CHANNEL_OF[provider] is not Channel.panel or review is not None
 
 
 def _posting_state(

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from sqlalchemy import func, select
+from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from app.audit.service import Actor
@@ -21,11 +21,13 @@ from app.crowd.common import (
     CrowdServiceError,
     RateLimiter,
     SessionFactory,
+    confirmed,
     platform_ref,
     posting_id_of,
     ref_column,
     require_posting,
     study_named,
+    work_of,
 )
 from app.crowd.ledger import CallOutcome, money_call
 from app.db import unit_of_work
@@ -33,7 +35,6 @@ from app.models import (
     Annotator,
     Assignment,
     AssignmentStatus,
-    Channel,
     CrowdHit,
     CrowdPosting,
     Hit,
@@ -237,12 +238,20 @@ class ReviewPlan:
     unconfirmed: int = 0  # submitted but not yet confirmed by the platform: sync first
     exclusions_applied: bool = False
 
+    @property
+    def size(self) -> int:
+        return len(self.approve) + len(self.reject)
+
 
 def review_plan(
     session: Session, study: Study, posting: CrowdPosting, *, apply_exclusions: bool
 ) -> ReviewPlan:
-    """The preview of a bulk approval: every confirmed, unreviewed platform assignment
-    (on a panel one item per submission, which covers its bundle of assignments).
+    """The preview of a bulk approval: every confirmed, unreviewed assignment of the
+    posting's own work (`common.WorkOf`: never another environment's; on a panel one item
+    per submission, which covers its bundle of assignments).
+
+    Work the platform has not confirmed for this posting yet (MTurk: `unverified`; a panel
+    submission no sync listed; work no posting claims yet) is counted as `unconfirmed`.
 
     With `apply_exclusions`, assignments of annotators that the study's pre-declared
     rules drop whole are to be rejected: `blocked` (blocked with their past work
@@ -251,8 +260,9 @@ def review_plan(
     and the late-work flags reject nothing: the worker did the assignment.
     """
     plan = ReviewPlan(exclusions_applied=apply_exclusions)
+    work = work_of(study.id, posting.provider, posting.environment)
     rows = session.execute(
-        select(Assignment, Annotator)
+        select(Assignment, Annotator, case((work.own, True), else_=False))
         .join(Annotator, Annotator.id == Assignment.annotator_id)
         .join(Hit, Hit.id == Assignment.hit_id)
         .where(
@@ -262,19 +272,18 @@ def review_plan(
             ref_column(posting.provider).is_not(None),
             (Assignment.review_status.is_(None))
             | Assignment.review_status.in_((ReviewStatus.pending, ReviewStatus.failed)),
+            work.shown,
         )
         .order_by(Assignment.id)
     ).all()
     dropped = _excluded_annotators(session, study) if apply_exclusions else {}
-    panel = CHANNEL_OF[posting.provider] is Channel.panel
     seen: set[str] = set()
-    for assignment, annotator in rows:
+    for assignment, annotator, own in rows:
         ref = platform_ref(posting.provider, assignment)
         if ref in seen:
             continue
         seen.add(ref)
-        # A panel submission is handed in once the platform lists it (a sync).
-        if assignment.unverified or (panel and assignment.review_status is None):
+        if not confirmed(posting.provider, assignment, bool(own)):
             plan.unconfirmed += 1
             continue
         item = ReviewItem(
@@ -320,6 +329,7 @@ class BulkReport:
     approved: int = 0
     rejected: int = 0
     already: int = 0
+    left: int = 0  # still to review (a limit was reached): run it again to continue
     plan: ReviewPlan | None = None
 
 
@@ -337,6 +347,22 @@ def preview_approve_all(
         )
 
 
+def _rejected_since(make_session: SessionFactory, public_ids: Collection[str]) -> set[str]:
+    """Those of `public_ids` that are rejected now (by an earlier run of the same bulk
+    approval, which a repeated confirmation continues)."""
+    if not public_ids:
+        return set()
+    with unit_of_work(make_session) as session:
+        return set(
+            session.scalars(
+                select(Assignment.public_id).where(
+                    Assignment.public_id.in_(list(public_ids)),
+                    Assignment.review_status == ReviewStatus.rejected,
+                )
+            )
+        )
+
+
 def approve_all(
     make_session: SessionFactory,
     settings: Settings,
@@ -350,14 +376,24 @@ def approve_all(
     feedback: str | None = None,
     by: Actor | None,
     limiter: RateLimiter | None = None,
+    limit: int | None = None,
 ) -> BulkReport:
-    """Approve every confirmed, unreviewed assignment; with `apply_exclusions`, reject
-    those the rules drop instead. The rejections must be the ones the preview showed
-    (`rejections_seen`: their public ids), or nothing is done (409): the plan changed.
-    Each call is ledgered and paced; the first failure stops the run and is raised."""
+    """Approve every confirmed, unreviewed assignment of the posting; with
+    `apply_exclusions`, reject those the rules drop instead. The rejections must be the
+    ones the preview showed (`rejections_seen`: their public ids; those rejected since, by
+    an earlier run, aside), or nothing is done (409): the plan changed.
+
+    `limit`: review at most this many now (rejections first); `left` says how many remain,
+    and running it again (the same confirmation) continues where it stopped, repeating
+    nothing. Each call is ledgered and paced; the first failure stops the run and is
+    raised."""
+    if limit is not None and limit < 1:
+        raise CrowdServiceError("the limit must be at least 1")
     plan = preview_approve_all(make_session, slug, provider, apply_exclusions=apply_exclusions)
     if plan.reject:
-        if rejections_seen is None or set(rejections_seen) != {i.public_id for i in plan.reject}:
+        seen = set(rejections_seen or ())
+        seen -= _rejected_since(make_session, seen)
+        if rejections_seen is None or seen != {i.public_id for i in plan.reject}:
             raise CrowdServiceError(
                 "the assignments to reject are not those of the preview; preview again", 409
             )
@@ -365,22 +401,23 @@ def approve_all(
             raise CrowdServiceError("rejections need feedback for the workers")
     posting_id = posting_id_of(make_session, slug, provider)
     limiter = limiter or RateLimiter(settings.crowd_calls_per_second)
-    report = BulkReport(plan=plan)
+    todo = [("reject", i) for i in plan.reject] + [("approve", i) for i in plan.approve]
+    now = todo if limit is None else todo[:limit]
+    report = BulkReport(plan=plan, left=len(todo) - len(now))
     counts: Counter[str] = Counter()
-    for kind, items in (("reject", plan.reject), ("approve", plan.approve)):
-        for item in items:
-            limiter.wait()
-            outcome = money_call(
-                make_session,
-                provider,
-                posting_id,
-                kind,
-                assignment_id=item.assignment_id,
-                reason=reject_feedback if kind == "reject" else feedback,
-                category=reject_category if kind == "reject" else None,
-                by=by,
-            )
-            counts[kind if outcome.made else "already"] += 1
+    for kind, item in now:
+        limiter.wait()
+        outcome = money_call(
+            make_session,
+            provider,
+            posting_id,
+            kind,
+            assignment_id=item.assignment_id,
+            reason=reject_feedback if kind == "reject" else feedback,
+            category=reject_category if kind == "reject" else None,
+            by=by,
+        )
+        counts[kind if outcome.made else "already"] += 1
     report.approved, report.rejected, report.already = (
         counts["approve"],
         counts["reject"],

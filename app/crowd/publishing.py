@@ -436,11 +436,14 @@ def publish(
             posting.status = "published"
             posting.published_at = posting.published_at or utcnow()
             posting.error = None
+        study = session.get(Study, posting.study_id)
+        if posting.provider == "prolific" and report.total:
+            report.warnings += _pin_prolific_study(session, study, posting, by)
         record_by(
             session,
             by,
             "crowd_published",
-            study=session.get(Study, posting.study_id),
+            study=study,
             provider=posting.provider,
             environment=posting.environment,
             published=report.published,
@@ -484,9 +487,33 @@ def _prolific_warnings(session: Session, study: Study, posting: CrowdPosting) ->
             f"the study now needs {wanted} Prolific places, the Prolific study has {asked}: "
             "add places to it on Prolific"
         )
-    if not ((study.channels or {}).get("panel") or {}).get("study_id"):
-        out.append(
-            "set channels.panel.study_id to the Prolific study's id once published, so that "
-            "entries from other panel studies are refused"
-        )
     return out
+
+
+def _pin_prolific_study(
+    session: Session, study: Study, posting: CrowdPosting, by: Actor | None
+) -> list[str]:
+    """Once the Prolific study is published, the study's panel demands its id
+    (`channels.panel.study_id`): entries from any other panel study are refused. Audited.
+    A study that names another Prolific study keeps it (with a warning); `open_posting`
+    refuses to publish one (409) before anything is made."""
+    panel = (study.channels or {}).get("panel") or {}
+    current = panel.get("study_id")
+    if current == posting.external_id:
+        return []
+    if current:
+        return [
+            f"the study names Prolific study {current} (channels.panel.study_id), not "
+            f"{posting.external_id}: entries from this one are refused"
+        ]
+    study.channels = {**study.channels, "panel": {**panel, "study_id": posting.external_id}}
+    session.flush()
+    record_by(
+        session,
+        by or "system",
+        "crowd_panel_study_set",
+        study=study,
+        provider=posting.provider,
+        study_id=posting.external_id,
+    )
+    return []

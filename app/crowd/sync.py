@@ -27,6 +27,7 @@ from app.crowd.common import (
     SessionFactory,
     require_posting,
     study_named,
+    work_of,
 )
 from app.crowd.ledger import money_call
 from app.db import unit_of_work
@@ -232,7 +233,9 @@ def reconcile(
         if assignment.unverified:
             assignment.unverified = False
             report.confirmed += 1
-        if assignment.external_hit_id is None and sub.external_hit_id:
+        # The platform's word on which HIT (so which posting) the work belongs to: a
+        # worker's URL could name a HIT of another environment.
+        if sub.external_hit_id and assignment.external_hit_id != sub.external_hit_id:
             assignment.external_hit_id = sub.external_hit_id
         _take_review(assignment, sub.status, report, now)
     return _finish(session, study, posting, report, now)
@@ -309,6 +312,8 @@ def _reconcile_panel(
         for assignment in mine:
             if assignment.review_status is None and sub.status in REVIEW_OF:
                 report.confirmed += 1
+            # Listed by this posting's Prolific study: its work from now on (`WorkOf`).
+            assignment.external_hit_id = posting.external_id
             _take_review(assignment, sub.status, report, now)
 
 
@@ -351,9 +356,13 @@ def _flag(
 
 
 def _at_cap(session: Session, study: Study, posting: CrowdPosting) -> list[int]:
-    """The platform's workers whose submitted HITs reached their cap and who were not
-    given the cap qualification yet."""
+    """The posting's workers (with work of its own: a worker of another environment may
+    not exist on this one) whose submitted HITs, all environments counted, reached their
+    cap and who were not given the cap qualification yet."""
     channel = CHANNEL_OF[posting.provider]
+    with_work = select(Assignment.annotator_id).where(
+        work_of(study.id, posting.provider, posting.environment).own
+    )
     done = (
         select(Assignment.annotator_id, func.count().label("n"))
         .join(Hit, Hit.id == Assignment.hit_id)
@@ -378,6 +387,7 @@ def _at_cap(session: Session, study: Study, posting: CrowdPosting) -> list[int]:
                 Annotator.external_id.is_not(None),
                 done.c.n >= cap,
                 Annotator.id.not_in(qualified),
+                Annotator.id.in_(with_work),
             )
             .order_by(Annotator.id)
         )

@@ -1,6 +1,7 @@
 """Dashboard: a study's Crowd page (issue 13): publish on MTurk or Prolific with the cost
 estimate and the balance shown first, sync, each assignment's payment state, bulk
-approval and bonuses with a preview. The same crowd services as `ebc crowd`.
+approval (in batches: a click reviews `APPROVE_BATCH`, the next continues) and bonuses
+with a preview. The same crowd services as `ebc crowd`.
 
 The drivers own their units of work (a ledger row is committed before each platform
 call), so they get the app's session factory; the request's own session only reads.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated, Literal
 from urllib.parse import urlencode
@@ -26,7 +28,13 @@ from pydantic import BaseModel
 
 from app.crowd.base import CrowdError, CrowdProvider
 from app.crowd.bonuses import MAX_BONUSES, bonus_plan, pay_bonuses
-from app.crowd.common import CrowdServiceError, PublishOptions, provider_for
+from app.crowd.common import (
+    CrowdServiceError,
+    PublishOptions,
+    provider_for,
+    resolved_options,
+    study_qualifications,
+)
 from app.crowd.overview import crowd_overview
 from app.crowd.payments import approve_all, balance, preview_approve_all
 from app.crowd.publishing import estimate, publish
@@ -44,6 +52,8 @@ router = APIRouter(prefix="/dashboard/studies", include_in_schema=False, depende
 # HITs published per click: each is a paced platform call (EBC_CROWD_CALLS_PER_SECOND),
 # and a request should end in well under a minute; the next click publishes the rest.
 PUBLISH_BATCH = 50
+# Assignments reviewed per click of a bulk approval, for the same reason.
+APPROVE_BATCH = 50
 # Repeated form fields (assignments, bonus lines) taken at most: past it a request is
 # malformed; the services refuse more than they take at a time with their own message.
 MAX_LIST = 1000
@@ -88,10 +98,17 @@ def crowd_target(
 TargetDep = Annotated[Target, Depends(crowd_target)]
 
 
-def crowd_provider(request: Request, target: TargetDep) -> Iterator[CrowdProvider]:
-    """The platform's client; refused (4xx page) where settings do not allow it."""
+@contextmanager
+def _client(request: Request, target: Target, hits_per_participant: int = 1):
+    """The platform's client; refused (4xx page) where settings do not allow it.
+    `hits_per_participant`: Prolific's bundle, which publishing needs (it prices places)."""
     try:
-        made = provider_for(request.app.state.settings, target.provider, target.environment)
+        made = provider_for(
+            request.app.state.settings,
+            target.provider,
+            target.environment,
+            hits_per_participant=hits_per_participant,
+        )
     except CrowdServiceError as exc:
         raise HTTPException(exc.status_code, exc.message) from exc
     try:
@@ -100,6 +117,11 @@ def crowd_provider(request: Request, target: TargetDep) -> Iterator[CrowdProvide
         close = getattr(made, "close", None)
         if close is not None:
             close()
+
+
+def crowd_provider(request: Request, target: TargetDep) -> Iterator[CrowdProvider]:
+    with _client(request, target) as made:
+        yield made
 
 
 # Declared after the study in handlers: a viewer is refused (403) before any provider.
@@ -135,28 +157,54 @@ class PublishFields(BaseModel):
     locales: Line(200) = ""
     masters: bool = False
     cap_qualification: bool = False
+    hits_per_participant: Line(8) = "1"
 
-    def options(self) -> PublishOptions:
-        """The service's options; out-of-range values are refused by its `check`."""
+    def options(self, study: Study, provider: str) -> PublishOptions:
+        """The service's options; out-of-range values are refused by its `check`.
+
+        The form is prefilled from the study file (`_form_values`), so a qualification
+        left as the file has it is sent as None (the study's) and only what the researcher
+        changed overrides it; a number cleared where the file sets one is 0 (none).
+        """
+        given = study_qualifications(study, provider)
         locales = tuple(c.upper() for c in re.split(r"[\s,]+", self.locales) if c)
         return PublishOptions(
             reward_cents=_optional_int(self.reward_cents, "reward_cents", le=10**9),
             title=self.title.strip() or None,
             lifetime_days=_number(self.lifetime_days, "lifetime_days", le=10**6),
             auto_approve_days=_number(self.auto_approve_days, "auto_approve_days", le=10**6),
-            min_approval_rate=_optional_int(self.min_approval_rate, "min_approval_rate", le=10**9),
-            min_approved=_optional_int(self.min_approved, "min_approved", le=10**9),
-            locales=locales,
-            masters=self.masters,
+            min_approval_rate=_changed(self.min_approval_rate, "min_approval_rate", given),
+            min_approved=_changed(self.min_approved, "min_approved", given),
+            locales=None if locales == tuple(given.get("locales") or ()) else locales,
+            masters=None if self.masters == bool(given.get("masters")) else self.masters,
             cap_qualification=self.cap_qualification,
         )
 
+    def bundle(self) -> int:
+        return parse_int(self.hits_per_participant, ge=1, le=1000, field="hits_per_participant")
 
-def _form_values(posting: dict | None) -> dict[str, str | bool]:
-    """The publish form's values: the posting's own once it exists, else the defaults."""
+
+def _changed(text: str, field: str, given: dict) -> int | None:
+    """A number of the form: None where it is the study file's, 0 where it was cleared."""
+    value = _optional_int(text, field, le=10**9)
+    if value is None:
+        return 0 if given.get(field) is not None else None
+    return None if value == given.get(field) else value
+
+
+def _form_values(posting: dict | None, study: Study, provider: str) -> dict[str, str | bool]:
+    """The publish form's values: the posting's own once it exists, else the defaults with
+    the study file's qualifications (so that publishing unchanged keeps them)."""
     s = (posting or {}).get("settings") or {}
     if not s:
-        return {"lifetime_days": "7", "auto_approve_days": "3", "cap_qualification": True}
+        given = study_qualifications(study, provider)
+        s = {
+            "lifetime_days": 7,
+            "auto_approve_days": 3,
+            "cap_qualification": True,
+            "hits_per_participant": 1,
+            **given,
+        }
 
     def text(name: str) -> str:
         value = s.get(name)
@@ -172,6 +220,7 @@ def _form_values(posting: dict | None) -> dict[str, str | bool]:
         "locales": " ".join(s.get("locales") or ()),
         "masters": bool(s.get("masters")),
         "cap_qualification": bool(s.get("cap_qualification")),
+        "hits_per_participant": text("hits_per_participant") or "1",
     }
 
 
@@ -233,20 +282,34 @@ def _refused(request: Request, exc: CrowdServiceError) -> HTMLResponse:
     )
 
 
-def _act(request: Request, study: Study, target: Target, action: Callable[[], str]) -> Response:
+@dataclass(frozen=True)
+class Done:
+    """A driver's report as a notice, and the page to show it on (None: the Crowd page)."""
+
+    notice: str
+    then: str | None = None
+
+
+def _act(
+    request: Request, study: Study, target: Target, action: Callable[[], str | Done]
+) -> Response:
     """Run a driver: its report as a notice on the Crowd page, or the platform's error.
 
     A request the service refuses (4xx: nothing was changed) answers an error page. A
     platform's failure is shown with its message; what was done before it stays done
     and the failed call stays in the ledger, retried with its token next time.
     """
+    then = None
     try:
-        flash(request, action())
+        done = action()
+        done = done if isinstance(done, Done) else Done(done)
+        flash(request, done.notice)
+        then = done.then
     except CrowdServiceError as exc:
         return _refused(request, exc)
     except CrowdError as exc:
         flash(request, f"{target.label} refused or failed: {exc}", "error")
-    return redirect(target.url(study))
+    return redirect(then or target.url(study))
 
 
 def _sessions(request: Request):
@@ -267,7 +330,7 @@ def crowd_page(
         study,
         target,
         overview=overview,
-        values=_form_values(overview.posting),
+        values=_form_values(overview.posting, study, target.provider),
         max_bonuses=MAX_BONUSES,
     )
 
@@ -281,20 +344,23 @@ def publish_preview(
     session: SessionDep,
     study: ManageStudyDep,
     target: TargetDep,
-    made: ProviderDep,
     fields: Annotated[PublishFields, Query()],
 ) -> HTMLResponse:
-    try:
-        cost = estimate(session, request.app.state.settings, study, made, fields.options())
-    except CrowdServiceError as exc:
-        return _refused(request, exc)
-    funds, funds_error = _balance(made)
+    options = fields.options(study, target.provider)
+    with _client(request, target, fields.bundle()) as made:
+        try:
+            cost = estimate(session, request.app.state.settings, study, made, options)
+            asked = resolved_options(study, options, made)
+        except CrowdServiceError as exc:
+            return _refused(request, exc)
+        funds, funds_error = _balance(made)
     return _page(
         request,
         "crowd_publish.html",
         study,
         target,
         cost=cost,
+        asked=asked,
         balance=funds,
         balance_error=funds_error,
         fields=fields.model_dump(),
@@ -314,21 +380,22 @@ def publish_now(
     user: UserDep,
     study: ManageStudyDep,
     target: TargetDep,
-    made: ProviderDep,
     fields: Annotated[PublishFields, Form()],
     confirm: Annotated[str, Form(max_length=200)] = "",
 ) -> Response:
     _confirmed(study, target, confirm)
-    options = fields.options()
+    options = fields.options(study, target.provider)
     settings = request.app.state.settings
+    with _client(request, target, fields.bundle()) as made:
 
-    def run() -> str:
-        report = publish(
-            _sessions(request), settings, study.slug, made, options, by=user, limit=PUBLISH_BATCH
-        )
-        return _published(report, target)
+        def run() -> str:
+            report = publish(
+                _sessions(request), settings, study.slug, made, options, by=user,
+                limit=PUBLISH_BATCH,
+            )  # fmt: skip
+            return _published(report, target)
 
-    return _act(request, study, target, run)
+        return _act(request, study, target, run)
 
 
 # -- sync -------------------------------------------------------------------------------
@@ -373,7 +440,7 @@ def approve_preview(
         )
     except CrowdServiceError as exc:
         return _refused(request, exc)
-    return _page(request, "crowd_approve.html", study, target, plan=plan)
+    return _page(request, "crowd_approve.html", study, target, plan=plan, batch=APPROVE_BATCH)
 
 
 @router.post("/{slug}/crowd/approve", dependencies=[CsrfDep])
@@ -392,7 +459,7 @@ def approve_now(
     _confirmed(study, target, confirm)
     settings = request.app.state.settings
 
-    def run() -> str:
+    def run() -> Done:
         report = approve_all(
             _sessions(request),
             settings,
@@ -403,10 +470,19 @@ def approve_now(
             rejections_seen=reject,
             feedback=feedback.strip() or None,
             by=user,
+            limit=APPROVE_BATCH,
         )
-        return (
+        done = (
             f"Approved {report.approved}, rejected {report.rejected} on {target.label}; "
             f"{report.already} had been done before."
+        )
+        if not report.left:
+            return Done(done)
+        # The preview of what is left, whose confirmation continues (nothing twice).
+        query = "&apply_exclusions=true" if apply_exclusions else ""
+        return Done(
+            f"{done} {report.left} left: confirm again to continue.",
+            target.url(study, "/approve") + query,
         )
 
     return _act(request, study, target, run)

@@ -21,7 +21,9 @@ LOGIN = [Depends(current_user)]
 def flash(request: Request, message: str, kind: str = "ok") -> None:
     """A notice shown once on the next page. Never put a secret here: the session
     cookie is signed, not encrypted."""
-    request.session.setdefault(SESSION_FLASH, []).append([kind, message])
+    waiting = request.session.get(SESSION_FLASH, [])
+    # Assigned, not appended: the session is saved only when it sees an assignment.
+    request.session[SESSION_FLASH] = [*waiting, [kind, message]]
 
 
 def render(

@@ -205,7 +205,12 @@ def test_mturk_preview_then_submit_then_external_submit(server, browser):
     page.wait_for_selector("text=MTurk stand-in: received")
     path, fields = _MTurkStandIn.received[-1]
     assert path == "/mturk/externalSubmit" and fields["assignmentId"] == ["MT-A1"]
-    assert len(_judgments(server, public_id=public_id)) == n  # stored before the post
+    stored = _judgments(server, public_id=public_id)
+    assert len(stored) == n  # stored before the post
+    # What MTurk keeps (its answer XML) can restore ours: our assignment id and the slots.
+    assert fields["assignment"] == [public_id] and fields["ebc"] == ["stored"]
+    slots = {k: v for k, v in fields.items() if k not in ("assignmentId", "assignment", "ebc")}
+    assert slots == {f"o{j.position}": [str(j.option)] for j in stored}
     page.close()
 
 

@@ -5,6 +5,7 @@ annotation code the MTurk pages use."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -20,7 +21,7 @@ from app.annotation.identities import crowd_annotator
 from app.annotation.leases import next_assignment
 from app.annotation.submissions import submit
 from app.config import ROOT
-from app.crowd import common, ledger, payments, publishing, sync
+from app.crowd import bonuses, common, ledger, overview, payments, publishing, sync
 from app.crowd.base import CrowdError, PlatformSubmission
 from app.crowd.mturk import (
     QUAL_APPROVAL_RATE,
@@ -49,7 +50,7 @@ from app.models import (
     StudyStatus,
 )
 from tests.conftest import fresh_database
-from tests.crowd.mturk_standin import Server, answer_xml
+from tests.crowd.mturk_standin import Server, StandInMTurk, answer_xml
 from tests.hits.factory import make_study
 
 XSD = Path(__file__).parent / "data" / "ExternalQuestion.xsd"
@@ -453,9 +454,12 @@ def test_the_done_form_carries_what_recovery_needs_and_no_rank(session):
     MTurk's answer XML they parse back into a recoverable submission."""
     from app.web.templating import templates
 
-    env = templates.env.overlay()
-    env.globals["url_for"] = lambda *a, **k: "/static/annotate.js"
-    html = env.get_template("annotate/mturk_done.html").render(
+    # `url_for` in the context, not in `globals`: an overlay shares its parent's globals,
+    # and the app's pages would all link this script as their stylesheet afterwards.
+    url_for = lambda *a, **k: "/static/annotate.js"  # noqa: E731
+    template = templates.env.get_template("annotate/mturk_done.html")
+    html = template.render(
+        url_for=url_for,
         action="https://workersandbox.mturk.com/mturk/externalSubmit",
         assignment_id="ASG1",
         stored={"assignment": "pub-1_x", "slots": {0: 3, 1: 5, 9: 0}},
@@ -476,7 +480,7 @@ def test_the_done_form_carries_what_recovery_needs_and_no_rank(session):
     recovered = sync.recovered_answers(sub)
     assert recovered.assignment_public_id == "pub-1_x"
     assert recovered.answers == {0: 3, 1: 5, 9: 0}
-    bare = env.get_template("annotate/mturk_done.html").render(action="x", assignment_id="A")
+    bare = template.render(url_for=url_for, action="x", assignment_id="A")
     assert 'name="assignment"' not in bare and 'name="o0"' not in bare
 
 
@@ -736,3 +740,110 @@ def test_the_cli_shows_the_balance(settings, standin, monkeypatch):
     assert "mturk (sandbox) balance: $10,000.00" in result.output
     refused = CliRunner().invoke(cli, ["crowd", "balance", "--production"])
     assert refused.exit_code == 1 and "EBC_MTURK_PRODUCTION" in refused.output
+
+
+# -- environments: a sandbox pilot, then production --------------------------------------
+
+
+@pytest.fixture
+def production(settings):
+    """MTurk production on a stand-in of its own: platform ids do not say which environment
+    they belong to, and this one does not know the sandbox's (its ids never collide)."""
+    with Server(StandInMTurk(_ids=itertools.count(5000))) as server:
+        live = settings.model_copy(
+            update={"mturk_production": True, "mturk_endpoint_url": server.url}
+        )
+        yield server.standin, live, common.provider_for(live, "mturk", "production")
+
+
+def test_a_sandbox_pilot_is_never_reviewed_paid_or_qualified_in_production(
+    session, make_session, settings, mturk, standin, production
+):
+    sandbox_platform, _ = standin
+    live_platform, live_settings, live = production
+    study = crowd_study(session, per_annotator_cap=1)
+    published(session, make_session, settings, mturk)
+    pilot_hit = session.scalars(select(CrowdHit.external_hit_id)).first()
+    pilot, _ = work(session, study, "W0", sandbox_platform.add_assignment(pilot_hit, "W0"),
+                    hit_external=pilot_hit)  # fmt: skip
+    sync.sync(make_session, settings, "crowd", mturk, by="cli")
+    study.channels = {**study.channels, "mturk": {**study.channels["mturk"], "sandbox": False}}
+    session.flush()
+    published(session, make_session, live_settings, live)
+    live_hits = session.scalars(
+        select(CrowdHit.external_hit_id)
+        .join(CrowdPosting, CrowdPosting.id == CrowdHit.posting_id)
+        .where(CrowdPosting.environment == "production")
+        .order_by(CrowdHit.id)
+    ).all()
+    real, _ = work(session, study, "W1", live_platform.add_assignment(live_hits[0], "W1"),
+                   hit_external=live_hits[0])  # fmt: skip
+    # A sandbox worker whose URL names a production HIT: the sandbox's listing decides.
+    forged, _ = work(session, study, "W2", sandbox_platform.add_assignment(pilot_hit, "W2"),
+                     hit_external=live_hits[1])  # fmt: skip
+    sync.sync(make_session, settings, "crowd", mturk, by="cli")
+    report = sync.sync(make_session, live_settings, "crowd", live, by="cli")
+    session.expire_all()
+    assert session.get(Assignment, forged.id).external_hit_id == pilot_hit
+
+    # W0 (at the cap after the pilot) exists only in the sandbox: production qualifies W1.
+    assert report.qualified == 1
+    assert [g["WorkerId"] for g in live_platform.grants] == ["W1"]
+    assert sorted(g["WorkerId"] for g in sandbox_platform.grants) == ["W0", "W2"]
+
+    plan = payments.preview_approve_all(make_session, "crowd", live, apply_exclusions=False)
+    assert [i.worker for i in plan.approve] == ["W1"] and plan.unconfirmed == 0
+    pilot_plan = payments.preview_approve_all(make_session, "crowd", mturk, apply_exclusions=False)
+    assert sorted(i.worker for i in pilot_plan.approve) == ["W0", "W2"]
+    done = payments.approve_all(make_session, live_settings, "crowd", live, by="cli")
+    assert (done.approved, done.left) == (1, 0)
+    approved = [p["AssignmentId"] for op, p in live_platform.calls if op == "ApproveAssignment"]
+    assert approved == [real.external_assignment_id]
+    assert sandbox_platform.count("ApproveAssignment") == 0
+
+    # One sandbox assignment named in production: refused before the ledger or a call.
+    for ref in (pilot.public_id, pilot.external_assignment_id):
+        with pytest.raises(common.CrowdServiceError, match="another environment") as refused:
+            payments.bonus(make_session, "crowd", live, ref, 25, reason="Thanks", by="cli")
+        assert refused.value.status_code == 409
+    with pytest.raises(common.CrowdServiceError, match="not work of") as refused:
+        bonuses.bonus_plan(session, live_settings, study, live, [pilot.public_id], 25, "Thanks")
+    assert refused.value.status_code == 409
+    assert live_platform.count("SendBonus") == 0
+    assert session.scalar(select(func.count()).where(CrowdCall.kind == "bonus")) == 0
+
+    # Each environment's page lists its own work only.
+    live_rows = overview.crowd_overview(session, study, "mturk", "production").rows
+    assert [(r.worker, r.review_status, r.payable) for r in live_rows] == [
+        ("W1", ReviewStatus.approved, True)
+    ]
+    pilot_rows = overview.crowd_overview(session, study, "mturk", "sandbox").rows
+    assert sorted(r.worker for r in pilot_rows) == ["W0", "W2"]
+
+
+def test_bulk_approval_in_batches_continues_and_repeats_nothing(
+    session, make_session, settings, mturk, standin, submitted
+):
+    platform, _ = standin
+    plan = payments.preview_approve_all(make_session, "crowd", mturk, apply_exclusions=True)
+    seen = [i.public_id for i in plan.reject]
+    assert [i.worker for i in plan.reject] == ["W2"] and len(plan.approve) == 2
+
+    def run():
+        return payments.approve_all(
+            make_session, settings, "crowd", mturk, apply_exclusions=True,
+            reject_feedback="Attention checks failed", rejections_seen=seen, by="cli", limit=1,
+        )  # fmt: skip
+
+    # The same confirmation, sent again, goes on from where the last one stopped.
+    reports = [run() for _ in range(4)]
+    assert [(r.rejected, r.approved, r.left) for r in reports] == [
+        (1, 0, 2),
+        (0, 1, 1),
+        (0, 1, 0),
+        (0, 0, 0),
+    ]
+    assert platform.count("RejectAssignment") == 1 and platform.count("ApproveAssignment") == 2
+    assert session.scalar(select(func.count()).select_from(CrowdCall)) == 3
+    with pytest.raises(common.CrowdServiceError, match="at least 1"):
+        payments.approve_all(make_session, settings, "crowd", mturk, by="cli", limit=0)

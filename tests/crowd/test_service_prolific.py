@@ -13,10 +13,11 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from app.annotation.errors import AnnotationError
 from app.annotation.identities import check_panel_entry, check_panel_key, crowd_annotator
 from app.annotation.leases import next_assignment
 from app.annotation.submissions import submit
-from app.crowd import common, ledger, payments, publishing, sync
+from app.crowd import bonuses, common, ledger, payments, publishing, sync
 from app.crowd.base import CrowdError
 from app.db import make_sessionmaker, unit_of_work
 from app.models import (
@@ -381,3 +382,60 @@ def test_publishing_counts_hits_per_study_not_per_unit(session, make_session, se
     report = published(session, make_session, settings, fake.provider())
     assert report.published == 0 and len(fake.studies) == 1
     assert any("6 Prolific places" in w and "has 4" in w for w in report.warnings)
+
+
+# -- the bonus preview and the Prolific study id ------------------------------------------
+
+
+def test_the_bonus_preview_needs_a_sync_and_numbers_bonuses_per_participant(
+    session, make_session, settings, fake, prolific, handed_in
+):
+    study, people = handed_in
+    sub_a, _, bundle = people["a"]
+    sub_b, _, (single,) = people["b"]
+    everyone = [bundle[0].public_id, bundle[1].public_id, single.public_id]
+    # Shown in the preview, not found at pay time: Prolific has not listed the work yet.
+    with pytest.raises(common.CrowdServiceError, match="sync first") as refused:
+        bonuses.bonus_plan(session, settings, study, prolific, everyone, 40, "Thanks")
+    assert refused.value.status_code == 409
+    sync.sync(make_session, settings, "panel", prolific, by="cli")
+    session.expire_all()
+    payments.bonus(make_session, "panel", prolific, bundle[1].public_id, 40, reason="T", by="cli")
+    session.expire_all()
+
+    plan = bonuses.bonus_plan(session, settings, study, prolific, everyone, 40, "Thanks")
+    # One line per participant: A's assignments share a submission and their bonuses.
+    assert [(line.platform_id, line.n) for line in plan.lines] == [(sub_a, 1), (sub_b, 0)]
+    assert plan.bonuses_cents == 80 and any("one bonus per participant" in n for n in plan.notes)
+    paid = bonuses.pay_bonuses(
+        make_session, settings, "panel", prolific,
+        [(line.public_id, line.n) for line in plan.lines], 40, reason="Thanks", by="cli",
+    )  # fmt: skip
+    assert (paid.paid, paid.already) == (2, 0)
+    assert fake.paid == [(sub_a, 40), (sub_a, 40), (sub_b, 40)]
+
+
+def test_publishing_pins_the_prolific_study_so_other_panel_studies_are_refused(
+    session, make_session, settings, fake, prolific
+):
+    study = panel_study(session)
+    report = published(session, make_session, settings, prolific)
+    (study_id,) = fake.studies
+    assert study.channels["panel"]["study_id"] == study_id
+    assert not any("study_id" in w for w in report.warnings)
+    event = session.scalars(
+        select(AuditEvent).where(AuditEvent.action == "crowd_panel_study_set")
+    ).one()
+    assert event.detail["study_id"] == study_id and event.detail["by"] == "cli"
+    ids = {"pid": "5f1e0c9d8b7a6f5e4d3c2b1a", "SESSION_ID": "s1"}
+    assert check_panel_entry(study, {**ids, "STUDY_ID": study_id})[0] == ids["pid"]
+    with pytest.raises(AnnotationError) as refused:
+        check_panel_entry(study, {**ids, "STUDY_ID": "6" * 24})
+    assert refused.value.status_code == 403
+    # Publishing again keeps it (and audits nothing more).
+    published(session, make_session, settings, fake.provider(hits_per_participant=2))
+    assert study.channels["panel"]["study_id"] == study_id
+    assert (
+        session.scalar(select(func.count()).where(AuditEvent.action == "crowd_panel_study_set"))
+        == 1
+    )

@@ -10,6 +10,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
+import lxml.html
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
@@ -17,6 +18,7 @@ from sqlalchemy import func, select
 from app.annotation.identities import crowd_annotator
 from app.annotation.leases import next_assignment
 from app.annotation.submissions import submit
+from app.crowd.mturk import QUAL_APPROVAL_RATE, QUAL_LOCALE, QUAL_MASTERS, QUAL_NUMBER_APPROVED
 from app.main import create_app
 from app.models import (
     Assignment,
@@ -30,6 +32,7 @@ from app.models import (
     ReviewStatus,
 )
 from app.studies.service import share_study
+from app.web import dashboard_crowd
 from tests.crowd.mturk_standin import Server
 from tests.crowd.test_prolific import TOKEN, FakeProlific
 from tests.dashboard.conftest import csrf_of, login
@@ -629,3 +632,119 @@ def test_prolific_without_a_token_is_refused(logged_in, session, prolific):
     assert page.status_code == 200 and 'id="prolific-off"' in page.text
     r = logged_in.get(f"{PAGE}/publish?provider=prolific")
     assert r.status_code == 400 and "EBC_PROLIFIC_API_TOKEN" in r.text
+
+
+# -- the publish form, bulk approval in batches, notices ---------------------------------
+
+
+def form_of(page: str, form_id: str) -> list[tuple[str, str]]:
+    """What a browser sends for the form as the page shows it (ticked boxes only)."""
+    return list(lxml.html.fromstring(page).get_element_by_id(form_id).form_values())
+
+
+def as_data(pairs: list[tuple[str, str]]) -> dict[str, list[str]]:
+    """Form pairs as the test client posts them."""
+    data: dict[str, list[str]] = {}
+    for name, value in pairs:
+        data.setdefault(name, []).append(value)
+    return data
+
+
+def test_the_publish_form_starts_from_the_study_file_and_sends_only_changes(
+    logged_in, session, mturk
+):
+    platform, _ = mturk
+    study = crowd_study(session)
+    given = {"min_approval_rate": 97, "min_approved": 500, "locales": ["GB"], "masters": True}
+    study.channels = {**study.channels, "mturk": {**study.channels["mturk"], **given}}
+    session.commit()
+    form = form_of(logged_in.get(url()).text, "publish-form")
+    shown = dict(form)
+    assert (shown["min_approval_rate"], shown["min_approved"]) == ("97", "500")
+    assert (shown["locales"], shown["masters"]) == ("GB", "true")
+
+    # Masters unticked and the approval rate emptied: those two change, the rest is the file's.
+    changed = [(k, "" if k == "min_approval_rate" else v) for k, v in form if k != "masters"]
+    asked = logged_in.get(f"{PAGE}/publish", params=changed).context["asked"]
+    assert (asked["min_approval_rate"], asked["min_approved"]) == (None, 500)
+    assert (asked["locales"], asked["masters"]) == (["GB"], False)
+
+    preview = logged_in.get(f"{PAGE}/publish", params=form)
+    assert "approval rate at least 97%; at least 500 approved; countries GB; Masters only" in (
+        preview.text
+    )
+    r = logged_in.post(url("/publish"), data=as_data(form_of(preview.text, "publish-confirm")))
+    assert r.status_code == 200 and "4 HITs published" in r.text
+    (hit_type,) = platform.hit_types.values()
+    kept = {q["QualificationTypeId"]: q for q in hit_type["QualificationRequirements"]}
+    assert kept[QUAL_APPROVAL_RATE]["IntegerValues"] == [97]
+    assert kept[QUAL_NUMBER_APPROVED]["IntegerValues"] == [500]
+    assert kept[QUAL_LOCALE]["LocaleValues"] == [{"Country": "GB"}]
+    assert QUAL_MASTERS["sandbox"] in kept
+
+
+def test_prolific_publishes_the_bundle_the_form_asks_for_and_pins_its_study(
+    logged_in, session, prolific
+):
+    fake, _ = prolific
+    study = crowd_study(session)
+    study.channels = {**study.channels, "panel": {"enabled": True, "completion_code": "C0DE"}}
+    session.commit()
+    query = "?provider=prolific&environment=production"
+    form = dict(form_of(logged_in.get(PAGE + query).text, "publish-form"))
+    assert form["hits_per_participant"] == "1" and "masters" not in form
+    bad = logged_in.get(f"{PAGE}/publish", params={**form, "hits_per_participant": "0"})
+    assert bad.status_code == 400 and "hits_per_participant" in bad.text
+
+    form |= {"reward_cents": "50", "hits_per_participant": "2"}
+    preview = logged_in.get(f"{PAGE}/publish", params=form)
+    # 4 HITs of one assignment, 2 a place: 2 places of 2 x 50 cents.
+    assert preview.context["cost"].rewards_cents == 200 and "2 HITs per participant" in preview.text
+    confirm = dict(form_of(preview.text, "publish-confirm")) | {"confirm": SLUG}
+    r = logged_in.post(f"{PAGE}/publish{query}", data=confirm, follow_redirects=False)
+    assert r.status_code == 303
+    (made,) = fake.studies.values()
+    assert (made["total_available_places"], made["reward"]) == (2, 100)
+    session.expire_all()
+    assert study.channels["panel"]["study_id"] == made["id"]
+    page = logged_in.get(PAGE + query)
+    assert 'name="hits_per_participant" inputmode="numeric" value="2" readonly' in page.text
+    assert events(session, "crowd_panel_study_set")[0].detail["study_id"] == made["id"]
+
+
+def test_bulk_approval_goes_in_batches_and_says_how_many_are_left(
+    logged_in, session, mturk, monkeypatch
+):
+    platform, _ = mturk
+    monkeypatch.setattr(dashboard_crowd, "APPROVE_BATCH", 2)
+    study = crowd_study(session)
+    worked(logged_in, session, study, platform, 3)
+    preview = logged_in.get(url("/approve"))
+    assert 'id="approve-batches"' in preview.text and "Review the first 2 of 3" in preview.text
+    form = as_data(form_of(preview.text, "approve-confirm"))
+
+    first = logged_in.post(url("/approve"), data=form, follow_redirects=False)
+    assert first.status_code == 303 and first.headers["location"] == url("/approve")
+    rest = logged_in.get(first.headers["location"])
+    notice = " ".join(text for _, text in rest.context["notices"])
+    assert "Approved 2, rejected 0" in notice and "1 left: confirm again to continue." in notice
+    assert len(rest.context["plan"].approve) == 1 and platform.count("ApproveAssignment") == 2
+
+    last = logged_in.post(url("/approve"), data=as_data(form_of(rest.text, "approve-confirm")))
+    assert last.status_code == 200 and last.template.name == "crowd_study.html"
+    assert "Approved 1, rejected 0" in " ".join(text for _, text in last.context["notices"])
+    # The first confirmation sent again (a reload): nothing is approved twice.
+    again = logged_in.post(url("/approve"), data=form)
+    assert "Approved 0, rejected 0" in " ".join(text for _, text in again.context["notices"])
+    assert platform.count("ApproveAssignment") == 3
+    assert last.context["overview"].states == {"approved": 3}
+
+
+def test_two_notices_in_a_row_are_both_shown(logged_in, session, mturk):
+    platform, _ = mturk
+    crowd_study(session)
+    published(logged_in, platform)
+    for _ in range(2):
+        assert post(logged_in, "/sync").status_code == 303
+    shown = [text for _, text in logged_in.get(url()).context["notices"]]
+    assert len(shown) == 2 and all(text.startswith("Synced: ") for text in shown)
