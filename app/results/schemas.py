@@ -148,6 +148,16 @@ class AnnotatorQualityOut(_Out):
     attention_accuracy: Figure
     position_chi2: Figure
     position_p: Figure
+    reference_rate: Figure = Field(
+        description="share of regular judgments choosing the reference model's top-1 "
+        "(today the studied model's)"
+    )
+    reference_expected: Figure = Field(description="the crowd's rate on the same cells")
+    assist_p: Figure = Field(description="LLM-assistance test p-value (one-sided)")
+    assist_q: Figure = Field(description="its Benjamini-Hochberg adjustment over annotators")
+    assisted: bool = Field(
+        description="agrees with the reference far beyond the crowd (a flag, not an exclusion)"
+    )
     flagged: bool
     reasons: list[str]
     excluded: bool = Field(description="dropped whole by the exclusion rules")

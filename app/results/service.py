@@ -96,9 +96,18 @@ def compute_results(
     else:
         without = _result_set(j, counted(j), query, k, applied=False, messages=messages)
     main, other = (with_excl, without) if query.exclusions == "on" else (without, with_excl)
+    # Every judgment excluded: the figures without exclusions take the main place (their
+    # exclusions_applied says so) rather than an empty page.
+    fallback = main is None and other is not None
+    if fallback:
+        main, other = other, None
+        messages.append(
+            "every judgment is excluded by the study's rules: the figures shown are "
+            "without exclusions"
+        )
     plan = None
     if main is not None:
-        basis = keep if query.exclusions == "on" else counted(j)
+        basis = keep if query.exclusions == "on" and not fallback else counted(j)
         # The main figures' annotator estimate is the planner's measurement, as it stands.
         measured = main.estimate if query.unit == "annotator" else None
         try:
@@ -296,6 +305,7 @@ def _quality(j: Judgments, study: Study, report: ExclusionReport) -> list[Annota
         attention=j.attention,
         attention_correct=j.choice == 1,
         k=int(study.top_k),
+        length=j.length,
         min_seconds=study.min_ms_per_item / 1000.0,
         min_attention=float(rules.get("attention_min_accuracy") or 0.8),
     )

@@ -156,3 +156,17 @@ def _judgments(session, annotator_row) -> int:
         .join(Assignment, Assignment.id == Judgment.assignment_id)
         .where(Assignment.annotator_id == annotator_row.id)
     )
+
+
+def test_the_annotator_table_shows_the_llm_assistance_signal(logged_in, session):
+    from tests.dashboard.test_results_page import _crowd_with_an_assisted_annotator
+
+    _crowd_with_an_assisted_annotator(session, "llm2")
+    r = logged_in.get("/dashboard/studies/llm2/annotators")
+    assert r.status_code == 200
+    quality = r.context["quality"]
+    assert [q.label for q in quality.values() if q.assisted] == ["copilot"]
+    row = next(tr for tr in r.text.split("<tr") if "<strong>copilot</strong>" in tr)
+    assert "LLM-assisted?" in row and "1.00 vs" in row
+    assert "agrees with the reference model&#39;s top-1 far beyond the crowd" in row
+    assert r.text.count("LLM-assisted?") == 1

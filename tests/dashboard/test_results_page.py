@@ -100,3 +100,50 @@ def test_a_figure_without_a_value_shows_as_a_dash(logged_in, session):
     assert "nan" not in page.replace("none of the above", "") and "inf" not in page
     assert '<span class="est">0.500</span>' in r.text and "[?" not in r.text
     assert '<span class="se">' not in r.text.split("<tbody>")[1].split("</tr>")[0]
+
+
+def _crowd_with_an_assisted_annotator(session, slug: str):
+    """Twelve annotators answering at random (rank 0..4 or none) and one who always picks
+    the model's top-1 word; 3 HITs of 6 items each."""
+    import numpy as np
+
+    f = StudyFactory(session, slug)
+    rng = np.random.default_rng(4)
+    people = [f.annotator(f"honest{a}") for a in range(12)] + [f.annotator("copilot")]
+    for who in people:
+        for _ in range(3):
+            items = [f.item("data") for _ in range(3)] + [f.item("model") for _ in range(3)]
+            ranks = (
+                [0] * 6
+                if who.label == "copilot"
+                else [None if r == 5 else int(r) for r in rng.integers(0, 6, 6)]
+            )
+            f.answer(who, f.hit(items), ranks)
+    session.commit()
+    return f.study
+
+
+def test_results_page_names_the_llm_assisted_annotator(logged_in, session):
+    _crowd_with_an_assisted_annotator(session, "llm")
+    r = logged_in.get("/dashboard/studies/llm/results?b=1000")
+    assert r.status_code == 200
+    flagged = [q.label for q in r.context["res"].quality if q.assisted]
+    assert flagged == ["copilot"]
+    section = r.text.split("<h2>LLM assistance</h2>")[1].split("<h2>")[0]
+    assert "copilot (1.00 against" in section and "honest" not in section
+
+
+def test_every_judgment_excluded_still_shows_the_figures_without_exclusions(logged_in, session):
+    from tests.factories import answered_study
+    from tests.results.test_all_excluded import exclude_everyone
+
+    study = answered_study(session, "allout")
+    exclude_everyone(session, study)
+    session.commit()
+    r = logged_in.get("/dashboard/studies/allout/results?b=1000")
+    assert r.status_code == 200
+    res = r.context["res"]
+    assert res.exclusions.n_kept == 0 and not res.results.exclusions_applied
+    assert 'id="all-excluded"' in r.text and "No judgments to estimate from yet" not in r.text
+    assert "Main figures, exclusions not applied" in r.text and "CGD(M|D) data" in r.text
+    assert 'src="data:image/svg+xml;base64,' in r.text

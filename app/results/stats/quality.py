@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
+from .assistance import ASSIST_FDR, assistance_signal
 from .columns import DATA_KIND, cells, first_index, unique_inverse, unique_values
 from .figure import Figure
 
@@ -81,7 +82,11 @@ class AnnotatorQuality:
     with other judgments whose choice is among the others' modal choices (NaN without
     overlap). ``attention_accuracy``: share of attention items answered correctly (NaN
     without any). ``position_p``: chi-square p-value of the position counts against
-    uniform. ``flagged`` and ``reasons`` say which figures are out of line.
+    uniform. ``reference_rate``: share of regular judgments choosing the reference
+    model's argmax, ``reference_expected`` the crowd's rate on the same cells,
+    ``assist_p`` / ``assist_q`` the LLM-assistance test's p-value and its BH adjustment,
+    ``assisted`` its flag (:func:`app.results.stats.assistance.assistance_signal`).
+    ``flagged`` and ``reasons`` say which figures are out of line.
     """
 
     annotator: np.ndarray
@@ -96,6 +101,11 @@ class AnnotatorQuality:
     position_p: np.ndarray
     flagged: np.ndarray
     reasons: list[list[str]] = field(default_factory=list)
+    reference_rate: np.ndarray | None = None
+    reference_expected: np.ndarray | None = None
+    assist_p: np.ndarray | None = None
+    assist_q: np.ndarray | None = None
+    assisted: np.ndarray | None = None
 
     def rows(self) -> list[dict]:
         """One dict per annotator (for an API or a table)."""
@@ -117,6 +127,14 @@ class AnnotatorQuality:
                     "reasons": list(self.reasons[i]),
                 }
             )
+            if self.assisted is not None:
+                out[-1] |= {
+                    "reference_rate": float(self.reference_rate[i]),
+                    "reference_expected": float(self.reference_expected[i]),
+                    "assist_p": float(self.assist_p[i]),
+                    "assist_q": float(self.assist_q[i]),
+                    "assisted": bool(self.assisted[i]),
+                }
         return out
 
 
@@ -137,6 +155,10 @@ def annotator_quality(
     position_alpha: float = 0.001,
     z_limit: float = ROBUST_Z,
     data_kind: int = DATA_KIND,
+    length: np.ndarray | None = None,
+    reference_agrees: np.ndarray | None = None,
+    assist_fdr: float = ASSIST_FDR,
+    seed: int = 0,
 ) -> AnnotatorQuality:
     """Per-annotator quality figures and an out-of-line flag.
 
@@ -147,6 +169,12 @@ def annotator_quality(
     on ``data`` items and plurality agreement (low side) has a robust z-score beyond
     ``z_limit`` against the other annotators (``z = 0.6745 (x - median) / MAD``).
     Attention items count for attention accuracy only.
+
+    LLM assistance: ``reference_agrees`` says per judgment whether the choice is the
+    reference model's argmax (default: the studied model's top-1, ``choice == 1``); the
+    per-annotator test against the crowd on the same cells (prefix ``length`` x kind)
+    with Benjamini-Hochberg at ``assist_fdr`` flags "agrees with the reference far
+    beyond the crowd" (seeded by ``seed``). A flag, never an exclusion.
     """
     annotator, hit, item = np.asarray(annotator), np.asarray(hit), np.asarray(item)
     kind, choice = np.asarray(kind), np.asarray(choice)
@@ -218,6 +246,19 @@ def annotator_quality(
         (np.abs(z_top1) > z_limit, "top-1 rate on data items out of line"),
         (z_plur < -z_limit, "agrees with the plurality much less than others"),
     ]
+    agrees = choice == 1 if reference_agrees is None else np.asarray(reference_agrees, bool)
+    cell = kind if length is None else cells(np.asarray(length), kind)[1]
+    ref_rate, ref_exp, a_p, a_q = (np.full(n_a, np.nan) for _ in range(4))
+    assisted = np.zeros(n_a, bool)
+    if reg.any():
+        sig = assistance_signal(a[reg], cell[reg], agrees[reg], fdr=assist_fdr, seed=seed)
+        at = sig.annotator  # codes into ids: annotators with regular judgments
+        ref_rate[at], ref_exp[at] = sig.rate, sig.expected
+        a_p[at], a_q[at], assisted[at] = sig.p_value, sig.q_value, sig.flagged
+    checks.append(
+        (assisted, f"agrees with the reference model's top-1 far beyond the crowd "
+         f"(BH q <= {assist_fdr:g})")
+    )  # fmt: skip
     reasons: list[list[str]] = [[] for _ in range(n_a)]
     flagged = np.zeros(n_a, bool)
     for mask, why in checks:
@@ -237,6 +278,11 @@ def annotator_quality(
         position_p=p_pos,
         flagged=flagged,
         reasons=reasons,
+        reference_rate=ref_rate,
+        reference_expected=ref_exp,
+        assist_p=a_p,
+        assist_q=a_q,
+        assisted=assisted,
     )
 
 

@@ -1,0 +1,284 @@
+"""LLM-assistance signal: annotators who agree with a reference model's argmax far beyond
+the crowd (issue 14; DESIGN.md §1, "Quality and sanity").
+
+Crowd workers may answer with a language model's help; such an annotator's choices agree
+with a model's top-1 word much more often than people's do. The reference is given per
+judgment as a boolean ("this judgment chose the reference's argmax"); today the only
+model stored per item is the studied one, so the service passes ``choice == 1`` (its
+top-1 word), and another reference (a P_D model) can be plugged in the same way.
+
+It is a quality figure, never an exclusion: the flag says "look at this annotator".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import special, stats
+
+from .columns import unique_inverse
+
+ASSIST_FDR = 0.05
+"""Benjamini-Hochberg false discovery rate of the flag."""
+
+MIN_ANNOTATORS = 5
+"""Fewer annotators than this: no crowd to compare with, no p-values (NaN)."""
+
+_CHI2_1_MEDIAN = float(stats.chi2.ppf(0.5, 1))
+_B_FIRST = 1000
+_B_MAX = 200_000
+
+ASSIST_METHOD = (
+    "one-sided parametric-bootstrap test per annotator of agreement with the reference "
+    "argmax against the crowd (leave-one-annotator-out rate per cell, between-annotator "
+    "spread on the logit scale estimated robustly); Benjamini-Hochberg at FDR {fdr:g}"
+)
+
+
+@dataclass(frozen=True)
+class Assistance:
+    """Per annotator (arrays aligned with ``annotator``): ``n`` judgments tested,
+    ``rate`` their share agreeing with the reference, ``expected`` the crowd's rate on
+    the same cells, ``p_value`` and its Benjamini-Hochberg adjustment ``q_value``,
+    ``flagged`` where ``q_value <= fdr``. ``tau``: the crowd's between-annotator
+    standard deviation of the logit agreement rate (NaN without a crowd)."""
+
+    annotator: np.ndarray
+    n: np.ndarray
+    rate: np.ndarray
+    expected: np.ndarray
+    p_value: np.ndarray
+    q_value: np.ndarray
+    flagged: np.ndarray
+    tau: float
+    fdr: float
+    method: str
+
+
+def benjamini_hochberg(p: np.ndarray) -> np.ndarray:
+    """BH-adjusted p-values ``q_(i) = min_{j >= i} m p_(j) / j`` (NaN entries stay NaN
+    and do not count in m). Rejecting ``q <= alpha`` controls the false discovery rate
+    at ``alpha`` for independent (or positively dependent) p-values."""
+    p = np.asarray(p, dtype=float)
+    q = np.full_like(p, np.nan)
+    ok = np.flatnonzero(np.isfinite(p))
+    m = ok.size
+    if m == 0:
+        return q
+    order = ok[np.argsort(p[ok], kind="stable")]
+    scaled = p[order] * m / np.arange(1, m + 1)
+    q[order] = np.minimum(np.minimum.accumulate(scaled[::-1])[::-1], 1.0)
+    return q
+
+
+_TAU_GRID = np.linspace(0.0, 3.0, 61)
+_NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(32)
+_LOG_WEIGHTS = np.log(_WEIGHTS / np.sqrt(2 * np.pi))
+_LL_FLOOR = 4.0
+_PROFILE_DROP = float(stats.chi2.ppf(0.9, 1)) / 2
+
+
+def _tau_upper(
+    starts: np.ndarray, k_pair: np.ndarray, n_pair: np.ndarray, logit_pair: np.ndarray
+) -> tuple[float, float]:
+    """``(tau_hat, tau_upper)``: the maximum-likelihood between-annotator standard
+    deviation of the logit offset (marginal likelihood over ``u ~ N(0, tau^2)`` by
+    32-node Gauss-Hermite quadrature, on a grid of step 0.05 up to 3) and the upper end
+    of its one-sided 90% profile-likelihood interval. Each annotator's log-likelihood
+    enters relative to its own maximum, floored at -4 (a trimmed likelihood: an
+    annotator far outside the crowd weighs like one at about p = 0.005). A crowd of a
+    few dozen annotators pins ``tau`` down poorly, and too small a ``tau`` flags honest
+    annotators who did much work; the test therefore uses the upper bound."""
+    ll = np.empty((starts.size, _TAU_GRID.size))
+    for t, tau in enumerate(_TAU_GRID):
+        eta = logit_pair[:, None] + tau * _NODES[None, :]
+        # log P(k | u) up to a constant: k log p + (n - k) log(1 - p).
+        lp = -k_pair[:, None] * np.logaddexp(0, -eta) - (n_pair - k_pair)[:, None] * np.logaddexp(
+            0, eta
+        )
+        per_annotator = np.add.reduceat(lp, starts, axis=0) + _LOG_WEIGHTS[None, :]
+        ll[:, t] = special.logsumexp(per_annotator, axis=1)
+    # Bounded influence: no annotator costs a value of tau more than _LL_FLOOR against
+    # their own best, so a few assisted annotators cannot stretch the honest spread.
+    ll = np.maximum(ll - ll.max(axis=1, keepdims=True), -_LL_FLOOR).sum(axis=0)
+    best = int(np.argmax(ll))
+    above = np.flatnonzero(ll >= ll[best] - _PROFILE_DROP)
+    return float(_TAU_GRID[best]), float(_TAU_GRID[above.max()])
+
+
+def _exceedances(
+    rng: np.random.Generator,
+    owner: np.ndarray,
+    n_pair: np.ndarray,
+    logit_pair: np.ndarray,
+    n_owner: int,
+    observed: np.ndarray,
+    tau: float,
+    b: int,
+) -> np.ndarray:
+    """Per owner (annotator), how many of `b` null draws of its agreement count reach
+    the observed one: ``u ~ N(0, tau^2)`` per draw and annotator, then ``Binomial(n_c,
+    expit(logit p_c + u))`` per cell, summed over the annotator's cells (`owner` sorted, every
+    owner present). Drawn in blocks so memory stays bounded."""
+    starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+    hits = np.zeros(n_owner, dtype=np.int64)
+    block = max(1, min(b, 2_000_000 // max(owner.size, 1)))
+    done = 0
+    while done < b:
+        size = min(block, b - done)
+        u = rng.normal(0.0, tau, size=(size, n_owner)) if tau > 0 else np.zeros((size, n_owner))
+        p = special.expit(logit_pair[None, :] + u[:, owner])
+        total = np.add.reduceat(rng.binomial(n_pair[None, :], p), starts, axis=1)
+        hits += (total >= observed[None, :]).sum(axis=0)
+        done += size
+    return hits
+
+
+def assistance_signal(
+    annotator: np.ndarray,
+    cell: np.ndarray,
+    agrees: np.ndarray,
+    *,
+    fdr: float = ASSIST_FDR,
+    seed: int = 0,
+    min_annotators: int = MIN_ANNOTATORS,
+) -> Assistance:
+    """Flag annotators whose choices agree with the reference argmax far beyond the crowd.
+
+    Inputs, one entry per judgment (attention items left out by the caller): the
+    annotator, the ``cell`` (a code of prefix length x kind: the crowd's rate differs
+    by cell), and ``agrees`` (the choice is the reference's argmax).
+
+    Per annotator a with ``O_a`` agreeing judgments out of ``n_ac`` in cell c, the
+    crowd's rate ``p_c`` is the share of the other annotators (leave-one-annotator-out),
+    clipped to ``[0.5/N_c, 1 - 0.5/N_c]``, leaving out as well the annotators flagged so
+    far: a heavy user would raise everyone's baseline. The first pass leaves out those a
+    sharp-null screen finds (``z > 3`` against the pooled cell rate); the passes repeat
+    until the flags settle (at most 5).
+
+    **Null hypothesis** ("an honest annotator drawn from this crowd"): given a personal
+    offset ``u_a ~ N(0, tau^2)``, the annotator's judgments are independent, agreeing
+    with probability ``expit(logit p_c + u_a)`` in cell c. This admits what honest
+    annotators do: agree more or less than the crowd (skill, taste), more visibly the
+    more they work. ``tau`` is the upper end of a one-sided 90% profile-likelihood
+    interval from a trimmed marginal likelihood over the whole crowd (:func:`_tau_upper`),
+    which the flagged minority barely moves.
+
+    **p-value**: the parametric-bootstrap tail ``(1 + #{O*_a >= O_a}) / (B + 1)`` over
+    draws from that null (1,000 draws; annotators with at most 5 exceedances get a fresh
+    set of ``max(10^4, 10 m / fdr)`` draws, m annotators, so the smallest p-value can
+    pass BH). It is exact (``P[p <= alpha] <= alpha``) under the null with ``p_c`` and
+    ``tau`` taken as known; with them estimated it is approximate, and conservative by
+    the choice of the upper ``tau`` (simulated honest heterogeneous crowds of 40: about
+    1% of crowds with any flag at FDR 0.05; tests/results/test_stats_assistance.py).
+    It is *not* the sharp-null binomial test against the pooled rate (exact
+    when every honest annotator agrees at the crowd's rate), which flags skilled honest
+    annotators who did much work.
+
+    **Multiplicity**: Benjamini-Hochberg over the annotators tested, ``flagged`` where
+    ``q <= fdr`` (false discovery rate ``fdr``; with no assisted annotator at all, also
+    the chance of any flag). Seeded (``seed``); fewer than ``min_annotators``
+    annotators: NaN p-values, nobody flagged.
+    """
+    annotator = np.asarray(annotator)
+    agrees = np.asarray(agrees, dtype=bool)
+    ids, a = unique_inverse(annotator)
+    n_a = ids.size
+    _, c = unique_inverse(np.asarray(cell))
+    n_c = int(c.max()) + 1 if c.size else 0
+    n = np.bincount(a, minlength=n_a)
+    obs = np.bincount(a, weights=agrees, minlength=n_a).astype(np.int64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate = obs / n
+    nan = np.full(n_a, np.nan)
+    method = ASSIST_METHOD.format(fdr=fdr)
+    if n_a < min_annotators:
+        none = np.zeros(n_a, bool)
+        return Assistance(ids, n, rate, nan, nan, nan, none, math.nan, fdr, method)
+
+    # Per (annotator, cell) pair (sorted by annotator): judgments and agreements.
+    pair_ids, pair = unique_inverse(a.astype(np.int64) * n_c + c)
+    owner, pc = pair_ids // n_c, pair_ids % n_c
+    n_pair = np.bincount(pair, minlength=pair_ids.size).astype(np.int64)
+    k_pair = np.bincount(pair, weights=agrees, minlength=pair_ids.size).astype(np.int64)
+    rng = np.random.default_rng(seed)
+    # The crowd's baseline rates leave out the annotators flagged so far (heavy users
+    # would raise everyone's expected rate), until the flags settle. The first baseline
+    # leaves out whoever a sharp-null screen (z > 3 against the pooled cell rate) finds.
+    n_cell = np.bincount(pc, weights=n_pair, minlength=n_c)
+    p_cell = np.bincount(pc, weights=k_pair, minlength=n_c) / np.maximum(n_cell, 1)
+    e = np.bincount(owner, weights=n_pair * p_cell[pc], minlength=n_a)
+    v = np.bincount(owner, weights=n_pair * p_cell[pc] * (1 - p_cell[pc]), minlength=n_a)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        left_out = (obs - e) / np.sqrt(v) > 3
+    flagged = np.zeros(n_a, bool)
+    for _ in range(5):
+        fit = _fit(rng, owner, pc, n_pair, k_pair, n_a, n_c, left_out, fdr, min_annotators)
+        if fit is None:
+            none = np.zeros(n_a, bool)
+            return Assistance(ids, n, rate, nan, nan, nan, none, math.nan, fdr, method)
+        expected, p, tau = fit
+        q = benjamini_hochberg(p)
+        flagged = np.isfinite(q) & (q <= fdr)
+        if np.array_equal(flagged, left_out):
+            break
+        left_out = flagged
+    return Assistance(ids, n, rate, expected, p, q, flagged, tau, fdr, method)
+
+
+def _fit(
+    rng: np.random.Generator,
+    owner: np.ndarray,
+    pc: np.ndarray,
+    n_pair: np.ndarray,
+    k_pair: np.ndarray,
+    n_a: int,
+    n_c: int,
+    left_out: np.ndarray,
+    fdr: float,
+    min_annotators: int,
+) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """``(expected rate, p-value, tau)`` per annotator against the crowd without the
+    annotators `left_out` (None: too few annotators left to be a crowd)."""
+    base = ~left_out[owner]
+    n_cell = np.bincount(pc[base], weights=n_pair[base], minlength=n_c)
+    k_cell = np.bincount(pc[base], weights=k_pair[base], minlength=n_c)
+    own_n, own_k = np.where(base, n_pair, 0), np.where(base, k_pair, 0)
+    others = n_cell[pc] - own_n
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p_loo = (k_cell[pc] - own_k) / others
+    # A cell nobody else worked in says nothing about this annotator: its pairs drop out.
+    ok = others > 0
+    lo = 0.5 / np.maximum(others, 1)
+    p_loo = np.clip(np.where(ok, p_loo, 0.5), lo, 1 - lo)
+    n_ok = np.where(ok, n_pair, 0)
+    k_ok = np.where(ok, k_pair, 0)
+    tested = np.bincount(owner, weights=n_ok, minlength=n_a)
+    obs = np.bincount(owner, weights=k_ok, minlength=n_a).astype(np.int64)
+    has = tested > 0
+    if np.sum(has) < min_annotators or not base.any():
+        return None
+    with np.errstate(invalid="ignore", divide="ignore"):
+        expected = np.bincount(owner, weights=n_ok * p_loo, minlength=n_a) / tested
+    logit = special.logit(p_loo)
+    # The spread is fitted on every annotator (bounded influence, see _tau_upper).
+    fit_pairs = ok
+    fit_owner = owner[fit_pairs]
+    starts = np.flatnonzero(np.r_[True, fit_owner[1:] != fit_owner[:-1]])
+    _, tau = _tau_upper(starts, k_pair[fit_pairs], n_pair[fit_pairs], logit[fit_pairs])
+
+    ex = _exceedances(rng, owner, n_ok, logit, n_a, obs, tau, _B_FIRST)
+    p = (1.0 + ex) / (_B_FIRST + 1.0)
+    close = np.flatnonzero(has & (ex <= 5))
+    if close.size:
+        b2 = int(min(_B_MAX, max(10_000, math.ceil(10 * has.sum() / fdr))))
+        sel = np.isin(owner, close)
+        remap = np.full(n_a, -1)
+        remap[close] = np.arange(close.size)
+        ex2 = _exceedances(
+            rng, remap[owner[sel]], n_ok[sel], logit[sel], close.size, obs[close], tau, b2
+        )
+        p[close] = (1.0 + ex2) / (b2 + 1.0)
+    return np.where(has, expected, np.nan), np.where(has, p, np.nan), tau
