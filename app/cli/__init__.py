@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from app.cli import results, server
+from app.cli import simulate as simulate_cli
 from app.cli.admin import admin_cli
 from app.cli.common import dispose_engines
 from app.cli.crowd import crowd_cli
@@ -25,6 +26,7 @@ cli.add_typer(hits_cli, name="hits")
 cli.add_typer(annotators_cli, name="annotators")
 cli.add_typer(crowd_cli, name="crowd")
 results.register(cli)
+simulate_cli.register(cli)
 
 
 @cli.callback()
