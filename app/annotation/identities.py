@@ -390,8 +390,13 @@ def check_panel_entry(study: Study, params: Mapping[str, str]) -> tuple[str, str
 
 
 def check_submit_to(study: Study | StudyRef, submit_to: str) -> str:
-    """`turkSubmitTo` must be an MTurk site (or one the study lists, for a sandbox stand-in)."""
-    extra = (study.channels.get("mturk") or {}).get("submit_origins") or []
+    """`turkSubmitTo` must be an MTurk site (or one the study lists, for a sandbox stand-in);
+    the sandbox's only while the study is in the sandbox (`channels.mturk.sandbox`): free
+    sandbox work must never count in a study in production."""
+    mturk = study.channels.get("mturk") or {}
+    extra = mturk.get("submit_origins") or []
+    sandbox = mturk.get("sandbox", True)
+    sites = [o for o in MTURK_SUBMIT_ORIGINS if sandbox or "sandbox" not in o]
     refused = AnnotationError("This page was opened with an unknown turkSubmitTo.", 400)
     if len(submit_to) > 1024 or not submit_to.isascii() or not submit_to.isprintable():
         raise refused
@@ -400,7 +405,9 @@ def check_submit_to(study: Study | StudyRef, submit_to: str) -> str:
     except ValueError:  # e.g. an unbalanced "[" in the host
         raise refused from None
     origin = f"{parts.scheme}://{parts.netloc}"
-    if origin not in (*MTURK_SUBMIT_ORIGINS, *extra) or parts.query or parts.fragment:
+    if origin in MTURK_SUBMIT_ORIGINS and origin not in sites:
+        raise AnnotationError("This study takes no work from the MTurk sandbox.", 400)
+    if origin not in (*sites, *extra) or parts.query or parts.fragment:
         raise refused
     return origin
 

@@ -148,6 +148,11 @@ def sync(study: Study, provider: Provider = "mturk", production: Production = No
         f"listed {report.listed}, confirmed {report.confirmed}, reviews taken {report.reviewed}, "
         f"recovered {report.recovered}, cap qualifications given {report.qualified}"
     )
+    if report.sandbox_kept_out:
+        typer.echo(
+            f"not confirmed: {report.sandbox_kept_out} sandbox assignments (the study is in "
+            "production: sandbox work never counts)"
+        )
     for flag in report.flagged:
         state = "recovered" if flag.recovered else "NOT stored"
         typer.echo(
@@ -201,6 +206,12 @@ def approve(
             )
         if plan.unconfirmed:
             typer.echo(f"not yet confirmed by the platform (run sync): {plan.unconfirmed}")
+        for flag in plan.flagged:
+            typer.echo(
+                f"flagged, never stored (not approved; reject it with `ebc crowd reject "
+                f"--assignment {flag.platform_id}`, else the platform pays it): worker "
+                f"{flag.worker}, {flag.reason}"
+            )
         if not plan.approve and not plan.reject:
             return
         if not yes and not typer.confirm("go ahead?", default=False):
@@ -213,6 +224,7 @@ def approve(
             apply_exclusions=apply_exclusions,
             reject_feedback=reject_feedback,
             reject_category=reject_category,
+            approvals_seen=[i.public_id for i in plan.approve],
             rejections_seen=[i.public_id for i in plan.reject],
             feedback=feedback,
             by=CLI,
@@ -225,7 +237,12 @@ def approve(
 @crowd_cli.command("reject")
 def reject(
     study: Study,
-    assignment: Annotated[str, typer.Option(help="ours or the platform's assignment id")],
+    assignment: Annotated[
+        str,
+        typer.Option(
+            help="ours or the platform's assignment id (also a flagged submission we never stored)"
+        ),
+    ],
     feedback: Annotated[str, typer.Option(help="why (the worker reads it; required)")],
     category: Annotated[
         str | None,
@@ -235,7 +252,8 @@ def reject(
     production: Production = None,
 ) -> None:
     """Reject one assignment (no payment), with the feedback the platform requires; on
-    Prolific the participant's whole submission."""
+    Prolific the participant's whole submission. A submission a sync flagged as never
+    stored is rejected by the platform's id (else the platform pays it by itself)."""
     from app.crowd import payments
 
     with _crowd(provider, production) as (_settings, make_session, made):
@@ -283,7 +301,12 @@ def block(
         verb = payments.unblock if unblock else payments.block
         outcome = verb(make_session, study, made, worker, reason=reason, by=CLI)
     done = "unblocked" if unblock else "blocked"
-    typer.echo(f"{done} {worker}" if outcome.made else f"already {done}")
+    if not outcome.made:
+        typer.echo(f"already {done}")
+    elif outcome.detail.startswith("done here only"):
+        typer.echo(f"{done} {worker} here only; {outcome.detail.removeprefix('done here only; ')}")
+    else:
+        typer.echo(f"{done} {worker}")
 
 
 @crowd_cli.command("expire")

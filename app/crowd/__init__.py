@@ -7,10 +7,14 @@ Where things live:
   `PostingSpec` building, `platform_ref` (the platform's id of an assignment's work),
   `work_of` and `confirmed` (whose work an assignment is: a posting reviews and pays only
   its own, never another environment's);
-- `publishing`: the posting, its units, the cost estimate, `publish`;
+- `postings`, `publishing`: the checks before publishing, the posting and the cost
+  estimate; the posting's units and `publish`;
 - `sync`: reconciling the platform's submissions with ours, recovery, flags, `sync`;
-- `ledger`: one money or standing call, ledgered (`begin_call` ... `money_call`), with
-  `guards` (what is refused before a call; proof that an uncertain bonus was paid);
+- `ledger`, `calls`: one money or standing call, ledgered (`begin_call` ... the driver
+  `calls.money_call`), with `guards` (what is refused before a call; proof that an
+  uncertain bonus was paid or not);
+- `claims`: writer units of work, row locks and the claims of a publish run;
+- `flagged`: the submissions a sync flagged that we never stored (rejectable by id);
 - `payments`: approve, reject, bonus, block, unblock, expire, balance, bulk approval;
 - `bonuses`, `overview`: bulk bonuses with a preview, and what the Crowd page shows;
 - `batch`, `imports`: the offline MTurk-format batch export and results import.
@@ -25,15 +29,15 @@ platform answers "already done") instead of making the call twice. So there are 
 layers:
 
 - **steps** take a `Session` and only flush, like every service: `open_posting`,
-  `plan_units`, `claim_unit`, `finish_unit`, `fail_unit`, `estimate` (publishing),
+  `estimate` (postings), `plan_units`, `claim_unit`, `finish_unit`, `fail_unit` (publishing),
   `reconcile` (sync), `begin_call`, `finish_call`, `fail_call` (ledger), `review_plan`
   (payments);
 - **drivers** (`publish`, `sync`, `money_call`, `approve`, `approve_all`, `reject`,
   `bonus`, `block`, `unblock`, `expire`, `balance`) take a session factory and run each
-  step in its own `app.db.unit_of_work`, one unit (one HIT, one call) at a time, with the
-  platform call between two of them. They are transaction owners like a CLI command or a
-  worker step: the dashboard and the CLI call them with their session factory and
-  commit nothing themselves.
+  step in its own writer unit of work (`claims.writing`), one unit (one HIT, one call)
+  at a time, with the platform call between two of them. They are transaction owners
+  like a CLI command or a worker step: the dashboard and the CLI call them with their
+  session factory and commit nothing themselves.
 
 Every money or standing call is written to the ledger before it is made, is made at most
 once when it succeeded (a second approve is a no-op), records its outcome on the

@@ -52,6 +52,10 @@ class AlreadyDone(CrowdError):
     """The platform reports that this exact call was already made (a success for us)."""
 
 
+class Unsupported(CrowdError):
+    """The platform has no such call (Prolific: no block): nothing was done there."""
+
+
 @dataclass(frozen=True)
 class Qualifications:
     """Who may work: the study's requirements, in the platform's neutral terms."""
@@ -81,6 +85,11 @@ class PostingSpec:
     completion_code: str | None = None  # panels
     places: int = 0  # panels: participants wanted
     minutes_estimate: int = 5
+    # The posting's own key (a hash of the study's id, slug and creation time, the
+    # platform and environment): what the platform's names of it carry (the Prolific
+    # study's internal name, the cap qualification's name), so that two databases or a
+    # study re-created under the same slug never share them.
+    key: str = ""
 
 
 @dataclass(frozen=True)
@@ -204,9 +213,26 @@ class UnitLookup(Protocol):
 
 
 @runtime_checkable
+class PreparedLookup(Protocol):
+    """Optional: find the container (`prepare`) that an interrupted attempt may have made,
+    for a platform whose create call is not idempotent (a Prolific study, by the internal
+    name that carries `spec.key`). None when there is none."""
+
+    def find_prepared(self, spec: PostingSpec) -> str | None: ...
+
+
+@runtime_checkable
 class PaidBonuses(Protocol):
-    """Optional: the bonuses paid on a submission, for a platform whose bonus call has no
-    idempotency key (Prolific). The ledger asks before it retries a bonus whose earlier
-    attempt may have been paid, so a crashed process never pays twice."""
+    """Optional: the bonuses paid on a submission (MTurk: an assignment), in cents. The
+    ledger asks before it retries a bonus whose earlier attempt may have been paid: a
+    platform whose bonus call has no idempotency key (Prolific), or one whose key lapses
+    (MTurk forgets a UniqueRequestToken after 24 hours), so a bonus is never paid twice.
+
+    `bonuses_listed_at_once`: a payment made is listed as soon as the call returns (MTurk),
+    so one not listed was not made; False where payments are listed later (Prolific pays
+    a bulk bonus asynchronously), so only a listed payment proves anything.
+    """
+
+    bonuses_listed_at_once: bool
 
     def submission_bonuses_cents(self, submission_id: str) -> list[int]: ...

@@ -77,7 +77,9 @@ def provider_for(
     """The provider `name` ("mturk" or "prolific") for `environment`.
 
     MTurk: the sandbox unless `environment="production"` and `EBC_MTURK_PRODUCTION` is
-    on (real money); `EBC_MTURK_ENDPOINT_URL` replaces AWS's endpoint either way.
+    on (real money); `EBC_MTURK_ENDPOINT_URL` replaces AWS's endpoint either way, except
+    that one on AWS other than the sandbox's is production (real money), allowed only as
+    the production environment (the setting, and the dashboard's typed confirmation).
     Credentials come from the AWS chain, never from settings. Prolific has no sandbox:
     production (the default for it), from the `EBC_PROLIFIC_*` settings;
     `hits_per_participant` > 1 makes one Prolific place a bundle of that many HITs.
@@ -93,8 +95,15 @@ def provider_for(
     if environment not in ENVIRONMENTS:
         raise CrowdServiceError(f"unknown environment {environment!r}: sandbox or production")
     if name == "mturk":
-        from app.crowd.mturk import MTurkProvider
+        from app.crowd.mturk import MTurkProvider, moves_real_money
 
+        if environment != "production" and moves_real_money(settings.mturk_endpoint_url):
+            raise CrowdServiceError(
+                f"EBC_MTURK_ENDPOINT_URL ({settings.mturk_endpoint_url}) is MTurk production, "
+                "which moves real money: use the production environment (it needs "
+                "EBC_MTURK_PRODUCTION and a confirmation), or unset it for the sandbox",
+                403,
+            )
         if environment == "production" and not settings.mturk_production:
             raise CrowdServiceError(
                 "MTurk production moves real money and is off: set EBC_MTURK_PRODUCTION=true "
@@ -144,6 +153,12 @@ def _stamp(when: datetime | None) -> str:
 
 def posting_parts(posting: CrowdPosting, study: Study) -> tuple[object, ...]:
     return (posting.provider, posting.environment, study.id, study.slug, _stamp(study.created_at))
+
+
+def posting_key(posting: CrowdPosting, study: Study) -> str:
+    """`PostingSpec.key`: 12 hex digits from `posting_parts`."""
+    raw = "|".join(map(str, posting_parts(posting, study)))
+    return hashlib.sha256(raw.encode()).hexdigest()[:12]
 
 
 class RateLimiter:
@@ -403,6 +418,7 @@ def posting_spec(
         entry_url=entry_url,
         completion_code=completion_code,
         places=places,
+        key=posting_key(posting, study),
     )
 
 

@@ -1,6 +1,6 @@
 """What the ledger checks before it makes a call (`app.crowd.ledger`): the refusals a
-platform would answer with, made before anything is written, and the proof that a bonus
-whose earlier attempt may have been paid was paid."""
+platform would answer with, made before anything is written, and whether a bonus whose
+earlier attempt may have been paid was paid."""
 
 from __future__ import annotations
 
@@ -35,13 +35,18 @@ def check_platform_rules(
         raise CrowdServiceError("a rejection category goes with a rejection only")
 
 
-def check_bonus_paid(session: Session, call_id: int, paid_cents: list[int]) -> None:
-    """Whether the platform lists a bonus whose earlier attempt may have been paid; a 409
-    asking for a manual check when it does not (or cannot say which of several it is).
+def check_bonus_paid(
+    session: Session, call_id: int, paid_cents: list[int], *, listed_at_once: bool
+) -> bool:
+    """Whether a bonus whose earlier attempt may have been paid was paid, from the
+    platform's list of the submission's bonuses (`paid_cents`): True when it was, False
+    when it surely was not (so it is made again), else a 409 asking for a manual check.
 
-    Prolific pays a bulk bonus asynchronously and a lost answer says nothing, so only a
-    listed payment is proof: the bonuses of that amount on the submission beyond those
-    our ledger recorded as paid must cover this call and every other unfinished one.
+    A payment listed beyond those our ledger recorded as paid (the same amount, the same
+    submission) must cover this call and every other unfinished one to prove it paid. None
+    beyond proves it was not paid only where a payment is listed as soon as it is made
+    (`listed_at_once`: MTurk); Prolific pays a bulk bonus asynchronously, so there it may
+    not be listed yet. Anything between cannot tell which of several calls was paid.
     """
     call = session.get(CrowdCall, call_id)
     a = session.get(Assignment, call.assignment_id)
@@ -62,16 +67,19 @@ def check_bonus_paid(session: Session, call_id: int, paid_cents: list[int]) -> N
     recorded = others.count("ok")
     unfinished = sum(1 for status in others if status in ("pending", "retrying", "unknown"))
     beyond = paid_cents.count(int(call.amount_cents)) - recorded
-    if beyond < 1 + unfinished:
-        raise CrowdServiceError(
-            f"an earlier attempt of this bonus ({call.amount_cents} cents on submission {ref}) "
-            "may have been paid, and "
-            + (
-                "the platform does not list it (yet)"
-                if beyond < 1
-                else "the platform's payments cannot tell it from other unfinished bonuses"
-            )
-            + ": check the submission's bonuses on the platform; if it was not paid, pay it "
-            "as a bonus with another number",
-            409,
+    if beyond >= 1 + unfinished:
+        return True
+    if beyond < 1 and listed_at_once:
+        return False
+    raise CrowdServiceError(
+        f"an earlier attempt of this bonus ({call.amount_cents} cents on submission {ref}) "
+        "may have been paid, and "
+        + (
+            "the platform does not list it (yet)"
+            if beyond < 1
+            else "the platform's payments cannot tell it from other unfinished bonuses"
         )
+        + ": check the submission's bonuses on the platform; if it was not paid, pay it "
+        "as a bonus with another number",
+        409,
+    )

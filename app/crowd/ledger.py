@@ -1,5 +1,6 @@
 """The ledger of money and standing calls: a `CrowdCall` row with its deterministic token
-is committed before each platform call and its outcome after (`money_call`).
+is committed before each platform call and its outcome after (the steps of
+`app.crowd.calls.money_call`).
 
 A call's `status`: `pending` (to be made: new, or refused before), `retrying` (an
 earlier attempt may have reached the platform: its outcome is unknown), `ok`, `failed`
@@ -9,10 +10,19 @@ On a panel (Prolific) the platform reviews a participant's *submission*, which t
 assignments of a bundle share (`platform_ref`): approving or rejecting one of them is
 one call for all of them, and a bonus is paid per participant (`n`-th bonus of the
 participant, on their submission).
+
+A submission a sync flagged and that we never stored (no assignment: a worker who posted
+straight to the platform) can be rejected by its platform id (`platform_id`): its call has
+no assignment and the same token an assignment of that id would have; the audit log
+names the submission.
+
+A retried call is sent with the reason it was first made with (the ledger's), unless
+the earlier attempt was refused (`failed`: nothing was done), which a new reason replaces.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,18 +30,11 @@ from sqlalchemy import func, select, true
 from sqlalchemy.orm import Session
 
 from app.audit.service import Actor, record_by
-from app.crowd.base import (
-    AlreadyDone,
-    CapQualifying,
-    CrowdError,
-    CrowdProvider,
-    PaidBonuses,
-)
+from app.crowd.base import CrowdError
 from app.crowd.common import (
     CALL_KINDS,
     CHANNEL_OF,
     CrowdServiceError,
-    SessionFactory,
     actor_name,
     confirmed,
     is_own_work,
@@ -41,8 +44,8 @@ from app.crowd.common import (
     ref_column,
     request_token,
 )
-from app.crowd.guards import check_bonus_paid, check_platform_rules
-from app.db import unit_of_work
+from app.crowd.flagged import flagged_submission
+from app.crowd.guards import check_platform_rules
 from app.models import (
     Annotator,
     Assignment,
@@ -57,15 +60,9 @@ from app.models import (
     utcnow,
 )
 
+log = logging.getLogger(__name__)
+
 # -- money and standing calls: steps -------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CallOutcome:
-    call_id: int | None
-    kind: str
-    made: bool  # the call was made (or finished) now; False: it had been done before
-    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -111,6 +108,7 @@ def begin_call(
     n: int = 0,
     category: str | None = None,
     by: Actor | None = None,
+    platform_id: str | None = None,
 ) -> CrowdCall:
     """The ledger row for one call, written before the call is made (commit it then).
 
@@ -118,17 +116,27 @@ def begin_call(
     call is returned as it is (the caller makes nothing), an unfinished or failed one is
     made again with its token (`retrying` when the last attempt may have gone through).
     Bad requests are refused here (4xx) and change nothing; `category` is Prolific's
-    rejection category.
+    rejection category; `platform_id`: a rejection of a flagged submission we never
+    stored (no assignment), by the platform's id.
     """
     if kind not in CALL_KINDS:
         raise CrowdServiceError(f"unknown call {kind!r}")
     target = _target(session, posting, assignment_id=assignment_id, annotator_id=annotator_id)
     a, worker = target.assignment, target.annotator
     reason = (reason or "").strip() or None
-    if kind in ("approve", "reject", "bonus"):
+    ref = platform_ref(posting.provider, a) if a is not None else None
+    if kind == "reject" and a is None and platform_id is not None:
+        if flagged_submission(session, posting, platform_id) is None:
+            raise CrowdServiceError(
+                f"no submission {platform_id!r} that a sync of this posting flagged and we "
+                "never stored",
+                404,
+            )
+        ref = platform_id
+    elif kind in ("approve", "reject", "bonus"):
         if a is None:
             raise CrowdServiceError(f"{kind} needs an assignment")
-        if a.status is not AssignmentStatus.submitted or not platform_ref(posting.provider, a):
+        if a.status is not AssignmentStatus.submitted or not ref:
             raise CrowdServiceError(
                 "only a submitted platform assignment can be reviewed"
                 + ("" if posting.provider == "mturk" else " (a panel entry with its session id)"),
@@ -169,7 +177,7 @@ def begin_call(
     if kind == "bonus" and CHANNEL_OF[posting.provider] is not Channel.mturk:
         token = request_token(kind, *parts, "participant", worker.external_id, n)
     elif kind in ("approve", "reject", "bonus"):
-        token = request_token(kind, *parts, platform_ref(posting.provider, a), n)
+        token = request_token(kind, *parts, ref, n)
     elif kind == "qualify":
         token = request_token(kind, *parts, worker.external_id, n)
     else:
@@ -184,6 +192,8 @@ def begin_call(
                 409,
             )
         if call.status != "ok":
+            if call.status == "failed":  # refused, nothing done: asked anew
+                call.reason = reason
             call.status = "pending" if call.status == "failed" else "retrying"
             call.by = actor_name(by)
             session.flush()
@@ -277,15 +287,25 @@ def _toggle_token(
     return request_token(kind, *parts, target, len(mine))
 
 
-def finish_call(session: Session, call_id: int, *, by: Actor | None, already: bool) -> None:
+def finish_call(
+    session: Session,
+    call_id: int,
+    *,
+    by: Actor | None,
+    already: bool,
+    platform_id: str | None = None,
+    unsupported: str | None = None,
+) -> None:
     """The call succeeded (or the platform says it was done before): its outcome on the
-    assignment or annotator, and in the audit log. Runs once per call."""
+    assignment or annotator, and in the audit log. Runs once per call. `unsupported`: the
+    platform has no such call (Prolific: block), so it was done here only; the message
+    stays on the call. `platform_id`: the submission of a call with no assignment."""
     call = session.get(CrowdCall, call_id)
     assert call is not None
     if call.status == "ok":
         return
     call.status = "ok"
-    call.error = None
+    call.error = f"not on {unsupported}"[:4000] if unsupported else None
     call.finished_at = now = utcnow()
     a = session.get(Assignment, call.assignment_id) if call.assignment_id else None
     worker = session.get(Annotator, call.annotator_id) if call.annotator_id else None
@@ -316,16 +336,30 @@ def finish_call(session: Session, call_id: int, *, by: Actor | None, already: bo
             row.status = "expired"
         posting.status = "expired"
     session.flush()
-    _audit(session, call, posting, by, "already done" if already else "ok")
+    outcome = "already done" if already else "ok"
+    if unsupported:
+        outcome = f"done here only; the platform has no such call: {unsupported}"
+    _audit(session, call, posting, by, outcome, platform_id=platform_id)
 
 
-def fail_call(session: Session, call_id: int, error: CrowdError, *, by: Actor | None) -> None:
+def fail_call(
+    session: Session,
+    call_id: int,
+    error: CrowdError,
+    *,
+    by: Actor | None,
+    platform_id: str | None = None,
+) -> None:
     """The call failed: the error on the call and on the assignment, and in the audit log.
     An approval or rejection that failed leaves the assignment (its whole submission on a
     panel) `failed` (so it shows); a failed bonus keeps the review status and records the
-    error. An error that may have taken effect leaves the call `unknown`."""
+    error. An error that may have taken effect leaves the call `unknown`. A call that
+    finished (`ok`: a concurrent attempt of the same call succeeded) is left as it is."""
     call = session.get(CrowdCall, call_id)
     assert call is not None
+    if call.status == "ok":
+        log.warning("call %s (%s) failed after it succeeded: %s", call.id, call.kind, error)
+        return
     posting = session.get(CrowdPosting, call.posting_id)
     message = str(error)[:4000]
     call.status = "unknown" if error.maybe_done else "failed"
@@ -339,7 +373,7 @@ def fail_call(session: Session, call_id: int, error: CrowdError, *, by: Actor | 
             each.review_status = ReviewStatus.failed
         each.review_error = f"{call.kind}: {message}"[:4000]
     session.flush()
-    _audit(session, call, posting, by, call.status, message)
+    _audit(session, call, posting, by, call.status, message, platform_id=platform_id)
 
 
 def _audit(
@@ -349,6 +383,8 @@ def _audit(
     by: Actor | None,
     outcome: str,
     error: str | None = None,
+    *,
+    platform_id: str | None = None,
 ) -> None:
     a = session.get(Assignment, call.assignment_id) if call.assignment_id else None
     worker = session.get(Annotator, call.annotator_id) if call.annotator_id else None
@@ -364,6 +400,10 @@ def _audit(
             detail["external_assignment_id"] = a.external_assignment_id
         else:
             detail["submission"] = platform_ref(posting.provider, a)
+    elif platform_id is not None:  # a flagged submission we never stored
+        detail["external_assignment_id" if posting.provider == "mturk" else "submission"] = (
+            platform_id
+        )
     if worker is not None:
         detail["worker"] = worker.external_id
     if call.amount_cents is not None:
@@ -378,110 +418,3 @@ def _audit(
         study=session.get(Study, posting.study_id),
         **detail,
     )
-
-
-# -- money and standing calls: drivers -----------------------------------------------------
-
-
-def money_call(
-    make_session: SessionFactory,
-    provider: CrowdProvider,
-    posting_id: int,
-    kind: str,
-    *,
-    assignment_id: int | None = None,
-    annotator_id: int | None = None,
-    amount_cents: int | None = None,
-    reason: str | None = None,
-    n: int = 0,
-    category: str | None = None,
-    by: Actor | None,
-) -> CallOutcome:
-    """One ledgered call: its row committed first, the call, its outcome committed after.
-
-    A call already finished is not made again (`made=False`). The platform's "already
-    done" (an approval MTurk shows, a bonus token it has seen) finishes the call as a
-    success. Any other failure is recorded on the call and the assignment, then raised.
-
-    A bonus on a platform without an idempotency key for it (Prolific, `PaidBonuses`)
-    whose earlier attempt may have been paid (`retrying`) is not paid again: it is
-    finished as done when the platform lists it, else refused (409) for a manual check.
-    """
-    with unit_of_work(make_session) as session:
-        posting = session.get(CrowdPosting, posting_id)
-        if posting is None:
-            raise CrowdServiceError("no such posting", 404)
-        call = begin_call(
-            session,
-            posting,
-            kind,
-            assignment_id=assignment_id,
-            annotator_id=annotator_id,
-            amount_cents=amount_cents,
-            reason=reason,
-            n=n,
-            category=category,
-            by=by,
-        )
-        if call.status == "ok":
-            return CallOutcome(call.id, kind, made=False, detail="already done")
-        call_id, token, retrying = call.id, call.request_token, call.status == "retrying"
-        assignment = session.get(Assignment, call.assignment_id) if call.assignment_id else None
-        worker = session.get(Annotator, call.annotator_id) if call.annotator_id else None
-        external_assignment = platform_ref(posting.provider, assignment) if assignment else None
-        if assignment is not None and worker is None:
-            worker = session.get(Annotator, assignment.annotator_id)
-        worker_id = worker.external_id if worker else None
-        units = list(
-            session.scalars(
-                select(CrowdHit.external_hit_id).where(
-                    CrowdHit.posting_id == posting.id,
-                    CrowdHit.status == "published",
-                    CrowdHit.external_hit_id.is_not(None),
-                )
-            )
-        )
-        external_id = posting.external_id or ""
-        cap_id = posting.settings.get("cap_qualification_id")
-    if kind == "bonus" and retrying and isinstance(provider, PaidBonuses):
-        paid = provider.submission_bonuses_cents(external_assignment)
-        with unit_of_work(make_session) as session:
-            check_bonus_paid(session, call_id, paid)
-            finish_call(session, call_id, by=by, already=True)
-        return CallOutcome(call_id, kind, made=True, detail="already done")
-    already = False
-    try:
-        if kind == "approve":
-            provider.approve(external_assignment, feedback=reason)
-        elif kind == "reject":
-            if category is not None:  # Prolific's; refused for other platforms before
-                provider.reject(external_assignment, feedback=reason or "", category=category)
-            else:
-                provider.reject(external_assignment, feedback=reason or "")
-        elif kind == "bonus":
-            provider.bonus(
-                worker_id,
-                external_assignment,
-                int(amount_cents),
-                reason=reason or "",
-                request_token=token,
-            )
-        elif kind == "block":
-            provider.block(worker_id, reason=reason or "")
-        elif kind == "unblock":
-            provider.unblock(worker_id, reason=reason or "")
-        elif kind == "qualify":
-            if not (cap_id and isinstance(provider, CapQualifying)):
-                raise CrowdError("this posting has no cap qualification")
-            provider.grant_cap(cap_id, worker_id)
-        elif kind == "expire":
-            provider.expire(external_id, units)
-    except AlreadyDone:
-        already = True
-    except CrowdError as exc:
-        with unit_of_work(make_session) as session:
-            fail_call(session, call_id, exc, by=by)
-        raise
-    with unit_of_work(make_session) as session:
-        finish_call(session, call_id, by=by, already=already)
-    return CallOutcome(call_id, kind, made=True, detail="already done" if already else "ok")

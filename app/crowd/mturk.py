@@ -27,6 +27,7 @@ from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
+from urllib.parse import urlsplit
 from xml.sax.saxutils import escape
 
 from app.crowd.base import (
@@ -223,6 +224,15 @@ def qualification_requirements(q: Qualifications, environment: str) -> list[dict
     return out
 
 
+def moves_real_money(endpoint_url: str | None) -> bool:
+    """Whether an endpoint URL is MTurk production: any AWS host but the sandbox's."""
+    if not endpoint_url:
+        return False
+    host = (urlsplit(endpoint_url.strip()).hostname or "").lower().rstrip(".")
+    sandbox = urlsplit(SANDBOX_ENDPOINT).hostname
+    return host != sandbox and (host == "amazonaws.com" or host.endswith(".amazonaws.com"))
+
+
 def make_client(
     environment: str = "sandbox",
     *,
@@ -282,29 +292,48 @@ class _RateExceededRetry:
 
 
 def _error(exc: Exception, operation: str) -> CrowdError:
-    """botocore's exception -> our CrowdError, with MTurk's own error code when it gave one."""
-    from botocore.exceptions import ClientError, NoCredentialsError
+    """botocore's exception -> our CrowdError, with MTurk's own error code when it gave one.
+
+    MTurk's refusal (a `ClientError` with a 4xx) did nothing. Anything else may have taken
+    effect (`maybe_done`): a read timeout or a dropped connection after MTurk did the work,
+    or a server fault (5xx), possibly after botocore's own retries; the ledger then treats
+    the call's outcome as unknown (a bonus is checked with `ListBonusPayments` before it is
+    made again). Only what never left this process (no credentials, bad parameters) is not.
+    """
+    from botocore.exceptions import ClientError, NoCredentialsError, ParamValidationError
 
     if isinstance(exc, NoCredentialsError):
         return CrowdError(
             "no AWS credentials: give them through the usual AWS chain "
             "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE or ~/.aws/credentials)"
         )
+    if isinstance(exc, ParamValidationError):
+        return CrowdError(f"MTurk {operation}: {exc}")
     if isinstance(exc, ClientError):
         body = exc.response or {}
         error = body.get("Error", {})
         code = body.get("TurkErrorCode") or error.get("TurkErrorCode") or error.get("Code")
         message = error.get("Message") or str(exc)
+        status = int((body.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 400)
         return CrowdError(
-            f"MTurk {operation}: {message}", code=code, retryable=code in THROTTLE_CODES
+            f"MTurk {operation}: {message}",
+            code=code,
+            retryable=code in THROTTLE_CODES,
+            maybe_done=status >= 500,
         )
-    return CrowdError(f"MTurk {operation}: {exc}", retryable=True)
+    return CrowdError(
+        f"MTurk {operation}: {exc} (the call may have reached MTurk)",
+        retryable=True,
+        maybe_done=True,
+    )
 
 
 class MTurkProvider:
-    """The `CrowdProvider` for Mechanical Turk (also `CapQualifying` and `UnitLookup`)."""
+    """The `CrowdProvider` for Mechanical Turk (also `CapQualifying`, `UnitLookup` and
+    `PaidBonuses`)."""
 
     name = "mturk"
+    bonuses_listed_at_once = True  # SendBonus pays before it answers
 
     def __init__(
         self,
@@ -387,10 +416,12 @@ class MTurkProvider:
     def cap_qualification(self, spec: PostingSpec) -> str:
         """`CreateQualificationType`: the study's "reached the cap" qualification, once.
 
-        Its name is fixed by the study's slug; MTurk refuses a second type of the same
-        name, so a repeated call finds the first (`ListQualificationTypes`).
+        Its name is fixed by the study's slug and the posting's key (`spec.key`: the
+        study's id and creation time, the environment), so that another database's study
+        of the same slug, or the study made anew, has its own; MTurk refuses a second type
+        of the same name, so a repeated call finds the first (`ListQualificationTypes`).
         """
-        name = f"ebc-judge cap reached: {spec.study_slug}"
+        name = f"ebc-judge cap reached: {spec.study_slug}" + (f" {spec.key}" if spec.key else "")
         try:
             response = self._call(
                 "CreateQualificationType",
@@ -605,6 +636,21 @@ class MTurkProvider:
                 raise AlreadyDone(str(exc), code=exc.code) from exc
             raise
 
+    def submission_bonuses_cents(self, submission_id: str) -> list[int]:
+        """`ListBonusPayments(AssignmentId=...)`, every page: the bonuses paid on the
+        assignment, in cents (`PaidBonuses`: checked before a bonus is made again)."""
+        paid: list[int] = []
+        token = None
+        while True:
+            params: dict[str, Any] = {"AssignmentId": submission_id, "MaxResults": 100}
+            if token:
+                params["NextToken"] = token
+            page = self._call("ListBonusPayments", **params)
+            paid += [cents_of(b.get("BonusAmount", "")) for b in page.get("BonusPayments", [])]
+            token = page.get("NextToken")
+            if not token:
+                return paid
+
     def _status_of(self, external_assignment_id: str) -> str | None:
         try:
             got = self._call("GetAssignment", AssignmentId=external_assignment_id)
@@ -623,7 +669,8 @@ class MTurkProvider:
     ) -> None:
         """`SendBonus` (amount as a decimal string, the reason the worker reads) with its
         own `UniqueRequestToken`: MTurk refuses a repeated token, which is `AlreadyDone`
-        (the bonus was paid once)."""
+        (the bonus was paid once). MTurk remembers a token for 24 hours only: the ledger
+        lists the assignment's bonuses (`submission_bonuses_cents`) before a retry."""
         if not reason or not reason.strip():
             raise CrowdError("a bonus needs a reason for the worker")
         if not request_token or len(request_token) > MAX_TOKEN:
@@ -672,13 +719,9 @@ def _hit_already_exists(exc: CrowdError) -> bool:
 
 
 def _token_already_used(exc: CrowdError, token: str) -> bool:
-    """MTurk's answer to a repeated UniqueRequestToken (its wording is not specified;
-    it names the token or says the request already exists)."""
-    text = str(exc).lower()
-    code = (exc.code or "").lower()
-    return (
-        token.lower() in text
-        or "alreadyexists" in code
-        or "duplicate" in code
-        or ("already" in text and ("token" in text or "exists" in text))
-    )
+    """MTurk's answer to a repeated UniqueRequestToken. The API reference (SendBonus)
+    says only that "subsequent calls will return an error with a message containing the
+    request ID"; its error code is not documented. So: MTurk's refusal (not a fault or a
+    lost answer, `maybe_done`) whose message names this token, which no other refusal
+    does (our tokens are 40 hex digits of a hash, `common.request_token`)."""
+    return not exc.maybe_done and exc.code not in THROTTLE_CODES and token in str(exc)

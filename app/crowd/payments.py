@@ -16,6 +16,7 @@ from app.config import Settings
 from app.crowd.base import (
     CrowdProvider,
 )
+from app.crowd.calls import CallOutcome, money_call
 from app.crowd.common import (
     CHANNEL_OF,
     CrowdServiceError,
@@ -29,7 +30,7 @@ from app.crowd.common import (
     study_named,
     work_of,
 )
-from app.crowd.ledger import CallOutcome, money_call
+from app.crowd.flagged import FlaggedSubmission, flagged_submission, never_stored
 from app.db import unit_of_work
 from app.models import (
     Annotator,
@@ -46,10 +47,19 @@ from app.models import (
 def _assignment_id(make_session: SessionFactory, slug: str, ref: str) -> int:
     """An assignment of the study by our public id or the platform's id for it: MTurk's
     assignment id, or a panel submission's id (its first assignment, for a bundle)."""
+    found = _find_assignment(make_session, slug, ref)
+    if found is None:
+        raise CrowdServiceError(f"no assignment {ref!r} in study {slug!r}", 404)
+    return found[0]
+
+
+def _find_assignment(
+    make_session: SessionFactory, slug: str, ref: str
+) -> tuple[int, AssignmentStatus] | None:
     with unit_of_work(make_session) as session:
         study = study_named(session, slug)
-        found = session.scalar(
-            select(Assignment.id)
+        found = session.execute(
+            select(Assignment.id, Assignment.status)
             .join(Hit, Hit.id == Assignment.hit_id)
             .where(
                 Hit.study_id == study.id,
@@ -59,10 +69,8 @@ def _assignment_id(make_session: SessionFactory, slug: str, ref: str) -> int:
             )
             .order_by(Assignment.id)
             .limit(1)
-        )
-        if found is None:
-            raise CrowdServiceError(f"no assignment {ref!r} in study {slug!r}", 404)
-        return found
+        ).first()
+        return None if found is None else (found.id, found.status)
 
 
 def _annotator_id(
@@ -115,17 +123,41 @@ def reject(
     by: Actor | None,
 ) -> CallOutcome:
     """Reject one assignment with the feedback the worker reads (required); on Prolific
-    its whole submission, with a rejection `category` (default OTHER)."""
+    its whole submission, with a rejection `category` (default OTHER).
+
+    `assignment` may also be the platform's id of a submission a sync flagged and we
+    never stored (`app.crowd.flagged`): it is rejected on the platform, with no
+    assignment of ours."""
+    posting_id = posting_id_of(make_session, slug, provider)
+    found = _find_assignment(make_session, slug, assignment)
+    ours = found is not None and found[1] is AssignmentStatus.submitted
+    if not ours and _is_flagged(make_session, posting_id, assignment):
+        return money_call(
+            make_session,
+            provider,
+            posting_id,
+            "reject",
+            reason=feedback,
+            category=category,
+            by=by,
+            platform_id=assignment,
+        )
     return money_call(
         make_session,
         provider,
-        posting_id_of(make_session, slug, provider),
+        posting_id,
         "reject",
         assignment_id=_assignment_id(make_session, slug, assignment),
         reason=feedback,
         category=category,
         by=by,
     )
+
+
+def _is_flagged(make_session: SessionFactory, posting_id: int, ref: str) -> bool:
+    with unit_of_work(make_session) as session:
+        posting = session.get(CrowdPosting, posting_id)
+        return flagged_submission(session, posting, ref) is not None
 
 
 def bonus(
@@ -237,10 +269,18 @@ class ReviewPlan:
     reject: list[ReviewItem] = field(default_factory=list)
     unconfirmed: int = 0  # submitted but not yet confirmed by the platform: sync first
     exclusions_applied: bool = False
+    # Submissions a sync flagged that we never stored: never approved in bulk; to be
+    # rejected one by one (`reject` by their platform id), else the platform pays them.
+    flagged: list[FlaggedSubmission] = field(default_factory=list)
 
     @property
     def size(self) -> int:
         return len(self.approve) + len(self.reject)
+
+    def first(self, n: int) -> list[tuple[str, ReviewItem]]:
+        """The first `n` reviews in the order a confirmation makes them: rejections first."""
+        todo = [("reject", i) for i in self.reject] + [("approve", i) for i in self.approve]
+        return todo[: max(0, n)]
 
 
 def review_plan(
@@ -251,7 +291,8 @@ def review_plan(
     per submission, which covers its bundle of assignments).
 
     Work the platform has not confirmed for this posting yet (MTurk: `unverified`; a panel
-    submission no sync listed; work no posting claims yet) is counted as `unconfirmed`.
+    submission no sync listed; work no posting claims yet) is counted as `unconfirmed`;
+    flagged submissions we never stored are listed apart (`flagged`).
 
     With `apply_exclusions`, assignments of annotators that the study's pre-declared
     rules drop whole are to be rejected: `blocked` (blocked with their past work
@@ -294,6 +335,7 @@ def review_plan(
             tuple(dropped.get(annotator.id, ())),
         )
         (plan.reject if item.reasons else plan.approve).append(item)
+    plan.flagged = never_stored(session, study, posting)
     return plan
 
 
@@ -328,8 +370,8 @@ def _excluded_annotators(session: Session, study: Study) -> dict[int, list[str]]
 class BulkReport:
     approved: int = 0
     rejected: int = 0
-    already: int = 0
-    left: int = 0  # still to review (a limit was reached): run it again to continue
+    already: int = 0  # of those confirmed, reviewed before (a confirmation sent again)
+    left: int = 0  # reviews the plan holds beyond this run's: preview and confirm again
     plan: ReviewPlan | None = None
 
 
@@ -347,9 +389,9 @@ def preview_approve_all(
         )
 
 
-def _rejected_since(make_session: SessionFactory, public_ids: Collection[str]) -> set[str]:
-    """Those of `public_ids` that are rejected now (by an earlier run of the same bulk
-    approval, which a repeated confirmation continues)."""
+def _reviewed_since(make_session: SessionFactory, public_ids: Collection[str]) -> set[str]:
+    """Those of `public_ids` that are reviewed now (approved or rejected: by an earlier
+    run of the same confirmation, which a repeated confirmation continues, or by anyone)."""
     if not public_ids:
         return set()
     with unit_of_work(make_session) as session:
@@ -357,7 +399,7 @@ def _rejected_since(make_session: SessionFactory, public_ids: Collection[str]) -
             session.scalars(
                 select(Assignment.public_id).where(
                     Assignment.public_id.in_(list(public_ids)),
-                    Assignment.review_status == ReviewStatus.rejected,
+                    Assignment.review_status.in_((ReviewStatus.approved, ReviewStatus.rejected)),
                 )
             )
         )
@@ -369,41 +411,53 @@ def approve_all(
     slug: str,
     provider: CrowdProvider,
     *,
+    approvals_seen: Collection[str],
+    rejections_seen: Collection[str] = (),
     apply_exclusions: bool = False,
     reject_feedback: str | None = None,
     reject_category: str | None = None,
-    rejections_seen: Collection[str] | None = None,
     feedback: str | None = None,
     by: Actor | None,
     limiter: RateLimiter | None = None,
     limit: int | None = None,
 ) -> BulkReport:
-    """Approve every confirmed, unreviewed assignment of the posting; with
-    `apply_exclusions`, reject those the rules drop instead. The rejections must be the
-    ones the preview showed (`rejections_seen`: their public ids; those rejected since, by
-    an earlier run, aside), or nothing is done (409): the plan changed.
+    """Make the reviews a preview showed: approve `approvals_seen`, and (with
+    `apply_exclusions`) reject `rejections_seen` (our public ids), rejections first.
 
-    `limit`: review at most this many now (rejections first); `left` says how many remain,
-    and running it again (the same confirmation) continues where it stopped, repeating
-    nothing. Each call is ledgered and paced; the first failure stops the run and is
-    raised."""
+    The confirmation must match the plan both ways, or nothing is done (409): every
+    assignment the preview showed to approve is still to be approved, every one it showed
+    to reject still to be rejected (those reviewed since, by an earlier run of the same
+    confirmation or by anyone, aside: nothing is made twice). Nothing outside the preview
+    is reviewed: work confirmed since waits for the next preview. Flagged submissions we
+    never stored are never approved in bulk.
+
+    `limit`: review at most this many now; `left` says how many reviews the plan still
+    holds, and running it again (the same confirmation) continues where it stopped. Each
+    call is ledgered and paced; the first failure stops the run and is raised."""
     if limit is not None and limit < 1:
         raise CrowdServiceError("the limit must be at least 1")
     plan = preview_approve_all(make_session, slug, provider, apply_exclusions=apply_exclusions)
-    if plan.reject:
-        seen = set(rejections_seen or ())
-        seen -= _rejected_since(make_session, seen)
-        if rejections_seen is None or seen != {i.public_id for i in plan.reject}:
-            raise CrowdServiceError(
-                "the assignments to reject are not those of the preview; preview again", 409
-            )
-        if not (reject_feedback or "").strip():
-            raise CrowdServiceError("rejections need feedback for the workers")
+    to_approve, to_reject = set(approvals_seen), set(rejections_seen)
+    done = _reviewed_since(make_session, to_approve | to_reject)
+    planned_approve = {i.public_id for i in plan.approve}
+    planned_reject = {i.public_id for i in plan.reject}
+    if (to_approve & to_reject) or not (
+        to_approve - done <= planned_approve and to_reject - done <= planned_reject
+    ):
+        raise CrowdServiceError(
+            "the reviews confirmed are not those of the plan now (an assignment to reject "
+            "would be approved, or the reverse, or it is gone); preview again",
+            409,
+        )
+    if to_reject - done and not (reject_feedback or "").strip():
+        raise CrowdServiceError("rejections need feedback for the workers")
     posting_id = posting_id_of(make_session, slug, provider)
     limiter = limiter or RateLimiter(settings.crowd_calls_per_second)
-    todo = [("reject", i) for i in plan.reject] + [("approve", i) for i in plan.approve]
+    todo = [("reject", i) for i in plan.reject if i.public_id in to_reject] + [
+        ("approve", i) for i in plan.approve if i.public_id in to_approve
+    ]
     now = todo if limit is None else todo[:limit]
-    report = BulkReport(plan=plan, left=len(todo) - len(now))
+    report = BulkReport(plan=plan, left=plan.size - len(now), already=len(done))
     counts: Counter[str] = Counter()
     for kind, item in now:
         limiter.wait()
@@ -418,9 +472,6 @@ def approve_all(
             by=by,
         )
         counts[kind if outcome.made else "already"] += 1
-    report.approved, report.rejected, report.already = (
-        counts["approve"],
-        counts["reject"],
-        counts["already"],
-    )
+    report.approved, report.rejected = counts["approve"], counts["reject"]
+    report.already += counts["already"]
     return report

@@ -27,8 +27,13 @@ Rules of the provider interface (app.crowd.base) as Prolific allows them:
   lives in this object only; across processes the ledger (`app.crowd.ledger`) keeps the
   promise: a bonus whose earlier attempt may have been paid is finished as done when
   Prolific lists it, and refused for a manual check when it does not;
-- Prolific's API has no block call: `block`/`unblock` raise a `CrowdError` saying what
-  to do instead (our own block already refuses the participant's entries);
+- creating the draft study (POST /studies/) is not idempotent, so it is never retried once
+  it may have reached Prolific; a publish run that may have made one before (interrupted,
+  or its answer lost) finds it by its internal name, which carries the posting's key
+  (`find_prepared`), instead of making a second study;
+- Prolific's API has no block call: `block`/`unblock` raise `Unsupported` saying what to
+  do instead; the ledger blocks the participant here (their entries are refused) and
+  records that Prolific was not told;
 - the API token is a secret: it is sent only in the `Authorization` header and appears
   in no message, log line or repr.
 """
@@ -55,6 +60,7 @@ from app.crowd.base import (
     PlatformSubmission,
     PostingSpec,
     UnitToPublish,
+    Unsupported,
 )
 
 log = logging.getLogger(__name__)
@@ -73,6 +79,7 @@ _IN_PROGRESS = {"ACTIVE", "RESERVED"}
 _PLATFORM_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _RETRY_STATUSES = {429, 500, 502, 503, 504}
 _MAX_DELAY = 30.0
+_MAX_PAGES = 200  # of a listing of the workspace's studies
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -186,6 +193,7 @@ class _Read(BaseModel):
 class Study(_Read):
     id: str
     status: str | None = None
+    internal_name: str | None = None
     total_available_places: int | None = None
     external_study_url: str | None = None
 
@@ -221,6 +229,11 @@ class SubmissionPage(_Read):
     meta: _Meta | None = None
 
 
+class StudyPage(_Read):
+    results: list[Study]
+    links: _Links | None = Field(None, validation_alias="_links")
+
+
 class BulkBonusPayment(_Read):
     id: str
 
@@ -252,6 +265,12 @@ def places_for(assignments: int, hits_per_participant: int = 1) -> int:
     if hits_per_participant < 1:
         raise CrowdError("hits_per_participant must be at least 1")
     return math.ceil(max(assignments, 0) / hits_per_participant)
+
+
+def internal_name(spec: PostingSpec) -> str:
+    """The study's internal name on Prolific: the slug and the posting's key, which
+    `find_prepared` looks for."""
+    return f"ebc {spec.study_slug}" + (f" {spec.key}" if spec.key else "")
 
 
 def completion_url(code: str) -> str:
@@ -325,6 +344,7 @@ class ProlificProvider:
     """`CrowdProvider` for Prolific. Holds no database state and never commits."""
 
     name = "prolific"
+    bonuses_listed_at_once = False  # a bulk bonus is paid asynchronously
 
     def __init__(
         self,
@@ -464,7 +484,7 @@ class ProlificProvider:
             )
         return CreateStudy(
             name=spec.title,
-            internal_name=f"ebc {spec.study_slug}",
+            internal_name=internal_name(spec),
             description=spec.description or spec.title,
             external_study_url=spec.entry_url,
             completion_codes=[CompletionCode(code=spec.completion_code)],
@@ -475,10 +495,30 @@ class ProlificProvider:
         )
 
     def prepare(self, spec: PostingSpec) -> str:
-        """Create the draft study; its Prolific id."""
+        """Create the draft study; its Prolific id. Not idempotent, so retried only when
+        the request never reached Prolific (a timeout or a 5xx may have made it)."""
         body = self.study_body(spec)
-        study = self._send("POST", "studies/", body, Study, retry=_Retry.SAFE)
+        study = self._send("POST", "studies/", body, Study, retry=_Retry.UNSAFE)
         return _id(study.id, "study")
+
+    def find_prepared(self, spec: PostingSpec) -> str | None:
+        """The study an interrupted `prepare` made (GET /studies/, every page): the one
+        whose internal name is this posting's (`internal_name`), a live one first."""
+        name = internal_name(spec)
+        found: list[Study] = []
+        path: str | None = "studies/"
+        for _ in range(_MAX_PAGES):
+            if path is None:
+                break
+            page = self._get(path, StudyPage)
+            found += [s for s in page.results if s.internal_name == name]
+            more = page.links.next.href if page.links and page.links.next else None
+            base = str(self._http.base_url)
+            path = more.removeprefix(base) if more and more.startswith(base) else None
+        if len(found) > 1:
+            log.warning("%d Prolific studies are named %r", len(found), name)
+        found.sort(key=lambda s: s.status == "UNPUBLISHED")
+        return _id(found[0].id, "study") if found else None
 
     def publish(self, external_id: str, spec: PostingSpec, unit: UnitToPublish) -> str:
         """Publish the study (once: every unit is a HIT of the same Prolific study)."""
@@ -653,18 +693,17 @@ class ProlificProvider:
         self._bonus_paid[request_token] = True
 
     def block(self, external_worker_id: str, *, reason: str) -> None:
-        raise CrowdError(
-            "Prolific's API has no block call. The participant is blocked here (their "
-            "entries are refused); to keep them out of your future Prolific studies, add "
-            "their participant id to a 'Custom Blocklist' screener, or report them to "
-            "Prolific support.",
+        raise Unsupported(
+            "Prolific's API has no block call, so Prolific was not told. To keep the "
+            "participant out of your future Prolific studies, add their participant id to "
+            "a 'Custom Blocklist' screener, or report them to Prolific support.",
             code="Unsupported",
         )
 
     def unblock(self, external_worker_id: str, *, reason: str) -> None:
-        raise CrowdError(
-            "Prolific's API has no block call to undo: unblock the participant here and "
-            "remove their id from any 'Custom Blocklist' screener in Prolific.",
+        raise Unsupported(
+            "Prolific's API has no block call to undo, so Prolific was not told: remove "
+            "the participant's id from any 'Custom Blocklist' screener in Prolific.",
             code="Unsupported",
         )
 

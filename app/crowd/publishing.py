@@ -1,5 +1,6 @@
-"""Publishing a study on a crowd platform: the posting, its units (ledger rows with
-deterministic tokens), the cost estimate and the resumable `publish` driver.
+"""Publishing a study on a crowd platform: its units (ledger rows with deterministic
+tokens) and the resumable `publish` driver. The posting and the cost estimate are
+`app.crowd.postings` (`open_posting`, `estimate`, re-exported here).
 """
 
 from __future__ import annotations
@@ -17,188 +18,45 @@ from app.crowd.base import (
     CostEstimate,
     CrowdError,
     CrowdProvider,
+    PostingSpec,
+    PreparedLookup,
     UnitLookup,
     UnitToPublish,
 )
+from app.crowd.claims import (
+    claim_preparing,
+    claimable_unit,
+    lock_posting,
+    lock_study,
+    release_preparing,
+    writing,
+)
 from app.crowd.common import (
-    CrowdServiceError,
     PublishOptions,
     RateLimiter,
     SessionFactory,
-    find_posting,
     hit_public_id,
     posting_parts,
     posting_spec,
     request_token,
-    resolved_options,
     study_named,
     wanted_assignments,
 )
+from app.crowd.postings import estimate, open_posting
 from app.crowd.prolific import places_for
-from app.db import unit_of_work
-from app.models import (
-    CrowdHit,
-    CrowdPosting,
-    Hit,
-    Study,
-    StudyStatus,
-    User,
-    utcnow,
-)
+from app.models import CrowdHit, CrowdPosting, Hit, Study, utcnow
 
-
-def _check_channel(study: Study, provider: CrowdProvider) -> None:
-    """The study must take people through this channel, in this environment."""
-    channels = study.channels or {}
-    if provider.name == "mturk":
-        mturk = channels.get("mturk") or {}
-        if not mturk.get("enabled"):
-            raise CrowdServiceError(
-                f"study {study.slug!r} does not take MTurk workers: enable its MTurk channel first",
-                409,
-            )
-        if provider.environment == "production" and mturk.get("sandbox", True):
-            raise CrowdServiceError(
-                f"study {study.slug!r} is set to the MTurk sandbox (channels.mturk.sandbox); "
-                "turn that off before publishing to production",
-                409,
-            )
-    elif provider.name == "prolific":
-        panel = channels.get("panel") or {}
-        if not panel.get("enabled"):
-            raise CrowdServiceError(
-                f"study {study.slug!r} does not take panel participants: enable its panel first",
-                409,
-            )
-        if not panel.get("completion_code"):
-            raise CrowdServiceError(
-                f"study {study.slug!r} has no panel completion code: set "
-                "channels.panel.completion_code (the code its panel page shows)",
-                409,
-            )
-
-
-def _check_prolific(
-    session: Session, study: Study, provider: CrowdProvider, posting: CrowdPosting | None
-) -> None:
-    """Prolific: HITs to fill places with; a bundle size that the posting was made with;
-    and no other Prolific study named in the study's panel settings, whose id our panel
-    entry would demand of every participant (all of them would be refused)."""
-    if wanted_assignments(session, study) < 1:
-        raise CrowdServiceError(f"study {study.slug!r} has no HITs to publish: build them", 409)
-    bundle = int(getattr(provider, "hits_per_participant", 1))
-    made_with = int((posting.settings if posting else {}).get("hits_per_participant") or bundle)
-    if posting is not None and posting.external_id is not None and made_with != bundle:
-        raise CrowdServiceError(
-            f"this Prolific study was published with {made_with} HITs per participant, "
-            f"not {bundle}",
-            409,
-        )
-    expected = ((study.channels or {}).get("panel") or {}).get("study_id")
-    if expected and expected != (posting.external_id if posting else None):
-        raise CrowdServiceError(
-            f"study {study.slug!r} names Prolific study {expected} (channels.panel.study_id) "
-            "and its entries must carry that id: clear it to publish a new Prolific study",
-            409,
-        )
-
-
-def open_posting(
-    session: Session,
-    study: Study,
-    provider: CrowdProvider,
-    options: PublishOptions | None = None,
-    *,
-    by: Actor | None = None,
-) -> CrowdPosting:
-    """The study's posting on `provider`, made once; its settings fixed once prepared.
-
-    New options for a posting whose HIT type exists are refused (409): the HITs already
-    published carry the old ones.
-    """
-    _check_channel(study, provider)
-    if study.status is not StudyStatus.collecting:
-        raise CrowdServiceError(
-            f"study {study.slug!r} is {study.status.value}: open it to annotators first", 409
-        )
-    wanted = resolved_options(study, options or PublishOptions(), provider)
-    posting = find_posting(session, study, provider.name, provider.environment)
-    if provider.name == "prolific":
-        _check_prolific(session, study, provider, posting)
-    if posting is None:
-        posting = CrowdPosting(
-            study_id=study.id,
-            provider=provider.name,
-            environment=provider.environment,
-            settings=wanted,
-            status="draft",
-            created_by_id=by.id if isinstance(by, User) else None,
-        )
-        session.add(posting)
-        session.flush()
-        return posting
-    if options is not None:
-        kept = {k: v for k, v in posting.settings.items() if k != "cap_qualification_id"}
-        if posting.external_id is not None and kept != wanted:
-            raise CrowdServiceError(
-                "this study is already published with other settings; its HITs keep them",
-                409,
-            )
-        if posting.external_id is None:
-            cap = posting.settings.get("cap_qualification_id")
-            posting.settings = {**wanted, **({"cap_qualification_id": cap} if cap else {})}
-            session.flush()
-    return posting
-
-
-def estimate(
-    session: Session,
-    settings: Settings,
-    study: Study,
-    provider: CrowdProvider,
-    options: PublishOptions | None = None,
-    *,
-    bonus_cents: int = 0,
-) -> CostEstimate:
-    """What publishing every HIT of `study` costs on `provider` (before publishing).
-
-    On MTurk HITs are priced in groups of equal replicas, since its fee depends on the
-    assignments per HIT (10 or more cost more: `max_assignments`, an MTurk-only keyword).
-    """
-    posting = find_posting(session, study, provider.name, provider.environment)
-    if posting is None or options is not None:
-        # Not added to the session: only its settings are read.
-        posting = CrowdPosting(
-            provider=provider.name,
-            environment=provider.environment,
-            settings=resolved_options(study, options or PublishOptions(), provider),
-        )
-    spec = posting_spec(session, settings, study, posting)
-    groups = session.execute(
-        select(Hit.replicas, func.count()).where(Hit.study_id == study.id).group_by(Hit.replicas)
-    ).all()
-    if provider.name != "mturk":
-        assignments = sum(int(r) * int(n) for r, n in groups)
-        return provider.estimate_cost(spec, assignments, bonus_cents=bonus_cents)
-    total = CostEstimate(0, 0, 0)
-    notes: list[str] = []
-    for i, (replicas, n) in enumerate(sorted(groups)):
-        part = provider.estimate_cost(
-            spec,
-            int(replicas) * int(n),
-            bonus_cents=bonus_cents if i == 0 else 0,
-            max_assignments=int(replicas),
-        )
-        total = CostEstimate(
-            total.rewards_cents + part.rewards_cents,
-            total.fees_cents + part.fees_cents,
-            total.bonuses_cents + part.bonuses_cents,
-        )
-        notes += [note for note in part.notes if note not in notes]
-    if not groups and bonus_cents:
-        total = provider.estimate_cost(spec, 0, bonus_cents=bonus_cents)
-        notes = list(total.notes)
-    return CostEstimate(total.rewards_cents, total.fees_cents, total.bonuses_cents, tuple(notes))
+__all__ = [
+    "ClaimedUnit",
+    "PublishReport",
+    "claim_unit",
+    "estimate",
+    "fail_unit",
+    "finish_unit",
+    "open_posting",
+    "plan_units",
+    "publish",
+]
 
 
 # -- publishing: steps ---------------------------------------------------------------------
@@ -271,19 +129,19 @@ def _plan_study_unit(session: Session, posting: CrowdPosting, study: Study) -> i
 
 
 def claim_unit(session: Session, posting: CrowdPosting) -> ClaimedUnit | None:
-    """The next HIT to publish, marked `sending` (commit before the platform call).
+    """The next HIT to publish, marked `sending` with the time of the claim (commit before
+    the platform call).
 
-    Pending rows first; then rows left `sending` by an interrupted run or `failed`, which
-    the platform may have made already (their token, or a lookup, finds them).
+    Pending rows first; then `failed` rows and rows left `sending` by a run that died (a
+    claim older than `claims.STALE_CLAIM`), which the platform may have made already
+    (their token, or a lookup, finds them). A row another run is sending now is left to it.
     """
     study = session.get(Study, posting.study_id)
     assert study is not None
+    now = utcnow()
     query = (
         select(CrowdHit)
-        .where(
-            CrowdHit.posting_id == posting.id,
-            CrowdHit.status.in_(("pending", "sending", "failed")),
-        )
+        .where(CrowdHit.posting_id == posting.id, claimable_unit(now))
         .order_by((CrowdHit.status != "pending"), CrowdHit.id)
         .limit(1)
     )
@@ -295,6 +153,7 @@ def claim_unit(session: Session, posting: CrowdPosting) -> ClaimedUnit | None:
     interrupted = row.status != "pending"
     row.status = "sending"
     row.error = None
+    row.published_at = now  # the claim's time while `sending`
     session.flush()
     unit = UnitToPublish(
         hit_id=row.hit_id,
@@ -319,6 +178,7 @@ def fail_unit(session: Session, crowd_hit_id: int, error: CrowdError) -> None:
     row = session.get(CrowdHit, crowd_hit_id)
     assert row is not None
     row.status = "failed"
+    row.published_at = None
     row.error = str(error)[:4000]
     posting = session.get(CrowdPosting, row.posting_id)
     assert posting is not None
@@ -354,55 +214,42 @@ def publish(
 ) -> PublishReport:
     """Publish every HIT of study `slug` not yet on `provider`: resumable and idempotent.
 
-    One unit of work makes (or reuses) the posting; the platform's "container" (MTurk:
-    the cap qualification, then the HIT type) is made once and stored; one unit of work
-    writes a ledger row with a deterministic token for every HIT; then per HIT: a unit
-    of work marks it `sending`, the platform call is made (paced by `limiter`), and a
-    unit of work records the platform's id. A crash anywhere leaves rows that the next
-    run finishes with the same tokens, so every HIT is published exactly once. A failed
-    call is recorded on its row and on the posting, then raised. `limit`: publish at
-    most this many HITs now.
+    One unit of work makes (or reuses) the posting and, before its platform "container"
+    exists, commits a claim on preparing it (`claims`: a second run meanwhile is refused,
+    409 "publishing in progress"); the container (MTurk: the cap qualification, then the
+    HIT type; Prolific: the draft study, looked up first when an earlier attempt may have
+    made it) is made once and stored; one unit of work writes a ledger row with a
+    deterministic token for every HIT; then per HIT: a unit of work claims it (`sending`),
+    the platform call is made (paced by `limiter`), and a unit of work records the
+    platform's id. A crash anywhere leaves rows that the next run finishes with the same
+    tokens (a claim once it is stale), so every HIT is published exactly once. A failed
+    call is recorded on its row and on the posting, then raised. `limit`: publish at most
+    this many HITs now.
     """
     limiter = limiter or RateLimiter(settings.crowd_calls_per_second)
-    with unit_of_work(make_session) as session:
+    interrupted = False
+    with writing(make_session) as session:
         study = study_named(session, slug)
+        lock_study(session, study.id)
         posting = open_posting(session, study, provider, options, by=by)
         report = PublishReport(posting.id, posting.external_id)
+        if posting.external_id is None:
+            interrupted = claim_preparing(posting, utcnow())
         report.estimate = estimate(session, settings, study, provider)
         spec = posting_spec(session, settings, study, posting)
         wants_cap = bool(posting.settings.get("cap_qualification"))
         report.warnings += _warnings(session, study, posting)
 
-    # Only before the HIT type exists: its qualification requirements are fixed with it.
-    if (
-        wants_cap
-        and report.external_id is None
-        and not spec.qualifications.cap_qualification_id
-        and isinstance(provider, CapQualifying)
-    ):
-        qualification = _platform(
-            make_session, report.posting_id, lambda: provider.cap_qualification(spec)
-        )
-        with unit_of_work(make_session) as session:
-            posting = session.get(CrowdPosting, report.posting_id)
-            posting.settings = {**posting.settings, "cap_qualification_id": qualification}
-            study = session.get(Study, posting.study_id)
-            spec = posting_spec(session, settings, study, posting)
-
     if report.external_id is None:
-        external_id = _platform(make_session, report.posting_id, lambda: provider.prepare(spec))
-        with unit_of_work(make_session) as session:
-            posting = session.get(CrowdPosting, report.posting_id)
-            posting.external_id = external_id
-            posting.status = "prepared"
-            posting.error = None
-        report.external_id = external_id
+        report.external_id = _prepare(
+            make_session, settings, provider, report, spec, wants_cap, interrupted
+        )
 
-    with unit_of_work(make_session) as session:
-        report.added = plan_units(session, session.get(CrowdPosting, report.posting_id))
+    with writing(make_session) as session:
+        report.added = plan_units(session, lock_posting(session, report.posting_id))
 
     while limit is None or report.published < limit:
-        with unit_of_work(make_session) as session:
+        with writing(make_session) as session:
             claimed = claim_unit(session, session.get(CrowdPosting, report.posting_id))
         if claimed is None:
             break
@@ -414,15 +261,15 @@ def publish(
             if external_hit_id is None:
                 external_hit_id = provider.publish(report.external_id, spec, claimed.unit)
         except CrowdError as exc:
-            with unit_of_work(make_session) as session:
+            with writing(make_session) as session:
                 fail_unit(session, claimed.crowd_hit_id, exc)
             raise
-        with unit_of_work(make_session) as session:
+        with writing(make_session) as session:
             finish_unit(session, claimed.crowd_hit_id, external_hit_id)
         report.published += 1
 
-    with unit_of_work(make_session) as session:
-        posting = session.get(CrowdPosting, report.posting_id)
+    with writing(make_session) as session:
+        posting = lock_posting(session, report.posting_id)
         counts = dict(
             session.execute(
                 select(CrowdHit.status, func.count())
@@ -432,6 +279,11 @@ def publish(
         )
         report.total = counts.get("published", 0)
         report.pending = sum(n for s, n in counts.items() if s in ("pending", "sending", "failed"))
+        if counts.get("sending"):
+            report.warnings.append(
+                f"{counts['sending']} HITs are being published by another run (or by one "
+                "that stopped: publish again later to finish them)"
+            )
         if report.pending == 0:
             posting.status = "published"
             posting.published_at = posting.published_at or utcnow()
@@ -453,15 +305,69 @@ def publish(
     return report
 
 
+def _prepare(
+    make_session: SessionFactory,
+    settings: Settings,
+    provider: CrowdProvider,
+    report: PublishReport,
+    spec: PostingSpec,
+    wants_cap: bool,
+    interrupted: bool,
+) -> str:
+    """Make the posting's container under this run's claim; its platform id.
+
+    Only before the HIT type exists: its qualification requirements are fixed with it.
+    An earlier attempt that may have made the container (a claim taken over, a failed
+    call whose answer was lost) is looked up first where the platform's create is not
+    idempotent (`PreparedLookup`: a Prolific study, by its internal name).
+    """
+    capped = wants_cap and not spec.qualifications.cap_qualification_id
+    if capped and isinstance(provider, CapQualifying):
+        qualification = _platform(
+            make_session, report.posting_id, lambda: provider.cap_qualification(spec)
+        )
+        with writing(make_session) as session:
+            posting = lock_posting(session, report.posting_id)
+            posting.settings = {**posting.settings, "cap_qualification_id": qualification}
+            study = session.get(Study, posting.study_id)
+            spec = posting_spec(session, settings, study, posting)
+
+    def make() -> str:
+        if interrupted and isinstance(provider, PreparedLookup):
+            found = provider.find_prepared(spec)
+            if found is not None:
+                return found
+        return provider.prepare(spec)
+
+    external_id = _platform(make_session, report.posting_id, make)
+    with writing(make_session) as session:
+        posting = lock_posting(session, report.posting_id)
+        if posting.external_id is not None and posting.external_id != external_id:
+            # A run that took over a claim this run held too long recorded its own first.
+            report.warnings.append(
+                f"another run made {posting.provider} {posting.external_id} meanwhile: "
+                f"{external_id}, made by this run, is not used (delete it on the platform)"
+            )
+            return posting.external_id
+        posting.external_id = external_id
+        posting.status = "prepared"
+        posting.error = None
+        release_preparing(posting)
+    return external_id
+
+
 def _platform(make_session: SessionFactory, posting_id: int, call: Callable[[], str]) -> str:
-    """A posting-level platform call; its failure is recorded on the posting and raised."""
+    """A posting-level platform call; its failure is recorded on the posting (which gives
+    up this run's claim on preparing it) and raised."""
     try:
         return call()
     except CrowdError as exc:
-        with unit_of_work(make_session) as session:
-            posting = session.get(CrowdPosting, posting_id)
+        with writing(make_session) as session:
+            posting = lock_posting(session, posting_id)
             posting.error = str(exc)[:4000]
-            posting.status = "failed" if posting.external_id is None else posting.status
+            if posting.external_id is None:
+                posting.status = "failed"
+                release_preparing(posting)
         raise
 
 

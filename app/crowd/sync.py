@@ -8,7 +8,7 @@ import logging
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -21,6 +21,8 @@ from app.crowd.base import (
     CrowdProvider,
     PlatformSubmission,
 )
+from app.crowd.calls import money_call
+from app.crowd.claims import writing
 from app.crowd.common import (
     CHANNEL_OF,
     RateLimiter,
@@ -29,7 +31,7 @@ from app.crowd.common import (
     study_named,
     work_of,
 )
-from app.crowd.ledger import money_call
+from app.crowd.flagged import already_flagged
 from app.db import unit_of_work
 from app.models import (
     Annotator,
@@ -74,6 +76,7 @@ class RecoveredSubmission:
     external_hit_id: str | None
     assignment_public_id: str  # ours, from the form's hidden `assignment` field
     answers: dict[int, int]  # position -> screen slot (never a rank or a kind)
+    submitted_at: datetime | None = None  # when the platform took it (MTurk SubmitTime)
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,9 @@ class SyncReport:
     recovered: int = 0
     at_cap: list[int] = field(default_factory=list)  # annotators to give the cap qualification
     qualified: int = 0
+    # Sandbox work a sandbox sync listed while the study is in production: left unconfirmed
+    # (it never counts in the results).
+    sandbox_kept_out: int = 0
 
 
 _ANSWER_FIELD = re.compile(r"o(\d{1,3})")
@@ -124,7 +130,14 @@ def recovered_answers(sub: PlatformSubmission) -> RecoveredSubmission | None:
         external_hit_id=sub.external_hit_id,
         assignment_public_id=public_id,
         answers=answers,
+        submitted_at=_utc(sub.submitted_at),
     )
+
+
+def _utc(when: datetime | None) -> datetime | None:
+    if when is None:
+        return None
+    return when.astimezone(UTC) if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def store_recovered_submission(
@@ -136,8 +149,10 @@ def store_recovered_submission(
 
     The one place the crowd service stores judgments. It needs from the submission
     module: the worker's annotator, locked (`crowd_annotator`), and `submit(session,
-    annotator, public_id, answers, client_ms)` with its rules (d from the stored screen
-    order, late and cap flags, a repeat stores nothing twice).
+    annotator, public_id, answers, client_ms, now)` with its rules (d from the stored
+    screen order, late and cap flags, a repeat stores nothing twice). It is submitted as
+    of the time the platform took it (`submitted_at`, never later than now), so `late`
+    and `too_fast` are judged as if it had reached us then.
     """
     from app.annotation.errors import AnnotationError
     from app.annotation.identities import crowd_annotator
@@ -158,8 +173,12 @@ def store_recovered_submission(
         recovered.external_assignment_id,
     ):
         return None
+    now = utcnow()
+    when = min(recovered.submitted_at, now) if recovered.submitted_at else now
     try:
-        result = submit(session, annotator, recovered.assignment_public_id, recovered.answers, {})
+        result = submit(
+            session, annotator, recovered.assignment_public_id, recovered.answers, {}, now=when
+        )
     except AnnotationError:
         return None
     # submit() writes with Core statements: reload the lease read above.
@@ -178,7 +197,11 @@ def reconcile(
 
     Ours is the source of truth for answers; the platform's for whether the work was
     done and how it was reviewed. A confirmed assignment clears `unverified` (MTurk work
-    counts once confirmed through the API) and takes the platform's review status. A
+    counts once confirmed through the API) and takes the platform's review status, except
+    that a sandbox posting confirms nothing for a study in production (`channels.mturk.
+    sandbox` false): sandbox work never counts there (`sandbox_kept_out`; work a sandbox
+    sync confirmed while the study was in the sandbox stays confirmed: its assignments
+    name the sandbox's HITs in `external_hit_id`, so a pilot's work can be told apart). A
     submission we never stored is flagged (reported and audited) and, when its answer
     XML carries our assignment id and the chosen slots, stored through the submission
     code (`store_recovered_submission`). Workers who reached the cap are listed for the
@@ -192,6 +215,8 @@ def reconcile(
     if CHANNEL_OF[posting.provider] is Channel.panel:
         _reconcile_panel(session, study, posting, subs, report, now, by)
         return _finish(session, study, posting, report, now)
+    mturk = (study.channels or {}).get("mturk") or {}
+    counts = posting.environment == "production" or mturk.get("sandbox", True)
     ids = [s.external_assignment_id for s in subs]
     ours: dict[str, tuple[Assignment, str | None]] = {}
     for start in range(0, len(ids), _ID_IN_CHUNK):
@@ -230,7 +255,9 @@ def reconcile(
             report.recovered += 1
             assignment = stored
             assignment.external_assignment_id = sub.external_assignment_id
-        if assignment.unverified:
+        if assignment.unverified and not counts:
+            report.sandbox_kept_out += 1
+        elif assignment.unverified:
             assignment.unverified = False
             report.confirmed += 1
         # The platform's word on which HIT (so which posting) the work belongs to: a
@@ -331,6 +358,8 @@ def _flag(
     report.flagged.append(
         Flagged(sub.external_assignment_id, sub.external_worker_id, sub.status, reason, recovered)
     )
+    if already_flagged(session, posting, sub.external_assignment_id, reason, recovered):
+        return  # recorded by an earlier sync
     log.warning(
         "%s submission %s of worker %s: %s",
         posting.provider,
@@ -338,7 +367,8 @@ def _flag(
         sub.external_worker_id,
         reason,
     )
-    # Recorded whoever runs the sync (a scheduled one included): a lost submission is news.
+    # Recorded whoever runs the sync (a scheduled one included): a lost submission is news,
+    # once.
     record_by(
         session,
         by or "sync",
@@ -421,10 +451,10 @@ def sync(
     try:
         submissions = list(provider.submissions(external_id or "", unit_ids))
     except CrowdError as exc:
-        with unit_of_work(make_session) as session:
+        with writing(make_session) as session:
             session.get(CrowdPosting, posting_id).error = f"sync: {exc}"[:4000]
         raise
-    with unit_of_work(make_session) as session:
+    with writing(make_session) as session:
         posting = session.get(CrowdPosting, posting_id)
         report = reconcile(session, posting, submissions, by=by)
         record_by(
@@ -438,6 +468,7 @@ def sync(
             confirmed=report.confirmed,
             flagged=len(report.flagged),
             recovered=report.recovered,
+            sandbox_kept_out=report.sandbox_kept_out,
         )
     if cap_id and isinstance(provider, CapQualifying):
         limiter = limiter or RateLimiter(settings.crowd_calls_per_second)

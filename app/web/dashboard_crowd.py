@@ -4,9 +4,11 @@ approval (in batches: a click reviews `APPROVE_BATCH`, the next continues) and b
 with a preview. The same crowd services as `ebc crowd`.
 
 The drivers own their units of work (a ledger row is committed before each platform
-call), so they get the app's session factory; the request's own session only reads.
-Platform calls are made in the request: bounded by the provider's retries, and a
-platform's error is shown on the page (nothing is lost: the ledger has the call).
+call), so they get the app's session factory; the request's own session only reads, and
+a POST that runs a driver ends its read transaction first (`_release`: its pooled
+connection is not held for the run). Platform calls are made in the request: bounded by
+the provider's retries, and a platform's error is shown on the page (nothing is lost:
+the ledger has the call).
 
 Viewers see the page; previews (they read the account's balance) and every POST need
 manage access. Production moves real money: it needs its setting (EBC_MTURK_PRODUCTION;
@@ -15,7 +17,6 @@ Prolific has no sandbox) and the study's slug typed into the confirmation.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,24 +25,23 @@ from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Form, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse, Response
-from pydantic import BaseModel
+from sqlalchemy.orm import Session
 
 from app.crowd.base import CrowdError, CrowdProvider
 from app.crowd.bonuses import MAX_BONUSES, bonus_plan, pay_bonuses
 from app.crowd.common import (
     CrowdServiceError,
-    PublishOptions,
     provider_for,
     resolved_options,
-    study_qualifications,
 )
 from app.crowd.overview import crowd_overview
-from app.crowd.payments import approve_all, balance, preview_approve_all
+from app.crowd.payments import approve_all, balance, preview_approve_all, reject
 from app.crowd.publishing import estimate, publish
 from app.crowd.sync import sync
 from app.models import Study
 from app.studies.service import Access
-from app.validation import BadInput, Line, Text, parse_int
+from app.validation import Line, Text
+from app.web.crowd_forms import PublishFields, bonus_lines, form_values
 from app.web.deps import SessionDep
 from app.web.pages import LOGIN, StudyDep, flash, redirect, render, study_url
 from app.web.security import CsrfDep, ManageStudyDep, UserDep, access_of
@@ -129,99 +129,6 @@ ProviderDep = Annotated[CrowdProvider, Depends(crowd_provider)]
 
 
 # -- parsing ----------------------------------------------------------------------------
-
-
-def _number(text: str, field: str, *, le: float) -> float:
-    text = text.strip()
-    if not re.fullmatch(r"[0-9]{1,6}(\.[0-9]{1,6})?", text):
-        raise BadInput("must be a number such as 7 or 0.5", field)
-    value = float(text)
-    if value > le:
-        raise BadInput(f"must be at most {le:g}", field)
-    return value
-
-
-def _optional_int(text: str, field: str, *, le: int) -> int | None:
-    return parse_int(text, ge=0, le=le, field=field) if text.strip() else None
-
-
-class PublishFields(BaseModel):
-    """The publish form, as the preview (query) and the confirmation (form) carry it."""
-
-    reward_cents: Line(12) = ""
-    title: Line(128) = ""
-    lifetime_days: Line(16) = "7"
-    auto_approve_days: Line(16) = "3"
-    min_approval_rate: Line(12) = ""
-    min_approved: Line(12) = ""
-    locales: Line(200) = ""
-    masters: bool = False
-    cap_qualification: bool = False
-    hits_per_participant: Line(8) = "1"
-
-    def options(self, study: Study, provider: str) -> PublishOptions:
-        """The service's options; out-of-range values are refused by its `check`.
-
-        The form is prefilled from the study file (`_form_values`), so a qualification
-        left as the file has it is sent as None (the study's) and only what the researcher
-        changed overrides it; a number cleared where the file sets one is 0 (none).
-        """
-        given = study_qualifications(study, provider)
-        locales = tuple(c.upper() for c in re.split(r"[\s,]+", self.locales) if c)
-        return PublishOptions(
-            reward_cents=_optional_int(self.reward_cents, "reward_cents", le=10**9),
-            title=self.title.strip() or None,
-            lifetime_days=_number(self.lifetime_days, "lifetime_days", le=10**6),
-            auto_approve_days=_number(self.auto_approve_days, "auto_approve_days", le=10**6),
-            min_approval_rate=_changed(self.min_approval_rate, "min_approval_rate", given),
-            min_approved=_changed(self.min_approved, "min_approved", given),
-            locales=None if locales == tuple(given.get("locales") or ()) else locales,
-            masters=None if self.masters == bool(given.get("masters")) else self.masters,
-            cap_qualification=self.cap_qualification,
-        )
-
-    def bundle(self) -> int:
-        return parse_int(self.hits_per_participant, ge=1, le=1000, field="hits_per_participant")
-
-
-def _changed(text: str, field: str, given: dict) -> int | None:
-    """A number of the form: None where it is the study file's, 0 where it was cleared."""
-    value = _optional_int(text, field, le=10**9)
-    if value is None:
-        return 0 if given.get(field) is not None else None
-    return None if value == given.get(field) else value
-
-
-def _form_values(posting: dict | None, study: Study, provider: str) -> dict[str, str | bool]:
-    """The publish form's values: the posting's own once it exists, else the defaults with
-    the study file's qualifications (so that publishing unchanged keeps them)."""
-    s = (posting or {}).get("settings") or {}
-    if not s:
-        given = study_qualifications(study, provider)
-        s = {
-            "lifetime_days": 7,
-            "auto_approve_days": 3,
-            "cap_qualification": True,
-            "hits_per_participant": 1,
-            **given,
-        }
-
-    def text(name: str) -> str:
-        value = s.get(name)
-        return "" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
-
-    return {
-        "reward_cents": text("reward_cents"),
-        "title": text("title"),
-        "lifetime_days": text("lifetime_days"),
-        "auto_approve_days": text("auto_approve_days"),
-        "min_approval_rate": text("min_approval_rate"),
-        "min_approved": text("min_approved"),
-        "locales": " ".join(s.get("locales") or ()),
-        "masters": bool(s.get("masters")),
-        "cap_qualification": bool(s.get("cap_qualification")),
-        "hits_per_participant": text("hits_per_participant") or "1",
-    }
 
 
 def _confirmed(study: Study, target: Target, confirm: str) -> None:
@@ -316,6 +223,12 @@ def _sessions(request: Request):
     return request.app.state.sessionmaker
 
 
+def _release(session: Session) -> None:
+    """End the request's read transaction (it read the user and the study, which stay
+    loaded) and give its connection back to the pool before a driver's run."""
+    session.close()
+
+
 # -- the page ---------------------------------------------------------------------------
 
 
@@ -330,7 +243,7 @@ def crowd_page(
         study,
         target,
         overview=overview,
-        values=_form_values(overview.posting, study, target.provider),
+        values=form_values(overview.posting, study, target.provider),
         max_bonuses=MAX_BONUSES,
     )
 
@@ -377,6 +290,7 @@ def _published(report, target: Target) -> str:
 @router.post("/{slug}/crowd/publish", dependencies=[CsrfDep])
 def publish_now(
     request: Request,
+    session: SessionDep,
     user: UserDep,
     study: ManageStudyDep,
     target: TargetDep,
@@ -386,6 +300,7 @@ def publish_now(
     _confirmed(study, target, confirm)
     options = fields.options(study, target.provider)
     settings = request.app.state.settings
+    _release(session)
     with _client(request, target, fields.bundle()) as made:
 
         def run() -> str:
@@ -403,18 +318,31 @@ def publish_now(
 
 def _synced(report) -> str:
     flagged = len(report.flagged)
+    kept_out = report.sandbox_kept_out
     return (
         f"Synced: {report.listed} submissions listed, {report.confirmed} confirmed now, "
         f"{report.reviewed} reviews taken, {report.recovered} recovered, {flagged} flagged"
         + (" (see below)." if flagged else ".")
+        + (
+            f" {kept_out} sandbox assignments left unconfirmed: the study is in production, "
+            "where sandbox work never counts."
+            if kept_out
+            else ""
+        )
     )
 
 
 @router.post("/{slug}/crowd/sync", dependencies=[CsrfDep])
 def sync_now(
-    request: Request, user: UserDep, study: ManageStudyDep, target: TargetDep, made: ProviderDep
+    request: Request,
+    session: SessionDep,
+    user: UserDep,
+    study: ManageStudyDep,
+    target: TargetDep,
+    made: ProviderDep,
 ) -> Response:
     settings = request.app.state.settings
+    _release(session)
     return _act(
         request,
         study,
@@ -446,18 +374,22 @@ def approve_preview(
 @router.post("/{slug}/crowd/approve", dependencies=[CsrfDep])
 def approve_now(
     request: Request,
+    session: SessionDep,
     user: UserDep,
     study: ManageStudyDep,
     target: TargetDep,
     made: ProviderDep,
+    approve: Annotated[list[Line(64)], Form(default_factory=list, max_length=MAX_LIST)],
     reject: Annotated[list[Line(64)], Form(default_factory=list, max_length=MAX_LIST)],
     apply_exclusions: Annotated[bool, Form()] = False,
     reject_feedback: Annotated[Text(2000), Form()] = "",
     feedback: Annotated[Text(1000), Form()] = "",
     confirm: Annotated[str, Form(max_length=200)] = "",
 ) -> Response:
+    """The reviews the preview's form carries (its first `APPROVE_BATCH`), no others."""
     _confirmed(study, target, confirm)
     settings = request.app.state.settings
+    _release(session)
 
     def run() -> Done:
         report = approve_all(
@@ -465,9 +397,10 @@ def approve_now(
             settings,
             study.slug,
             made,
+            approvals_seen=approve,
+            rejections_seen=reject,
             apply_exclusions=apply_exclusions,
             reject_feedback=reject_feedback,
-            rejections_seen=reject,
             feedback=feedback.strip() or None,
             by=user,
             limit=APPROVE_BATCH,
@@ -483,6 +416,36 @@ def approve_now(
         return Done(
             f"{done} {report.left} left: confirm again to continue.",
             target.url(study, "/approve") + query,
+        )
+
+    return _act(request, study, target, run)
+
+
+@router.post("/{slug}/crowd/reject", dependencies=[CsrfDep])
+def reject_flagged(
+    request: Request,
+    session: SessionDep,
+    user: UserDep,
+    study: ManageStudyDep,
+    target: TargetDep,
+    made: ProviderDep,
+    submission: Annotated[Line(64), Form()],
+    feedback: Annotated[Text(2000), Form()] = "",
+    category: Annotated[Line(32), Form()] = "",
+    confirm: Annotated[str, Form(max_length=200)] = "",
+) -> Response:
+    """Reject one submission a sync flagged and we never stored (else the platform pays
+    it), by the platform's id, as the bulk approval's preview lists them."""
+    _confirmed(study, target, confirm)
+    _release(session)
+
+    def run() -> str:
+        outcome = reject(
+            _sessions(request), study.slug, made, submission, feedback=feedback,
+            category=category or None, by=user,
+        )  # fmt: skip
+        return f"Rejected {submission} on {target.label}" + (
+            "." if outcome.made else " before: nothing was done now."
         )
 
     return _act(request, study, target, run)
@@ -519,20 +482,10 @@ def bonus_preview(
     )
 
 
-def _bonus_lines(values: list[str]) -> list[tuple[str, int]]:
-    """`public_id:n` pairs as the preview wrote them."""
-    lines = []
-    for value in values:
-        public_id, _, n = value.rpartition(":")
-        if not public_id:
-            raise BadInput("a bonus line is an assignment and its bonus number", "bonus")
-        lines.append((public_id, parse_int(n, ge=0, le=10_000, field="bonus")))
-    return lines
-
-
 @router.post("/{slug}/crowd/bonus", dependencies=[CsrfDep])
 def bonus_now(
     request: Request,
+    session: SessionDep,
     user: UserDep,
     study: ManageStudyDep,
     target: TargetDep,
@@ -543,8 +496,9 @@ def bonus_now(
     confirm: Annotated[str, Form(max_length=200)] = "",
 ) -> Response:
     _confirmed(study, target, confirm)
-    lines = _bonus_lines(bonus)
+    lines = bonus_lines(bonus)
     settings = request.app.state.settings
+    _release(session)
 
     def run() -> str:
         report = pay_bonuses(

@@ -74,7 +74,8 @@ class StandInMTurk:
     qualification_types: dict[str, dict[str, Any]] = field(default_factory=dict)
     grants: list[dict[str, Any]] = field(default_factory=list)
     # op -> faults to apply, in order, one per call: "throttle", "rate_exceeded",
-    # "drop_after" (do it, then drop the connection), "fault" (a ServiceFault).
+    # "drop_after" (do it, then drop the connection), "fault" (a ServiceFault), "refuse"
+    # (a RequestError: nothing done).
     faults: dict[str, list[str]] = field(default_factory=dict)
     # op -> called with the request's parameters after the work, before the answer.
     hooks: dict[str, Callable[[dict[str, Any]], None]] = field(default_factory=dict)
@@ -126,6 +127,8 @@ class StandInMTurk:
             raise request_error("Rate exceeded", "AWS.MechanicalTurk.RateExceeded")
         if fault == "fault":
             raise Reply(500, {"__type": "ServiceFault", "Message": "internal error"})
+        if fault == "refuse":
+            raise request_error("Refused by the stand-in", "AWS.MechanicalTurk.InvalidParameter")
         method = getattr(self, f"op_{op}", None)
         if method is None:
             raise request_error(f"{op} is not served by the stand-in", "NotImplemented")
@@ -261,6 +264,22 @@ class StandInMTurk:
             )
         self.bonuses[token or self.new_id("B")] = p
         return {}
+
+    def op_ListBonusPayments(self, p):
+        """Every bonus paid on the assignment, whatever its token (MTurk keeps payments
+        for good; it forgets tokens after 24 hours)."""
+        rows = [
+            {
+                "WorkerId": b["WorkerId"],
+                "BonusAmount": b["BonusAmount"],
+                "AssignmentId": b["AssignmentId"],
+                "Reason": b["Reason"],
+                "GrantTime": time.time(),
+            }
+            for b in self.bonuses.values()
+            if b["AssignmentId"] == p["AssignmentId"]
+        ]
+        return self._page(rows, p, "BonusPayments", p.get("MaxResults", 100))
 
     def op_CreateWorkerBlock(self, p):
         self.blocks[p["WorkerId"]] = p["Reason"]

@@ -117,6 +117,8 @@ class FakeProlific:
         m = request.method
         if m == "POST" and path == "studies/":
             return self.create_study(body)
+        if m == "GET" and path == "studies/":
+            return self.list_studies(request.url.params)
         if match := re.fullmatch(r"studies/(\w+)/", path):
             study = self.studies.get(match[1])
             return httpx.Response(200, json=study) if study else prolific_error(404, "Not found.")
@@ -180,6 +182,17 @@ class FakeProlific:
             )
         study["status"] = new
         return httpx.Response(200, json=study)
+
+    def list_studies(self, params) -> httpx.Response:
+        """GET /studies/: the workspace's studies, `page_cap` a page, the next page's link."""
+        rows = list(self.studies.values())
+        offset = int(params.get("offset", 0))
+        page = rows[offset : offset + self.page_cap]
+        more = offset + self.page_cap < len(rows)
+        nxt = f"{BASE}studies/?offset={offset + self.page_cap}"
+        return httpx.Response(
+            200, json={"results": page, "_links": {"next": {"href": nxt if more else None}}}
+        )
 
     def list_submissions(self, sid: str, params) -> httpx.Response:
         rows = [s for s in self.submissions.values() if s["study_id"] == sid]

@@ -30,6 +30,7 @@ from app.crowd.mturk import (
     _RateExceededRetry,
     external_question,
     make_client,
+    moves_real_money,
     parse_answers,
     reward_string,
 )
@@ -460,6 +461,21 @@ def test_the_cap_qualification_is_made_once_and_granted_silently(stubbed):
     provider.grant_cap("Q1", "W1")
 
 
+def test_the_cap_qualification_is_named_per_study_not_per_slug(stubbed):
+    """Two studies of one slug (another database on the same account, or the study made
+    anew) have postings of other keys: each gets its own qualification."""
+    provider, stub = stubbed
+    for key, made in (("0123456789ab", "Q1"), ("ba9876543210", "Q2")):
+        name = f"ebc-judge cap reached: wiki {key}"
+        stub.add_response(
+            "create_qualification_type",
+            {"QualificationType": {"QualificationTypeId": made, "Name": name}},
+            {"Name": name, "Description": ANY, "QualificationTypeStatus": "Active",
+             "Keywords": "ebc-judge"},
+        )  # fmt: skip
+        assert provider.cap_qualification(spec(key=key)) == made
+
+
 # -- sync --------------------------------------------------------------------------------
 
 
@@ -572,6 +588,90 @@ def test_a_bonus_carries_its_own_token_and_a_repeat_is_already_done(stubbed):
     assert not isinstance(raised.value, AlreadyDone)
     with pytest.raises(CrowdError, match="reason"):
         provider.bonus("W1", "A1", 25, reason="", request_token=token)
+
+
+def test_only_a_refusal_naming_the_token_is_already_done(stubbed):
+    """The API reference says a repeated token is answered "with a message containing the
+    request ID", nothing more: other refusals, however worded, are refusals."""
+    provider, stub = stubbed
+    token = "ebc-bonus-" + "c" * 40
+    for message, code in (
+        ("This request already exists for another assignment.", "AWS.MechanicalTurk.Dup"),
+        ("Worker W1 was already paid a bonus today (token limit).", "AlreadyExists"),
+        ("Duplicate request", "AWS.MechanicalTurk.DuplicateRequest"),
+    ):
+        request_error(stub, "send_bonus", message, code)
+        with pytest.raises(CrowdError) as raised:
+            provider.bonus("W1", "A1", 25, reason="Thanks", request_token=token)
+        assert not isinstance(raised.value, AlreadyDone) and not raised.value.maybe_done
+    request_error(stub, "send_bonus", f"Request {token} was already processed.", "AWS.X")
+    with pytest.raises(AlreadyDone):
+        provider.bonus("W1", "A1", 25, reason="Thanks", request_token=token)
+
+
+def test_the_bonuses_paid_on_an_assignment_are_listed_over_every_page(stubbed):
+    provider, stub = stubbed
+    when = datetime(2026, 11, 25, 12, tzinfo=UTC)
+
+    def paid(amount: str) -> dict:
+        return {
+            "WorkerId": "W1",
+            "BonusAmount": amount,
+            "AssignmentId": "A1",
+            "Reason": "Thanks",
+            "GrantTime": when,
+        }
+
+    stub.add_response(
+        "list_bonus_payments",
+        {"BonusPayments": [paid("0.40"), paid("1.25")], "NextToken": "p2", "NumResults": 2},
+        {"AssignmentId": "A1", "MaxResults": 100},
+    )
+    stub.add_response(
+        "list_bonus_payments",
+        {"BonusPayments": [paid("0.40")], "NumResults": 1},
+        {"AssignmentId": "A1", "MaxResults": 100, "NextToken": "p2"},
+    )
+    assert provider.submission_bonuses_cents("A1") == [40, 125, 40]
+    assert provider.bonuses_listed_at_once
+
+
+def test_an_answer_that_never_came_may_have_been_done_and_a_refusal_was_not(stubbed):
+    from botocore.exceptions import ReadTimeoutError
+
+    provider, stub = stubbed
+    stub.add_client_error("send_bonus", service_error_code="ServiceFault", http_status_code=500)
+    with pytest.raises(CrowdError) as fault:
+        provider.bonus("W1", "A1", 25, reason="Thanks", request_token="ebc-bonus-" + "d" * 40)
+    assert fault.value.maybe_done
+    request_error(stub, "approve_assignment", "Insufficient funds", "AWS.MechanicalTurk.Funds")
+    stub.add_response("get_assignment", {"Assignment": {"AssignmentStatus": "Submitted"}})
+    with pytest.raises(CrowdError) as refused:
+        provider.approve("A1")
+    assert not refused.value.maybe_done
+
+    def timed_out(**_):
+        raise ReadTimeoutError(endpoint_url=SANDBOX_ENDPOINT)
+
+    provider.client.send_bonus = timed_out
+    with pytest.raises(CrowdError, match="may have reached MTurk") as lost:
+        provider.bonus("W1", "A1", 25, reason="Thanks", request_token="ebc-bonus-" + "e" * 40)
+    assert lost.value.maybe_done
+
+
+@pytest.mark.parametrize(
+    ("url", "real"),
+    [
+        (None, False),
+        ("http://127.0.0.1:9000", False),
+        (SANDBOX_ENDPOINT, False),
+        (PRODUCTION_ENDPOINT, True),
+        ("https://MTURK-REQUESTER.us-east-1.amazonaws.com./", True),
+        ("https://mturk-requester.us-east-1.amazonaws.com:443", True),
+    ],
+)
+def test_an_endpoint_on_aws_other_than_the_sandbox_moves_real_money(url, real):
+    assert moves_real_money(url) is real
 
 
 def test_block_unblock_and_expire(stubbed):

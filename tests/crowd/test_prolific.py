@@ -12,7 +12,14 @@ import pytest
 
 from app.annotation.identities import panel_entry_url
 from app.config import Settings
-from app.crowd.base import AlreadyDone, CrowdError, CrowdProvider, PostingSpec, Qualifications
+from app.crowd.base import (
+    AlreadyDone,
+    CrowdError,
+    CrowdProvider,
+    PostingSpec,
+    Qualifications,
+    Unsupported,
+)
 from app.crowd.base import UnitToPublish as Unit
 from app.crowd.prolific import (
     PLACEHOLDERS,
@@ -282,14 +289,50 @@ def test_a_throttled_payment_is_retried_and_paid_once(fake):
 
 def test_server_errors_are_retried_a_bounded_number_of_times_then_raised(fake):
     provider = fake.provider(max_retries=3)
+    study_id = provider.prepare(spec())
     down = httpx.Response(503, text="Service Unavailable")
-    fake.fail("POST", "studies/", *[down] * 10)
+    fake.fail("GET", f"studies/{study_id}/", *[down] * 10)
 
     with pytest.raises(ProlificError, match=r"\(503\)") as info:
-        provider.prepare(spec())
+        provider.publish(study_id, spec(), unit())
     assert info.value.retryable and info.value.status == 503
     assert fake.sleeps == [0.5, 1.0, 2.0]
-    assert fake.count("POST", "studies/") == 4 and fake.studies == {}
+    assert fake.count("GET", f"studies/{study_id}/") == 4
+    assert fake.studies[study_id]["status"] == "UNPUBLISHED"
+
+
+@pytest.mark.parametrize(
+    "lost",
+    [
+        httpx.Response(502, text="Bad gateway"),
+        lambda request: (_ for _ in ()).throw(httpx.ReadTimeout("lost", request=request)),
+    ],
+)
+def test_creating_a_study_is_never_retried_and_an_interrupted_one_is_found(fake, lost):
+    """POST /studies/ is not idempotent: a 5xx or a timeout may have made the study, so
+    it is not sent again; the next publish run finds it by its internal name."""
+    provider = fake.provider()
+    original = fake.route
+
+    def made_then_lost(request, path):
+        answer = original(request, path)
+        if request.method == "POST" and path == "studies/":
+            return lost(request) if callable(lost) else lost
+        return answer
+
+    fake.route = made_then_lost
+    with pytest.raises(ProlificError):
+        provider.prepare(spec(key="0123456789ab"))
+    fake.route = original
+    assert fake.count("POST", "studies/") == 1 and fake.sleeps == []
+    (made,) = fake.studies
+    assert fake.studies[made]["internal_name"] == "ebc wiki-eb 0123456789ab"
+
+    for n in range(4):  # other studies of the workspace, over several pages
+        provider.prepare(spec(study_slug=f"other{n}", key=f"{n:012d}"))
+    assert provider.find_prepared(spec(key="0123456789ab")) == made
+    assert provider.find_prepared(spec(key="ffffffffffff")) is None
+    assert fake.count("GET", "studies/") >= 3  # every page (3 studies a page)
 
 
 def test_a_refusal_raises_prolifics_own_message(fake):
@@ -327,9 +370,10 @@ def test_a_lost_connection_is_retried_for_reads(fake):
 def test_the_token_is_only_ever_in_the_authorization_header(fake, caplog):
     caplog.set_level(logging.DEBUG)
     provider = fake.provider(max_retries=1)
-    fake.fail("POST", "studies/", httpx.Response(503), prolific_error(400, "Nope."))
+    sid = fake.new_id()
+    fake.fail("GET", f"submissions/{sid}/", httpx.Response(503), prolific_error(400, "Nope."))
     with pytest.raises(ProlificError) as info:
-        provider.prepare(spec())
+        provider.submission(sid)
     assert TOKEN not in str(info.value) and TOKEN not in repr(provider)
     assert TOKEN not in caplog.text and "retry 1" in caplog.text
 
@@ -361,12 +405,12 @@ def test_settings_build_the_provider_and_refuse_a_missing_token(fake):
 # -- the rest of the interface ---------------------------------------------------------
 
 
-def test_block_says_what_to_do_instead(fake):
+def test_block_says_prolific_was_not_told_and_what_to_do_instead(fake):
     provider = fake.provider()
-    with pytest.raises(CrowdError, match="Custom Blocklist") as info:
+    with pytest.raises(Unsupported, match="Custom Blocklist") as info:
         provider.block("p1", reason="spam")
-    assert info.value.code == "Unsupported"
-    with pytest.raises(CrowdError, match="unblock the participant here"):
+    assert "Prolific was not told" in str(info.value) and "blocked here" not in str(info.value)
+    with pytest.raises(Unsupported, match="remove the participant's id"):
         provider.unblock("p1", reason="mistake")
     assert fake.calls == []
 

@@ -240,8 +240,8 @@ def test_viewers_see_the_page_but_every_preview_and_post_is_refused(
     client.csrf = csrf_of(client.get("/dashboard").text)
     for path in ("/publish", "/approve", "/bonus"):
         assert client.get(url(path)).status_code == 403, path
-    for path in ("/publish", "/sync", "/approve", "/bonus"):
-        r = post(client, path, {"reward_cents": "50", "confirm": SLUG})
+    for path in ("/publish", "/sync", "/approve", "/bonus", "/reject"):
+        r = post(client, path, {"reward_cents": "50", "confirm": SLUG, "submission": "A1"})
         assert r.status_code == 403, path
         assert "manage access" in r.text
     # A study the researcher may not see at all is not there.
@@ -254,7 +254,7 @@ def test_viewers_see_the_page_but_every_preview_and_post_is_refused(
 def test_every_post_needs_the_csrf_token(logged_in, session, mturk):
     platform, _ = mturk
     crowd_study(session)
-    for path in ("/publish", "/sync", "/approve", "/bonus"):
+    for path in ("/publish", "/sync", "/approve", "/bonus", "/reject"):
         for data in ({}, {"csrf_token": "forged"}):
             r = logged_in.post(url(path), data={"reward_cents": "50", **data})
             assert r.status_code == 403 and "CSRF" in r.text, path
@@ -355,9 +355,10 @@ def test_production_needs_the_setting_and_a_typed_confirmation(logged_in, sessio
     assert "4 HITs published on MTurk production" in notices(logged_in, **live)
     posting = session.scalar(select(CrowdPosting))
     assert posting.environment == "production" and len(platform.hits) == 4
-    # Paying in production needs the confirmation too.
-    for path in ("/approve", "/bonus"):
-        r = post(logged_in, path, {"bonus": "x:0", "amount_cents": "5", "reason": "x"}, **live)
+    # Paying (or rejecting) in production needs the confirmation too.
+    for path in ("/approve", "/bonus", "/reject"):
+        data = {"bonus": "x:0", "amount_cents": "5", "reason": "x", "submission": "A1"}
+        r = post(logged_in, path, data, **live)
         assert r.status_code == 400 and "type the study" in r.text, path
     assert count(session, CrowdCall) == 0
 
@@ -417,11 +418,18 @@ def test_bulk_approval_previews_who_is_rejected_then_approves_once(
     assert 'id="to-reject"' in ruled.text and leases[2].external_assignment_id in ruled.text
     assert platform.count("ApproveAssignment") == platform.count("RejectAssignment") == 0
 
-    form = {"apply_exclusions": "true", "reject": leases[2].public_id}
+    # The confirmation carries exactly the reviews the preview showed.
+    form = as_data(form_of(ruled.text, "approve-confirm"))
+    form.pop("csrf_token")
+    assert form["reject"] == [leases[2].public_id] and form["apply_exclusions"] == ["true"]
+    assert sorted(form["approve"]) == sorted(a.public_id for a in leases[:2])
     # Rejections need feedback; a plan other than the preview's is refused: nothing done.
     assert post(logged_in, "/approve", form).status_code == 400
     stale = post(logged_in, "/approve", {**form, "reject": "someone", "reject_feedback": "No"})
     assert stale.status_code == 409 and "preview again" in stale.text
+    # A confirmation that would approve the one the preview showed to reject: refused.
+    turned = {**form, "approve": [leases[2].public_id], "reject": [], "reject_feedback": "No"}
+    assert post(logged_in, "/approve", turned).status_code == 409
     assert platform.count("ApproveAssignment") == platform.count("RejectAssignment") == 0
 
     r = post(logged_in, "/approve", {**form, "reject_feedback": "Attention checks failed"})
@@ -561,13 +569,13 @@ def test_a_platform_error_is_shown_with_its_message_never_a_500(logged_in, sessi
 
     # An approval that fails is shown on the page and on the assignment's row.
     platform.faults["ApproveAssignment"] = ["fault"] * 3
-    assert post(logged_in, "/approve").status_code == 303
+    assert post(logged_in, "/approve", {"approve": lease.public_id}).status_code == 303
     page = logged_in.get(url())
     assert "internal error" in " ".join(text for _, text in page.context["notices"])
     (row,) = page.context["overview"].rows
     assert row.review_status is ReviewStatus.failed and "internal error" in row.review_error
     assert 'class="error small">approve: ' in page.text
-    assert post(logged_in, "/approve").status_code == 303  # retried with its token
+    assert post(logged_in, "/approve", {"approve": lease.public_id}).status_code == 303  # retried
     session.expire_all()
     assert session.get(Assignment, lease.id).review_status is ReviewStatus.approved
     assert platform.count("ApproveAssignment") == 4
@@ -748,3 +756,35 @@ def test_two_notices_in_a_row_are_both_shown(logged_in, session, mturk):
         assert post(logged_in, "/sync").status_code == 303
     shown = [text for _, text in logged_in.get(url()).context["notices"]]
     assert len(shown) == 2 and all(text.startswith("Synced: ") for text in shown)
+
+
+def test_a_flagged_submission_never_stored_is_listed_apart_and_rejected_from_the_preview(
+    logged_in, session, admin, mturk
+):
+    """A worker who posted straight to MTurk: never approved in bulk; the preview lists it
+    with a form that rejects it by its MTurk id (else MTurk pays it by itself)."""
+    platform, _ = mturk
+    study = crowd_study(session)
+    worked(logged_in, session, study, platform, 1)
+    hit = session.scalars(select(CrowdHit.external_hit_id).order_by(CrowdHit.id)).all()[1]
+    junk = platform.add_assignment(hit, "WBAD")
+    assert post(logged_in, "/sync").status_code == 303
+    assert "1 flagged" in notices(logged_in)
+
+    preview = logged_in.get(url("/approve"))
+    assert [f.platform_id for f in preview.context["plan"].flagged] == [junk]
+    assert 'id="flagged-never-stored"' in preview.text
+    assert junk not in dict(form_of(preview.text, "approve-confirm")).values()
+    form = preview.text.split('class="reject-flagged"')[1]
+    assert f'name="submission" value="{junk}"' in form
+
+    assert post(logged_in, "/reject", {"submission": junk, "feedback": ""}).status_code == 400
+    r = post(logged_in, "/reject", {"submission": junk, "feedback": "No work was done."})
+    assert r.status_code == 303
+    assert f"Rejected {junk} on MTurk sandbox." in notices(logged_in)
+    assert platform.assignments[junk]["AssignmentStatus"] == "Rejected"
+    assert 'id="flagged-never-stored"' not in logged_in.get(url("/approve")).text
+    assert events(session, "crowd_reject")[0].user_id == admin.id
+    # Anything but a flagged submission of this posting is not found: nothing done.
+    r = post(logged_in, "/reject", {"submission": "A" * 30, "feedback": "No."})
+    assert r.status_code == 404 and platform.count("RejectAssignment") == 1

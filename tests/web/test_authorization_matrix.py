@@ -155,6 +155,9 @@ EXPECTED: dict[tuple[str, str], dict[str, int] | str] = {
     ("POST", "/dashboard/studies/{slug}/crowd/bonus"): _policy(
         PAGE_OUT, stranger=404, viewer=403, manager=400, owner=400, admin=400
     ),
+    ("POST", "/dashboard/studies/{slug}/crowd/reject"): _policy(  # no submission id
+        PAGE_OUT, stranger=404, viewer=403, manager=400, owner=400, admin=400
+    ),
     ("GET", "/a/{token}"): LINK,
     ("POST", "/a/{token}/submit"): LINK,
     ("POST", "/a/{token}/return"): LINK,
