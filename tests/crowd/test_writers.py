@@ -29,9 +29,7 @@ from tests.crowd.test_service_mturk import (  # noqa: F401  (fixtures)
 
 
 @pytest.fixture
-def sqlite_file(empty_db, backend):
-    if backend != "sqlite":
-        pytest.skip("SQLite's writer lock; PostgreSQL serialises with row locks")
+def sqlite_file(empty_db):
     engine = build_engine(empty_db.settings())
     with engine.begin() as conn:
         upgrade(conn)
@@ -67,6 +65,8 @@ def annotators_write_meanwhile(engine, path: str) -> list[str]:
     return seen
 
 
+# SQLite's writer lock; on PostgreSQL row locks serialise the same steps (tested elsewhere).
+@pytest.mark.sqlite
 def test_every_crowd_unit_of_work_that_writes_starts_as_a_writer(sqlite_file, standin, aws_env):
     db, engine = sqlite_file
     platform, url = standin
