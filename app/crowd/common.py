@@ -28,7 +28,6 @@ from app.db import unit_of_work
 from app.models import (
     Assignment,
     Channel,
-    CrowdCall,
     CrowdHit,
     CrowdPosting,
     Hit,
@@ -265,40 +264,6 @@ def require_posting(session: Session, study: Study, provider: CrowdProvider) -> 
             404,
         )
     return posting
-
-
-def platform_status(
-    session: Session, study: Study, provider: CrowdProvider
-) -> dict[str, Any] | None:
-    """A posting's state for a page or the CLI: units by status, calls by kind and status."""
-    posting = find_posting(session, study, provider.name, provider.environment)
-    if posting is None:
-        return None
-    units = dict(
-        session.execute(
-            select(CrowdHit.status, func.count())
-            .where(CrowdHit.posting_id == posting.id)
-            .group_by(CrowdHit.status)
-        ).all()
-    )
-    calls: dict[str, dict[str, int]] = {}
-    for kind, status, n in session.execute(
-        select(CrowdCall.kind, CrowdCall.status, func.count())
-        .where(CrowdCall.posting_id == posting.id)
-        .group_by(CrowdCall.kind, CrowdCall.status)
-    ):
-        calls.setdefault(kind, {})[status] = n
-    return {
-        "provider": posting.provider,
-        "environment": posting.environment,
-        "external_id": posting.external_id,
-        "status": posting.status,
-        "error": posting.error,
-        "units": units,
-        "calls": calls,
-        "published_at": posting.published_at,
-        "synced_at": posting.synced_at,
-    }
 
 
 def posting_id_of(make_session: SessionFactory, slug: str, provider: CrowdProvider) -> int:
