@@ -39,6 +39,9 @@ class Annotator(Base):
     blocked_at: Mapped[datetime | None]
     blocked_reason: Mapped[str | None] = mapped_column(Text)
     exclude_past: Mapped[bool] = mapped_column(default=False)  # drop their judgments from results
+    # A simulated annotator (`ebc simulate --http`, the demo's simulated crowd): its judgments
+    # are labelled as simulated wherever results are shown.
+    simulated: Mapped[bool] = mapped_column(default=False, server_default=false())
     revoked_at: Mapped[datetime | None]  # their invite link was revoked (nonce cleared)
     # A keyed hash of the address a crowd identity was first seen from (rate limits on
     # new identities); never the address itself.

@@ -44,4 +44,8 @@ class Item(Base):
     # the study skips such prefixes); the row stays as a record of what was made.
     skip_reason: Mapped[str | None] = mapped_column(String(32))
     provenance: Mapped[dict[str, Any]]
+    # Synthetic EB-C (a study with a reference model P_D), written by `worker.synthetic`:
+    # {"token": {"tv", "js", "gd"} or null, "word_gd": 0 | 1, "reference_top_word": str,
+    #  "choice_probs": [P_D of each choice, model rank order], "none_prob": float, ...}.
+    reference: Mapped[dict[str, Any] | None]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

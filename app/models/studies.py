@@ -36,6 +36,9 @@ class Study(Base):
     dataset_path: Mapped[str] = mapped_column(String(1024))
     dataset_format: Mapped[str] = mapped_column(String(16), default="text")
     dataset_sha256: Mapped[str | None] = mapped_column(String(64))
+    # Synthetic EB-C: a second model as P_D (`ReferenceSection`: model, revision,
+    # data_prefixes); {} or NULL (studies made before it existed): none.
+    reference: Mapped[dict[str, Any] | None]
 
     # How items are made.
     prefix_lengths: Mapped[list[Any]]  # e.g. [10, 20, 30]

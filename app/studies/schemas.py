@@ -63,8 +63,12 @@ RESERVED_SLUGS = frozenset(
     }
 )
 _KIND_RE = re.compile(
-    r"^(data|model|data_shuffled|random|(data|model)_corrupted@(0(\.\d+)?|1(\.0+)?))$"
+    r"^(data|model|data_shuffled|random|unrelated|(data|model)_corrupted@(0(\.\d+)?|1(\.0+)?))$"
 )
+# The diagnostic kinds of translation studies (the first paper's forced prefixes DATA, NORMAL,
+# UNREL, RAND are data, model, unrelated, random); `unrelated` (the first l words of another
+# row's reference) means nothing without a source, so language models do not take it.
+SEQ2SEQ_ONLY_KINDS = ("unrelated",)
 
 
 def parse_kind(kind: str) -> tuple[str, float | None]:
@@ -74,7 +78,7 @@ def parse_kind(kind: str) -> tuple[str, float | None]:
     if not _KIND_RE.fullmatch(kind):
         raise ValueError(
             f"unknown prefix kind {kind!r}: use data, model, data_shuffled, random, "
-            "data_corrupted@c or model_corrupted@c with 0 < c <= 1"
+            "unrelated (translation), data_corrupted@c or model_corrupted@c with 0 < c <= 1"
         )
     base, _, rate = kind.partition("@")
     if rate and not 0 < float(rate) <= 1:
@@ -104,6 +108,21 @@ class ModelSection(_Section):
     name: Name = Field(min_length=1, description="Hugging Face hub name or local directory")
     revision: Short | None = None
     tokenizer: Name | None = Field(None, description="defaults to the model's own")
+
+
+class ReferenceSection(_Section):
+    """Synthetic EB-C (the papers' synthetic setting): a second model plays P_D.
+
+    With a reference model the worker computes, for every item, the exact token-level
+    d_TV, d_JS and d_GD between the two models' next-token distributions and the word-level
+    d_GD that people are asked about (`worker.synthetic`); the results show them per cell.
+    """
+
+    model: Name | None = Field(None, description="P_D: hub name or local directory; none: off")
+    revision: Short | None = None
+    data_prefixes: Literal["dataset", "reference"] = Field(
+        "dataset", description="data prefixes from the dataset, or sampled from the reference"
+    )
 
 
 class DatasetSection(_Section):
@@ -240,6 +259,7 @@ class StudyConfig(_Section):
     task: Task = Task.lm
     model: ModelSection
     dataset: DatasetSection
+    reference: ReferenceSection = Field(default_factory=ReferenceSection)
     prefix_lengths: list[int] = Field(min_length=1, max_length=100)
     kinds: list[str] = Field(default_factory=lambda: list(STUDY_KINDS), max_length=20)
     items_per_cell: int = Field(ge=1, le=1_000_000)
@@ -302,8 +322,20 @@ class StudyConfig(_Section):
                 raise ValueError("a prompt applies to language models only (task = 'lm')")
             if self.dataset.format == "text":
                 raise ValueError("seq2seq needs source and reference: dataset format jsonl or tsv")
-            if any(k not in ("data", "model") for k in self.kinds):
-                raise ValueError("seq2seq studies support the 'data' and 'model' kinds only")
+            if self.reference.data_prefixes == "reference":
+                raise ValueError(
+                    "a translation study takes its data prefixes from the references "
+                    "(reference.data_prefixes = 'dataset')"
+                )
+        else:
+            lm_only = sorted(set(self.kinds) & set(SEQ2SEQ_ONLY_KINDS))
+            if lm_only:
+                raise ValueError(
+                    f"{lm_only}: the prefix of another row's reference is a translation "
+                    "diagnostic (task = 'seq2seq')"
+                )
+        if self.reference.data_prefixes == "reference" and not self.reference.model:
+            raise ValueError("reference.data_prefixes = 'reference' needs reference.model")
         return self
 
 
@@ -362,6 +394,8 @@ STUDY_COLUMNS = (
     Column("model_revision", "model.revision"),
     Column("tokenizer_name", "model.tokenizer"),
     Column("dataset_path", "dataset.path"),
+    # Stored before synthetic EB-C existed: NULL, no reference model.
+    Column("reference", "reference", _dump, lambda stored: stored or {}),
     Column("dataset_format", "dataset.format"),
     Column("prefix_lengths", "prefix_lengths", list),
     Column("kinds", "kinds", list),

@@ -23,6 +23,7 @@ FULL = StudyConfig.model_validate(
         "description": "not the default",
         "model": {"name": "m", "revision": "r1", "tokenizer": "t"},
         "dataset": {"path": "d.tsv", "format": "tsv"},
+        "reference": {"model": "pd", "revision": "r2", "data_prefixes": "reference"},
         "prefix_lengths": [5, 10],
         "kinds": ["data", "model", "data_shuffled", "model_corrupted@0.3"],
         "items_per_cell": 30,
