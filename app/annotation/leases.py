@@ -40,6 +40,7 @@ from app.annotation.queries import (
     EXPIRE_ONE,
     LEAVE,
     LEAVE_MANY,
+    LOCAL_CLOSED,
     MINE_BY_LENGTH,
     NEW_LEASE,
     OWN,
@@ -137,6 +138,10 @@ def next_assignment(
         if work.status is WorkStatus.assigned:
             return work
 
+    # A lease held is handed in as usual; an expired local posting only stops new ones.
+    if annotator.channel is Channel.local and session.scalar(LOCAL_CLOSED, {"study_id": study.id}):
+        work.status = WorkStatus.closed
+        return work
     # `held_count` counted only unexpired leases, so the ones just expired change nothing.
     if held_count >= cap:
         work.status = WorkStatus.cap_reached

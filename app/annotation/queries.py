@@ -38,6 +38,7 @@ from app.models import (
     Assignment,
     AssignmentStatus,
     Channel,
+    CrowdPosting,
     Hit,
     HitPosition,
     Item,
@@ -188,6 +189,16 @@ def _annotator_state(by_external: bool):
 
 
 STATE = {False: _annotator_state(False), True: _annotator_state(True)}  # by external id
+# The study's local posting (`ebc crowd expire --provider local`) is expired: invite links
+# take no new work through it.
+_postings = CrowdPosting.__table__
+LOCAL_CLOSED = select(
+    exists().where(
+        _postings.c.study_id == bindparam("study_id"),
+        _postings.c.provider == "local",
+        _postings.c.status == "expired",
+    )
+)
 # Conditional: `expire_leases` (not under the annotator's lock) may have expired it first,
 # and its slot must be given back once only.
 EXPIRE_ONE = (

@@ -18,12 +18,17 @@ from app.audit.service import CLI
 from app.cli.common import command_engine, fail, load_settings
 
 crowd_cli = typer.Typer(
-    help="Crowd platforms (MTurk, Prolific): publish, sync, approve, reject, bonus, block, "
-    "expire, balance."
+    help="Crowd platforms (MTurk, Prolific) and the local channel (invite links): publish, "
+    "sync, approve, reject, bonus, block, expire, balance."
 )
 
 Study = Annotated[str, typer.Argument(help="the study's slug")]
-Provider = Annotated[str, typer.Option("--provider", help="mturk | prolific")]
+Provider = Annotated[
+    str,
+    typer.Option(
+        "--provider", help="mturk | prolific | local (invite links: bookkeeping, paid off-platform)"
+    ),
+]
 Production = Annotated[
     bool | None,
     typer.Option(
@@ -39,6 +44,11 @@ def _cents(cents: int | None) -> str:
     return "-" if cents is None else f"${cents // 100:,}.{cents % 100:02d}"
 
 
+def _balance(made, cents: int | None) -> str:
+    # The local channel pays nothing through us (its balance is None by design).
+    return "not applicable" if cents is None and made.name == "local" else _cents(cents)
+
+
 @contextmanager
 def _crowd(provider: str, production: bool | None, **options: int) -> Iterator[tuple]:
     """Settings, a session factory, the provider; service errors end the command."""
@@ -49,8 +59,9 @@ def _crowd(provider: str, production: bool | None, **options: int) -> Iterator[t
     settings = load_settings()
     environment = None if production is None else ("production" if production else "sandbox")
     try:
-        made = provider_for(settings, provider, environment, **options)
-        yield settings, make_sessionmaker(command_engine(settings)), made
+        make_session = make_sessionmaker(command_engine(settings))
+        made = provider_for(settings, provider, environment, sessions=make_session, **options)
+        yield settings, make_session, made
     except CrowdServiceError as exc:
         fail(exc.message)
     except CrowdError as exc:
@@ -92,11 +103,20 @@ def publish(
         int, typer.Option(help="Prolific: HITs one participant (one place) does and is paid for")
     ] = 1,
     limit: Annotated[int | None, typer.Option(help="publish at most this many HITs now")] = None,
+    invites: Annotated[
+        int,
+        typer.Option(
+            help="local: then create this many invited annotators and print their links "
+            "(as `ebc annotators invite`)"
+        ),
+    ] = 0,
     yes: Yes = False,
 ) -> None:
     """Publish every HIT not yet on the platform (resumable: run it again after a crash).
 
-    Qualifications not given here come from the study file's `channels.mturk`."""
+    Qualifications not given here come from the study file's `channels.mturk`. The local
+    channel records the posting for the ledger; its annotators work through their invite
+    links (`--invites N` makes N more)."""
     from app.crowd import publishing
     from app.crowd.common import PublishOptions, study_named
     from app.db import unit_of_work
@@ -113,6 +133,8 @@ def publish(
         cap_qualification=cap_qualification,
     )
     bundle = {"hits_per_participant": hits_per_participant} if hits_per_participant != 1 else {}
+    if invites and provider != "local":
+        fail("--invites is for the local channel: crowd workers come through their platform")
     with _crowd(provider, production, **bundle) as (settings, make_session, made):
         with unit_of_work(make_session) as session:
             found = study_named(session, study)
@@ -123,7 +145,7 @@ def publish(
         )
         for note in cost.notes:
             typer.echo(f"  note: {note}")
-        typer.echo(f"balance: {_cents(made.balance_cents())}")
+        typer.echo(f"balance: {_balance(made, made.balance_cents())}")
         if not yes and not typer.confirm("publish?", default=False):
             raise typer.Exit(1)
         report = publishing.publish(
@@ -135,6 +157,10 @@ def publish(
         f"published {report.published} now; {report.total} on {made.name} in all, "
         f"{report.pending} still to publish (HIT type {report.external_id})"
     )
+    if invites:
+        from app.cli.hits import annotators_invite
+
+        annotators_invite(study, count=invites, label=None, csv_out=None)
 
 
 @crowd_cli.command("sync")
@@ -333,8 +359,8 @@ def balance(
     from app.crowd import payments
 
     with _crowd(provider, production) as (_settings, _make_session, made):
-        cents = payments.balance(made)
-    typer.echo(f"{made.name} ({made.environment}) balance: {_cents(cents)}")
+        shown = _balance(made, payments.balance(made))
+    typer.echo(f"{made.name} ({made.environment}) balance: {shown}")
 
 
 @crowd_cli.command("export-batch")

@@ -2,17 +2,20 @@
 
 Where things live:
 
-- `base`: the provider interface; `mturk` (boto3) and `prolific` (httpx) implement it;
-- `common`: errors, `provider_for`, tokens, pacing, posting lookup and status,
-  `PostingSpec` building, `platform_ref` (the platform's id of an assignment's work),
+- `base`: the provider interface; `mturk` (boto3) and `prolific` (httpx) implement it,
+  and `local` (invite links: no platform, our store the source of truth; every call is
+  bookkeeping in the same ledger, a block is our own block, expire closes the links to
+  new work);
+- `common`: errors, `provider_for`, tokens, pacing (none for `local`), posting lookup and
+  status, `PostingSpec` building, `platform_ref` (the platform's id of an assignment's work),
   `work_of` and `confirmed` (whose work an assignment is: a posting reviews and pays only
   its own, never another environment's);
 - `postings`, `publishing`: the checks before publishing, the posting and the cost
   estimate; the posting's units and `publish`;
 - `sync`: reconciling the platform's submissions with ours, recovery, flags, `sync`;
-- `ledger`, `calls`: one money or standing call, ledgered (`begin_call` ... the driver
-  `calls.money_call`), with `guards` (what is refused before a call; proof that an
-  uncertain bonus was paid or not);
+- `ledger`, `calls`: one money or standing call (`ledger.CallRequest`), ledgered
+  (`begin_call` ... the driver `calls.money_call`), with `guards` (what is refused
+  before a call; proof that an uncertain bonus was paid or not);
 - `claims`: writer units of work, row locks and the claims of a publish run;
 - `flagged`: the submissions a sync flagged that we never stored (rejectable by id);
 - `payments`: approve, reject, bonus, block, unblock, expire, balance, bulk approval;

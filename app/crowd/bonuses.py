@@ -26,6 +26,7 @@ from app.crowd.common import (
     SessionFactory,
     confirmed,
     not_own_work,
+    pacing,
     platform_ref,
     posting_spec,
     require_posting,
@@ -106,7 +107,7 @@ def bonus_plan(
     Every assignment must be work of the posting confirmed by the platform (else 4xx,
     here rather than at pay time): MTurk work a sync confirmed, a panel submission a sync
     listed. Bonuses are numbered as the ledger numbers them (`ledger.bonuses_counted`):
-    per assignment on MTurk, per participant on a panel, where the assignments of one
+    per assignment on MTurk and locally, per participant on a panel, where the assignments of one
     participant share a submission and a bonus; there, several assignments of one
     participant make one bonus line.
     """
@@ -130,7 +131,7 @@ def bonus_plan(
     spec = posting_spec(session, settings, study, posting)
     plan = BonusPlan(amount_cents, reason)
     notes: list[str] = []
-    per_participant = CHANNEL_OF[provider.name] is not Channel.mturk
+    per_participant = CHANNEL_OF[provider.name] is Channel.panel
     lines: dict[object, BonusLine] = {}
     for public_id in wanted:
         found = rows.get(public_id)
@@ -193,7 +194,7 @@ def pay_bonuses(
     reason = check_bonus(amount_cents, reason, len(bonuses))
     if any(n < 0 for _, n in bonuses):
         raise CrowdServiceError("a bonus number is 0 or more")
-    limiter = limiter or RateLimiter(settings.crowd_calls_per_second)
+    limiter = limiter or pacing(settings, provider)
     report = BonusReport()
     for public_id, n in dict.fromkeys(bonuses):
         limiter.wait()

@@ -21,7 +21,7 @@ from app.crowd.base import (
 from app.crowd.claims import writing
 from app.crowd.common import CrowdServiceError, SessionFactory, platform_ref
 from app.crowd.guards import check_bonus_paid
-from app.crowd.ledger import begin_call, fail_call, finish_call
+from app.crowd.ledger import CallRequest, begin_call, fail_call, finish_call
 from app.models import Annotator, Assignment, CrowdHit, CrowdPosting
 
 
@@ -37,18 +37,12 @@ def money_call(
     make_session: SessionFactory,
     provider: CrowdProvider,
     posting_id: int,
-    kind: str,
+    request: CallRequest,
     *,
-    assignment_id: int | None = None,
-    annotator_id: int | None = None,
-    amount_cents: int | None = None,
-    reason: str | None = None,
-    n: int = 0,
-    category: str | None = None,
     by: Actor | None,
-    platform_id: str | None = None,
 ) -> CallOutcome:
-    """One ledgered call: its row committed first, the call, its outcome committed after.
+    """One ledgered call (`request`, as `ledger.begin_call` takes it): its row committed
+    first, the call, its outcome committed after.
 
     A call already finished is not made again (`made=False`). The platform's "already
     done" (an approval MTurk shows, a bonus token it has seen) finishes the call as a
@@ -61,23 +55,12 @@ def money_call(
     first looked for there: finished as done when listed, made again (same token) when the
     listing is final and shows nothing (MTurk), else refused (409) for a manual check.
     """
+    kind, category, platform_id = request.kind, request.category, request.platform_id
     with writing(make_session) as session:
         posting = session.get(CrowdPosting, posting_id)
         if posting is None:
             raise CrowdServiceError("no such posting", 404)
-        call = begin_call(
-            session,
-            posting,
-            kind,
-            assignment_id=assignment_id,
-            annotator_id=annotator_id,
-            amount_cents=amount_cents,
-            reason=reason,
-            n=n,
-            category=category,
-            by=by,
-            platform_id=platform_id,
-        )
+        call = begin_call(session, posting, request, by=by)
         if call.status == "ok":
             return CallOutcome(call.id, kind, made=False, detail="already done")
         call_id, token, retrying = call.id, call.request_token, call.status == "retrying"
@@ -122,7 +105,7 @@ def money_call(
             provider.bonus(
                 worker_id,
                 external_assignment,
-                int(amount_cents),
+                int(request.amount_cents),
                 reason=reason or "",
                 request_token=token,
             )

@@ -5,6 +5,7 @@ and the `PostingSpec` a posting is published as.
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import time
 from collections.abc import Callable
@@ -35,10 +36,12 @@ from app.models import (
     User,
 )
 
-PROVIDERS = ("mturk", "prolific")
+PROVIDERS = ("mturk", "prolific", "local")
 ENVIRONMENTS = ("sandbox", "production")
+# The local channel (invite links) has one environment of its own: no platform, no sandbox.
+LOCAL = "local"
 CALL_KINDS = ("approve", "reject", "bonus", "block", "unblock", "qualify", "expire")
-CHANNEL_OF = {"mturk": Channel.mturk, "prolific": Channel.panel}
+CHANNEL_OF = {"mturk": Channel.mturk, "prolific": Channel.panel, "local": Channel.local}
 DEFAULT_DESCRIPTION = (
     "Read the start of a short text and pick the word you think comes next. "
     "About 10 texts per HIT; a research study on language models."
@@ -72,8 +75,9 @@ def provider_for(
     environment: str | None = None,
     *,
     hits_per_participant: int = 1,
+    sessions: SessionFactory | None = None,
 ) -> CrowdProvider:
-    """The provider `name` ("mturk" or "prolific") for `environment`.
+    """The provider `name` ("mturk", "prolific" or "local") for `environment`.
 
     MTurk: the sandbox unless `environment="production"` and `EBC_MTURK_PRODUCTION` is
     on (real money); `EBC_MTURK_ENDPOINT_URL` replaces AWS's endpoint either way, except
@@ -82,6 +86,8 @@ def provider_for(
     Credentials come from the AWS chain, never from settings. Prolific has no sandbox:
     production (the default for it), from the `EBC_PROLIFIC_*` settings;
     `hits_per_participant` > 1 makes one Prolific place a bundle of that many HITs.
+    Local (invite links): its own environment, "local"; its "platform" is our own store,
+    which it reads through `sessions` (the caller's session factory).
     """
     if name not in PROVIDERS:
         raise CrowdServiceError(f"unknown provider {name!r}: one of {', '.join(PROVIDERS)}")
@@ -89,6 +95,17 @@ def provider_for(
         raise CrowdServiceError("hits per participant must be between 1 and 1000")
     if name != "prolific" and hits_per_participant != 1:
         raise CrowdServiceError("bundles of HITs per participant are for Prolific only")
+    if name == "local":
+        if environment not in (None, LOCAL):
+            raise CrowdServiceError(
+                "the local channel (invite links) has one environment, local: no sandbox or "
+                "production"
+            )
+        if sessions is None:
+            raise ValueError("the local provider reads our own store: give it `sessions`")
+        from app.crowd.local import LocalProvider
+
+        return LocalProvider(sessions)
     if environment is None:
         environment = "sandbox" if name == "mturk" else "production"
     if environment not in ENVIRONMENTS:
@@ -183,6 +200,18 @@ class RateLimiter:
             self.sleep(self._next - now)
             now = self._next
         self._next = now + self.interval
+
+
+def paced(provider: CrowdProvider) -> bool:
+    """Whether the provider's calls reach a platform, so bulk runs pace them (and the
+    dashboard batches them); False for the local channel (`paced = False`)."""
+    return bool(getattr(provider, "paced", True))
+
+
+def pacing(settings: Settings, provider: CrowdProvider) -> RateLimiter:
+    """The pace of a bulk run's calls: `EBC_CROWD_CALLS_PER_SECOND`, or none where the
+    calls reach no platform (`paced`)."""
+    return RateLimiter(settings.crowd_calls_per_second if paced(provider) else math.inf)
 
 
 def actor_name(by: Actor | None) -> str | None:
@@ -296,7 +325,8 @@ def resolved_options(
     )
     options.check()
     reward = options.reward_cents if options.reward_cents is not None else study.reward_cents
-    if not reward or reward < 1:
+    # Lab annotators may be volunteers: a local posting without a reward records 0.
+    if (not reward or reward < 1) and provider.name != LOCAL:
         raise CrowdServiceError(
             f"study {study.slug!r} has no reward: set payment.reward_cents or give a reward"
         )
@@ -305,7 +335,7 @@ def resolved_options(
         # "At least 0" asks nothing: no requirement (how an option drops the study's).
         min_approval_rate=options.min_approval_rate or None,
         min_approved=options.min_approved or None,
-        reward_cents=int(reward),
+        reward_cents=int(reward or 0),
         title=(options.title or study.title)[:128],
         description=(options.description or DEFAULT_DESCRIPTION)[:2000],
         keywords=list(options.keywords),
@@ -357,6 +387,9 @@ def posting_spec(
     if posting.provider == "mturk":
         entry_url = f"{settings.base_url.rstrip('/')}/mturk/{study.slug}"
         completion_code, places = None, assignments
+    elif posting.provider == LOCAL:
+        # Every invited annotator has a link of their own (the Annotators page).
+        entry_url, completion_code, places = "", None, assignments
     else:
         from app.crowd.prolific import places_for
 
@@ -390,16 +423,17 @@ def posting_spec(
 def platform_ref(provider: str, assignment: Assignment) -> str | None:
     """The platform's id of an assignment's work: MTurk's assignment id; on a panel the
     participant's submission (the session id of their entry), which the assignments of a
-    bundle share."""
-    if CHANNEL_OF[provider] is Channel.panel:
-        return assignment.external_session_id
-    return assignment.external_assignment_id
+    bundle share; on the local channel, which has no platform, our own public id."""
+    return getattr(assignment, ref_column(provider).key)
 
 
 def ref_column(provider: str) -> Any:
     """The `Assignment` column that `platform_ref` reads, for queries."""
-    if CHANNEL_OF[provider] is Channel.panel:
+    channel = CHANNEL_OF[provider]
+    if channel is Channel.panel:
         return Assignment.external_session_id
+    if channel is Channel.local:
+        return Assignment.public_id
     return Assignment.external_assignment_id
 
 

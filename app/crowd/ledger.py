@@ -66,6 +66,27 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
+class CallRequest:
+    """One money or standing call as asked for (`begin_call`, `calls.money_call`).
+
+    `kind` is one of `CALL_KINDS`; its target is an assignment (approve, reject, bonus)
+    or an annotator (block, unblock, qualify), or the posting (expire); `n` numbers the
+    bonuses of one target; `category` is Prolific's rejection category; `platform_id`: a
+    rejection of a flagged submission we never stored (no assignment), by the platform's
+    id.
+    """
+
+    kind: str
+    assignment_id: int | None = None
+    annotator_id: int | None = None
+    amount_cents: int | None = None
+    reason: str | None = None
+    n: int = 0
+    category: str | None = None
+    platform_id: str | None = None
+
+
+@dataclass(frozen=True)
 class _Target:
     assignment: Assignment | None
     annotator: Annotator | None
@@ -97,33 +118,24 @@ def _target(
 
 
 def begin_call(
-    session: Session,
-    posting: CrowdPosting,
-    kind: str,
-    *,
-    assignment_id: int | None = None,
-    annotator_id: int | None = None,
-    amount_cents: int | None = None,
-    reason: str | None = None,
-    n: int = 0,
-    category: str | None = None,
-    by: Actor | None = None,
-    platform_id: str | None = None,
+    session: Session, posting: CrowdPosting, request: CallRequest, *, by: Actor | None = None
 ) -> CrowdCall:
     """The ledger row for one call, written before the call is made (commit it then).
 
     The same call (kind, target, `n`) has one deterministic token: a finished (`ok`)
     call is returned as it is (the caller makes nothing), an unfinished or failed one is
     made again with its token (`retrying` when the last attempt may have gone through).
-    Bad requests are refused here (4xx) and change nothing; `category` is Prolific's
-    rejection category; `platform_id`: a rejection of a flagged submission we never
-    stored (no assignment), by the platform's id.
+    Bad requests are refused here (4xx) and change nothing.
     """
+    kind, amount_cents, n = request.kind, request.amount_cents, request.n
+    platform_id = request.platform_id
     if kind not in CALL_KINDS:
         raise CrowdServiceError(f"unknown call {kind!r}")
-    target = _target(session, posting, assignment_id=assignment_id, annotator_id=annotator_id)
+    target = _target(
+        session, posting, assignment_id=request.assignment_id, annotator_id=request.annotator_id
+    )
     a, worker = target.assignment, target.annotator
-    reason = (reason or "").strip() or None
+    reason = (request.reason or "").strip() or None
     ref = platform_ref(posting.provider, a) if a is not None else None
     if kind == "reject" and a is None and platform_id is not None:
         if flagged_submission(session, posting, platform_id) is None:
@@ -139,7 +151,7 @@ def begin_call(
         if a.status is not AssignmentStatus.submitted or not ref:
             raise CrowdServiceError(
                 "only a submitted platform assignment can be reviewed"
-                + ("" if posting.provider == "mturk" else " (a panel entry with its session id)"),
+                + (" (a panel entry with its session id)" if _panel(posting) else ""),
                 409,
             )
         own = is_own_work(session, posting, a)
@@ -153,7 +165,7 @@ def begin_call(
             )
     if kind == "reject" and not reason:
         raise CrowdServiceError("a rejection needs feedback for the worker")
-    check_platform_rules(posting, kind, reason, category)
+    check_platform_rules(posting, kind, reason, request.category)
     if kind == "bonus":
         if amount_cents is None or not 1 <= amount_cents <= 100_000:
             raise CrowdServiceError("a bonus is between 1 cent and $1,000")
@@ -174,7 +186,7 @@ def begin_call(
 
     study = session.get(Study, posting.study_id)
     parts = posting_parts(posting, study)
-    if kind == "bonus" and CHANNEL_OF[posting.provider] is not Channel.mturk:
+    if kind == "bonus" and _panel(posting):
         token = request_token(kind, *parts, "participant", worker.external_id, n)
     elif kind in ("approve", "reject", "bonus"):
         token = request_token(kind, *parts, ref, n)
@@ -185,7 +197,7 @@ def begin_call(
     call = session.scalar(select(CrowdCall).where(CrowdCall.request_token == token))
     if call is not None:
         if kind == "bonus" and call.amount_cents != amount_cents:
-            whose = "assignment" if posting.provider == "mturk" else "participant"
+            whose = "participant" if _panel(posting) else "assignment"
             raise CrowdServiceError(
                 f"bonus #{n} of this {whose} is {call.amount_cents} cents "
                 f"({call.status}); a further bonus needs another number",
@@ -214,25 +226,31 @@ def begin_call(
     return call
 
 
+def _panel(posting: CrowdPosting) -> bool:
+    """A panel reviews and pays per participant's submission; MTurk and the local channel
+    per assignment."""
+    return CHANNEL_OF[posting.provider] is Channel.panel
+
+
 def bonuses_counted(session: Session, posting: CrowdPosting, a: Assignment) -> int:
     """Bonus calls in the ledger, whatever their outcome, that number bonuses with this
-    assignment's: its own on MTurk, its participant's on a panel (a bonus is paid per
-    participant there). The next bonus takes this number as its `n`."""
+    assignment's: its own on MTurk (and locally), its participant's on a panel (a bonus is
+    paid per participant there). The next bonus takes this number as its `n`."""
     query = select(func.count()).where(
         CrowdCall.posting_id == posting.id, CrowdCall.kind == "bonus"
     )
-    if CHANNEL_OF[posting.provider] is Channel.mturk:
+    if not _panel(posting):
         return session.scalar(query.where(CrowdCall.assignment_id == a.id))
     return session.scalar(query.where(CrowdCall.annotator_id == a.annotator_id))
 
 
 def _sharing(session: Session, posting: CrowdPosting, a: Assignment | None) -> list[Assignment]:
-    """The assignments one platform review covers: `a` alone on MTurk; on a panel every
-    submitted assignment of the participant's submission (a bundle of HITs)."""
+    """The assignments one platform review covers: `a` alone on MTurk (and locally); on a
+    panel every submitted assignment of the participant's submission (a bundle of HITs)."""
     if a is None:
         return []
     ref = platform_ref(posting.provider, a)
-    if CHANNEL_OF[posting.provider] is Channel.mturk or not ref:
+    if not _panel(posting) or not ref:
         return [a]
     return list(
         session.scalars(
@@ -266,7 +284,10 @@ def _toggle_token(
 ) -> str:
     """Block, unblock and expire may be repeated in turns (block, unblock, block): the
     n-th of its kind gets the n-th token; an unfinished one is taken up again, and one
-    that would repeat the last finished state is the same call (a no-op)."""
+    that would repeat the last finished state is the same call (a no-op), unless our
+    own block says otherwise: the Annotators page blocks and unblocks outside the
+    ledger (on the local channel our block is the only one), so a block of someone it
+    unblocked since is made anew."""
     target = worker.external_id if worker is not None else "posting"
     calls = session.execute(
         select(CrowdCall.kind, CrowdCall.status, CrowdCall.request_token)
@@ -282,7 +303,8 @@ def _toggle_token(
     if unfinished:
         return unfinished[-1].request_token
     finished = [c for c in calls if c.status == "ok"]
-    if kind != "expire" and finished and finished[-1].kind == kind:
+    repeat = kind != "expire" and finished and finished[-1].kind == kind
+    if repeat and worker is not None and worker.blocked == (kind == "block"):
         return finished[-1].request_token
     return request_token(kind, *parts, target, len(mine))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
@@ -23,6 +24,7 @@ from app.crowd.common import (
     RateLimiter,
     SessionFactory,
     confirmed,
+    pacing,
     platform_ref,
     posting_id_of,
     ref_column,
@@ -31,11 +33,13 @@ from app.crowd.common import (
     work_of,
 )
 from app.crowd.flagged import FlaggedSubmission, flagged_submission, never_stored
+from app.crowd.ledger import CallRequest
 from app.db import unit_of_work
 from app.models import (
     Annotator,
     Assignment,
     AssignmentStatus,
+    Channel,
     CrowdHit,
     CrowdPosting,
     Hit,
@@ -76,7 +80,9 @@ def _find_assignment(
 def _annotator_id(
     make_session: SessionFactory, slug: str, provider: CrowdProvider, ref: str
 ) -> int:
-    """A platform worker of the study by the platform's worker id."""
+    """A platform worker of the study by the platform's worker id; on the local channel
+    also an invited annotator's id or label, as `ebc annotators` and the Annotators page
+    name them (their worker id is never shown there)."""
     with unit_of_work(make_session) as session:
         study = study_named(session, slug)
         found = session.scalar(
@@ -86,9 +92,46 @@ def _annotator_id(
                 Annotator.external_id == ref,
             )
         )
+        if found is None and CHANNEL_OF[provider.name] is Channel.local:
+            found = _invited(session, study, ref)
         if found is None:
             raise CrowdServiceError(f"no {provider.name} worker {ref!r} in study {slug!r}", 404)
         return found
+
+
+def _invited(session: Session, study: Study, ref: str) -> int | None:
+    from app.annotation.admin import find_annotator
+    from app.annotation.errors import AnnotationError
+
+    try:
+        annotator = find_annotator(session, study, ref)
+    except AnnotationError as exc:
+        if exc.status_code == 404:
+            return None
+        raise CrowdServiceError(exc.message, exc.status_code) from exc
+    return annotator.id if annotator.channel is Channel.local else None
+
+
+def _ledgered(
+    make_session: SessionFactory,
+    slug: str,
+    provider: CrowdProvider,
+    kind: str,
+    *,
+    assignment: str | None = None,
+    worker: str | None = None,
+    by: Actor | None,
+    **fields: Any,
+) -> CallOutcome:
+    """One ledgered call on the study's posting, its target named as the CLI and the
+    dashboard name it: an `assignment` by our public id or the platform's id of it, a
+    `worker` by the platform's worker id; `fields` as `CallRequest` takes them."""
+    posting_id = posting_id_of(make_session, slug, provider)
+    if assignment is not None:
+        fields["assignment_id"] = _assignment_id(make_session, slug, assignment)
+    if worker is not None:
+        fields["annotator_id"] = _annotator_id(make_session, slug, provider, worker)
+    return money_call(make_session, provider, posting_id, CallRequest(kind, **fields), by=by)
 
 
 def approve(
@@ -101,14 +144,8 @@ def approve(
     by: Actor | None,
 ) -> CallOutcome:
     """Approve one assignment (our public id or the platform's id); a second is a no-op."""
-    return money_call(
-        make_session,
-        provider,
-        posting_id_of(make_session, slug, provider),
-        "approve",
-        assignment_id=_assignment_id(make_session, slug, assignment),
-        reason=feedback,
-        by=by,
+    return _ledgered(
+        make_session, slug, provider, "approve", assignment=assignment, reason=feedback, by=by
     )
 
 
@@ -132,26 +169,12 @@ def reject(
     found = _find_assignment(make_session, slug, assignment)
     ours = found is not None and found[1] is AssignmentStatus.submitted
     if not ours and _is_flagged(make_session, posting_id, assignment):
-        return money_call(
-            make_session,
-            provider,
-            posting_id,
-            "reject",
-            reason=feedback,
-            category=category,
-            by=by,
-            platform_id=assignment,
-        )
-    return money_call(
-        make_session,
-        provider,
-        posting_id,
-        "reject",
-        assignment_id=_assignment_id(make_session, slug, assignment),
-        reason=feedback,
-        category=category,
-        by=by,
-    )
+        flagged = CallRequest("reject", reason=feedback, category=category, platform_id=assignment)
+        return money_call(make_session, provider, posting_id, flagged, by=by)
+    return _ledgered(
+        make_session, slug, provider, "reject", assignment=assignment, reason=feedback,
+        category=category, by=by,
+    )  # fmt: skip
 
 
 def _is_flagged(make_session: SessionFactory, posting_id: int, ref: str) -> bool:
@@ -172,17 +195,10 @@ def bonus(
     by: Actor | None,
 ) -> CallOutcome:
     """Pay the `n`-th bonus (0: the first) of one assignment, once, whatever retries."""
-    return money_call(
-        make_session,
-        provider,
-        posting_id_of(make_session, slug, provider),
-        "bonus",
-        assignment_id=_assignment_id(make_session, slug, assignment),
-        amount_cents=amount_cents,
-        reason=reason,
-        n=n,
-        by=by,
-    )
+    return _ledgered(
+        make_session, slug, provider, "bonus", assignment=assignment,
+        amount_cents=amount_cents, reason=reason, n=n, by=by,
+    )  # fmt: skip
 
 
 def block(
@@ -195,15 +211,7 @@ def block(
     by: Actor | None,
 ) -> CallOutcome:
     """Block a worker on the platform and here (their future work stops)."""
-    return money_call(
-        make_session,
-        provider,
-        posting_id_of(make_session, slug, provider),
-        "block",
-        annotator_id=_annotator_id(make_session, slug, provider, worker),
-        reason=reason,
-        by=by,
-    )
+    return _ledgered(make_session, slug, provider, "block", worker=worker, reason=reason, by=by)
 
 
 def unblock(
@@ -216,15 +224,7 @@ def unblock(
     by: Actor | None,
 ) -> CallOutcome:
     """Lift a block, on the platform and here."""
-    return money_call(
-        make_session,
-        provider,
-        posting_id_of(make_session, slug, provider),
-        "unblock",
-        annotator_id=_annotator_id(make_session, slug, provider, worker),
-        reason=reason,
-        by=by,
-    )
+    return _ledgered(make_session, slug, provider, "unblock", worker=worker, reason=reason, by=by)
 
 
 def expire(
@@ -241,7 +241,7 @@ def expire(
         )
     if not live:
         return CallOutcome(None, "expire", made=False, detail="nothing to expire")
-    return money_call(make_session, provider, posting_id, "expire", by=by)
+    return money_call(make_session, provider, posting_id, CallRequest("expire"), by=by)
 
 
 def balance(provider: CrowdProvider) -> int | None:
@@ -452,7 +452,7 @@ def approve_all(
     if to_reject - done and not (reject_feedback or "").strip():
         raise CrowdServiceError("rejections need feedback for the workers")
     posting_id = posting_id_of(make_session, slug, provider)
-    limiter = limiter or RateLimiter(settings.crowd_calls_per_second)
+    limiter = limiter or pacing(settings, provider)
     todo = [("reject", i) for i in plan.reject if i.public_id in to_reject] + [
         ("approve", i) for i in plan.approve if i.public_id in to_approve
     ]
@@ -461,16 +461,13 @@ def approve_all(
     counts: Counter[str] = Counter()
     for kind, item in now:
         limiter.wait()
-        outcome = money_call(
-            make_session,
-            provider,
-            posting_id,
+        request = CallRequest(
             kind,
             assignment_id=item.assignment_id,
             reason=reject_feedback if kind == "reject" else feedback,
             category=reject_category if kind == "reject" else None,
-            by=by,
         )
+        outcome = money_call(make_session, provider, posting_id, request, by=by)
         counts[kind if outcome.made else "already"] += 1
     report.approved, report.rejected = counts["approve"], counts["reject"]
     report.already += counts["already"]

@@ -1,9 +1,13 @@
 """A study's posting on a crowd platform: the checks before publishing, the posting made
-once with its settings (`open_posting`), and the cost estimate (`estimate`). Steps: they
-take a `Session` and only flush.
+once with its settings (`open_posting`), and the cost estimate (`estimate`, over the
+study's HITs; `price_groups`, over any layout of HITs). Steps: they take a `Session` and
+only flush.
 """
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -159,17 +163,36 @@ def estimate(
     groups = session.execute(
         select(Hit.replicas, func.count()).where(Hit.study_id == study.id).group_by(Hit.replicas)
     ).all()
-    if provider.name != "mturk":
-        assignments = sum(int(r) * int(n) for r, n in groups)
-        return provider.estimate_cost(spec, assignments, bonus_cents=bonus_cents)
+    return price_groups(
+        provider.name,
+        functools.partial(provider.estimate_cost, spec),
+        [(int(r), int(n)) for r, n in groups],
+        bonus_cents=bonus_cents,
+    )
+
+
+def price_groups(
+    provider: str,
+    price: Callable[..., CostEstimate],
+    groups: Sequence[tuple[int, int]],
+    *,
+    bonus_cents: int = 0,
+) -> CostEstimate:
+    """The cost of HITs grouped as `(replicas, HITs)`, by a provider's `price(assignments,
+    bonus_cents=...)` (its `estimate_cost` with the spec bound, or its module's `price`).
+
+    On MTurk each group is priced apart, since its fee depends on the assignments per HIT
+    (10 or more cost more: `max_assignments`, an MTurk-only keyword); elsewhere the
+    assignments are priced together.
+    """
+    if provider != "mturk":
+        assignments = sum(r * n for r, n in groups)
+        return price(assignments, bonus_cents=bonus_cents)
     total = CostEstimate(0, 0, 0)
     notes: list[str] = []
     for i, (replicas, n) in enumerate(sorted(groups)):
-        part = provider.estimate_cost(
-            spec,
-            int(replicas) * int(n),
-            bonus_cents=bonus_cents if i == 0 else 0,
-            max_assignments=int(replicas),
+        part = price(
+            replicas * n, bonus_cents=bonus_cents if i == 0 else 0, max_assignments=replicas
         )
         total = CostEstimate(
             total.rewards_cents + part.rewards_cents,
@@ -178,6 +201,6 @@ def estimate(
         )
         notes += [note for note in part.notes if note not in notes]
     if not groups and bonus_cents:
-        total = provider.estimate_cost(spec, 0, bonus_cents=bonus_cents)
+        total = price(0, bonus_cents=bonus_cents)
         notes = list(total.notes)
     return CostEstimate(total.rewards_cents, total.fees_cents, total.bonuses_cents, tuple(notes))

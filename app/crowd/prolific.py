@@ -267,6 +267,36 @@ def places_for(assignments: int, hits_per_participant: int = 1) -> int:
     return math.ceil(max(assignments, 0) / hits_per_participant)
 
 
+def price(
+    spec: PostingSpec,
+    assignments: int,
+    *,
+    fee_rate: float = DEFAULT_FEE_RATE,
+    hits_per_participant: int = 1,
+    bonus_cents: int = 0,
+) -> CostEstimate:
+    """Rewards for the places that `assignments` need, plus Prolific's platform fee
+    (`fee_rate`, on rewards and on bonuses), rounded half up to the cent: its fee rules
+    alone, so an estimate needs no token or network."""
+    places = places_for(assignments, hits_per_participant)
+    rewards = places * spec.reward_cents * hits_per_participant
+    notes = [
+        f"Prolific platform fee {fee_rate:.1%} of rewards and bonuses "
+        "(EBC_PROLIFIC_FEE_RATE); VAT is added where it applies and is not included"
+    ]
+    if hits_per_participant > 1:
+        notes.append(
+            f"{places} places of {hits_per_participant} HITs each; a place is paid "
+            "in full even if its participant stops early"
+        )
+    return CostEstimate(
+        rewards_cents=rewards,
+        fees_cents=_fee(rewards, fee_rate) + _fee(bonus_cents, fee_rate),
+        bonuses_cents=bonus_cents,
+        notes=tuple(notes),
+    )
+
+
 def internal_name(spec: PostingSpec) -> str:
     """The study's internal name on Prolific: the slug and the posting's key, which
     `find_prepared` looks for."""
@@ -409,24 +439,13 @@ class ProlificProvider:
     def estimate_cost(
         self, spec: PostingSpec, assignments: int, *, bonus_cents: int = 0
     ) -> CostEstimate:
-        """Rewards for the places that `assignments` need, plus Prolific's platform fee
-        (`fee_rate`, on rewards and on bonuses), rounded half up to the cent."""
-        places = places_for(assignments, self.hits_per_participant)
-        rewards = places * spec.reward_cents * self.hits_per_participant
-        notes = [
-            f"Prolific platform fee {self.fee_rate:.1%} of rewards and bonuses "
-            "(EBC_PROLIFIC_FEE_RATE); VAT is added where it applies and is not included"
-        ]
-        if self.hits_per_participant > 1:
-            notes.append(
-                f"{places} places of {self.hits_per_participant} HITs each; a place is paid "
-                "in full even if its participant stops early"
-            )
-        return CostEstimate(
-            rewards_cents=rewards,
-            fees_cents=_fee(rewards, self.fee_rate) + _fee(bonus_cents, self.fee_rate),
-            bonuses_cents=bonus_cents,
-            notes=tuple(notes),
+        """Prolific's charge at this workspace's fee rate: `price` (no call to Prolific)."""
+        return price(
+            spec,
+            assignments,
+            fee_rate=self.fee_rate,
+            hits_per_participant=self.hits_per_participant,
+            bonus_cents=bonus_cents,
         )
 
     def balance_cents(self) -> int | None:

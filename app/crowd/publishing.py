@@ -36,6 +36,7 @@ from app.crowd.common import (
     RateLimiter,
     SessionFactory,
     hit_public_id,
+    pacing,
     posting_parts,
     posting_spec,
     request_token,
@@ -226,7 +227,7 @@ def publish(
     call is recorded on its row and on the posting, then raised. `limit`: publish at most
     this many HITs now.
     """
-    limiter = limiter or RateLimiter(settings.crowd_calls_per_second)
+    limiter = limiter or pacing(settings, provider)
     interrupted = False
     with writing(make_session) as session:
         study = study_named(session, slug)
@@ -374,6 +375,8 @@ def _platform(make_session: SessionFactory, posting_id: int, call: Callable[[], 
 def _warnings(session: Session, study: Study, posting: CrowdPosting) -> list[str]:
     if posting.provider == "prolific":
         return _prolific_warnings(session, study, posting)
+    if posting.provider != "mturk":
+        return []
     many = session.scalar(select(func.count()).where(Hit.study_id == study.id, Hit.replicas >= 10))
     if many:
         return [f"{many} HITs have 10 or more assignments: MTurk charges a 40% fee on them"]

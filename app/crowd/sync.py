@@ -27,11 +27,15 @@ from app.crowd.common import (
     CHANNEL_OF,
     RateLimiter,
     SessionFactory,
+    pacing,
+    platform_ref,
+    ref_column,
     require_posting,
     study_named,
     work_of,
 )
 from app.crowd.flagged import already_flagged
+from app.crowd.ledger import CallRequest
 from app.db import unit_of_work
 from app.models import (
     Annotator,
@@ -192,8 +196,9 @@ def reconcile(
     *,
     by: Actor | None = None,
 ) -> SyncReport:
-    """Match the platform's submissions with our assignments (`external_assignment_id`;
-    on a panel `external_session_id`: see `_reconcile_panel`).
+    """Match the platform's submissions with our assignments by the platform's id of the
+    work (`common.platform_ref`: MTurk's `external_assignment_id`, our own public id on
+    the local channel; on a panel `external_session_id`: see `_reconcile_panel`).
 
     Ours is the source of truth for answers; the platform's for whether the work was
     done and how it was reviewed. A confirmed assignment clears `unverified` (MTurk work
@@ -205,7 +210,9 @@ def reconcile(
     submission we never stored is flagged (reported and audited) and, when its answer
     XML carries our assignment id and the chosen slots, stored through the submission
     code (`store_recovered_submission`). Workers who reached the cap are listed for the
-    cap qualification.
+    cap qualification. On the local channel our store lists itself (`app.crowd.local`):
+    the sync claims the work for the posting (its unit in `external_hit_id`), which makes
+    it reviewable, and counts what it confirms so.
     """
     study = session.get(Study, posting.study_id)
     assert study is not None
@@ -217,6 +224,7 @@ def reconcile(
         return _finish(session, study, posting, report, now)
     mturk = (study.channels or {}).get("mturk") or {}
     counts = posting.environment == "production" or mturk.get("sandbox", True)
+    local = CHANNEL_OF[posting.provider] is Channel.local
     ids = [s.external_assignment_id for s in subs]
     ours: dict[str, tuple[Assignment, str | None]] = {}
     for start in range(0, len(ids), _ID_IN_CHUNK):
@@ -226,10 +234,10 @@ def reconcile(
             .join(Hit, Hit.id == Assignment.hit_id)
             .where(
                 Hit.study_id == study.id,
-                Assignment.external_assignment_id.in_(ids[start : start + _ID_IN_CHUNK]),
+                ref_column(posting.provider).in_(ids[start : start + _ID_IN_CHUNK]),
             )
         ).all()
-        ours.update({a.external_assignment_id: (a, worker) for a, worker in rows})
+        ours.update({platform_ref(posting.provider, a): (a, worker) for a, worker in rows})
     for sub in subs:
         found = ours.get(sub.external_assignment_id)
         if found is not None and found[1] != sub.external_worker_id:
@@ -260,6 +268,8 @@ def reconcile(
         elif assignment.unverified:
             assignment.unverified = False
             report.confirmed += 1
+        elif local and assignment.review_status is None:
+            report.confirmed += 1  # handed in, reviewable from now on
         # The platform's word on which HIT (so which posting) the work belongs to: a
         # worker's URL could name a HIT of another environment.
         if sub.external_hit_id and assignment.external_hit_id != sub.external_hit_id:
@@ -471,11 +481,10 @@ def sync(
             sandbox_kept_out=report.sandbox_kept_out,
         )
     if cap_id and isinstance(provider, CapQualifying):
-        limiter = limiter or RateLimiter(settings.crowd_calls_per_second)
+        limiter = limiter or pacing(settings, provider)
         for annotator_id in report.at_cap:
             limiter.wait()
-            outcome = money_call(
-                make_session, provider, posting_id, "qualify", annotator_id=annotator_id, by=by
-            )
+            qualify = CallRequest("qualify", annotator_id=annotator_id)
+            outcome = money_call(make_session, provider, posting_id, qualify, by=by)
             report.qualified += outcome.made
     return report

@@ -1,5 +1,6 @@
-"""Dashboard: a study's Crowd page (issue 13): publish on MTurk or Prolific with the cost
-estimate and the balance shown first, sync, each assignment's payment state, bulk
+"""Dashboard: a study's Crowd page (issue 13): publish on MTurk, Prolific or the local
+channel (invite links: bookkeeping only, `app.crowd.local`) with the cost estimate and the
+balance shown first, sync, each assignment's payment state, bulk
 approval (in batches: a click reviews `APPROVE_BATCH`, the next continues) and bonuses
 with a preview. The same crowd services as `ebc crowd`.
 
@@ -31,6 +32,7 @@ from app.crowd.base import CrowdError, CrowdProvider
 from app.crowd.bonuses import MAX_BONUSES, bonus_plan, pay_bonuses
 from app.crowd.common import (
     CrowdServiceError,
+    paced,
     provider_for,
     resolved_options,
 )
@@ -57,7 +59,7 @@ APPROVE_BATCH = 50
 # Repeated form fields (assignments, bonus lines) taken at most: past it a request is
 # malformed; the services refuse more than they take at a time with their own message.
 MAX_LIST = 1000
-LABELS = {"mturk": "MTurk", "prolific": "Prolific"}
+LABELS = {"mturk": "MTurk", "prolific": "Prolific", "local": "Local (invite links)"}
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,7 @@ class Target:
 
     @property
     def label(self) -> str:
-        if self.provider == "prolific":
+        if self.provider != "mturk":  # one environment each
             return LABELS[self.provider]
         return f"{LABELS[self.provider]} {self.environment}"
 
@@ -83,15 +85,21 @@ class Target:
 
 
 def crowd_target(
-    provider: Literal["mturk", "prolific"] = "mturk",
-    environment: Literal["sandbox", "production"] | None = None,
+    provider: Literal["mturk", "prolific", "local"] = "mturk",
+    environment: Literal["sandbox", "production", "local"] | None = None,
 ) -> Target:
     if provider == "prolific" and environment == "sandbox":
         raise HTTPException(
             status.HTTP_400_BAD_REQUEST,
             "Prolific has no sandbox: run a small test study on Prolific itself.",
         )
-    default = "sandbox" if provider == "mturk" else "production"
+    if environment is not None and (environment == "local") != (provider == "local"):
+        raise HTTPException(
+            status.HTTP_400_BAD_REQUEST,
+            "The local channel (invite links) has one environment, local; the platforms "
+            "have sandbox and production.",
+        )
+    default = {"mturk": "sandbox", "prolific": "production", "local": "local"}[provider]
     return Target(provider, environment or default)
 
 
@@ -108,6 +116,7 @@ def _client(request: Request, target: Target, hits_per_participant: int = 1):
             target.provider,
             target.environment,
             hits_per_participant=hits_per_participant,
+            sessions=_sessions(request),
         )
     except CrowdServiceError as exc:
         raise HTTPException(exc.status_code, exc.message) from exc
@@ -304,9 +313,10 @@ def publish_now(
     with _client(request, target, fields.bundle()) as made:
 
         def run() -> str:
+            # Unpaced calls (local: bookkeeping only) are made all in one click.
             report = publish(
                 _sessions(request), settings, study.slug, made, options, by=user,
-                limit=PUBLISH_BATCH,
+                limit=PUBLISH_BATCH if paced(made) else None,
             )  # fmt: skip
             return _published(report, target)
 

@@ -639,7 +639,11 @@ def test_a_bonus_whose_process_died_after_paying_is_not_paid_again(
     with unit_of_work(make_session) as s:
         posting = s.scalar(select(CrowdPosting))
         call = ledger.begin_call(
-            s, posting, "bonus", assignment_id=leases[1].id, amount_cents=40, reason="Thanks"
+            s,
+            posting,
+            ledger.CallRequest(
+                "bonus", assignment_id=leases[1].id, amount_cents=40, reason="Thanks"
+            ),
         )
         token = call.request_token
     mturk.bonus("W1", leases[1].external_assignment_id, 40, reason="Thanks", request_token=token)

@@ -114,7 +114,11 @@ def _pending_bonus(make_session, assignment_id: int, cents: int) -> str:
     with unit_of_work(make_session) as s:
         posting = s.scalar(select(CrowdPosting))
         call = ledger.begin_call(
-            s, posting, "bonus", assignment_id=assignment_id, amount_cents=cents, reason="Thanks"
+            s,
+            posting,
+            ledger.CallRequest(
+                "bonus", assignment_id=assignment_id, amount_cents=cents, reason="Thanks"
+            ),
         )
         return call.request_token
 
@@ -187,7 +191,9 @@ def test_a_failure_after_a_success_never_undoes_it(session, make_session, mturk,
     with unit_of_work(make_session) as s:
         posting = s.scalar(select(CrowdPosting))
         call = ledger.begin_call(
-            s, posting, "bonus", assignment_id=leases[0].id, amount_cents=10, reason="T"
+            s,
+            posting,
+            ledger.CallRequest("bonus", assignment_id=leases[0].id, amount_cents=10, reason="T"),
         )
         call_id = call.id
     with unit_of_work(make_session) as s:

@@ -285,7 +285,11 @@ def _interrupted_bonus(session, make_session, assignment: Assignment, cents: int
     with unit_of_work(make_session) as s:
         posting = s.scalar(select(CrowdPosting))
         call = ledger.begin_call(
-            s, posting, "bonus", assignment_id=assignment.id, amount_cents=cents, reason="Thanks"
+            s,
+            posting,
+            ledger.CallRequest(
+                "bonus", assignment_id=assignment.id, amount_cents=cents, reason="Thanks"
+            ),
         )
         token = call.request_token
     session.expire_all()
