@@ -8,10 +8,15 @@ size on the same device makes exactly the same items (different batch sizes may 
 rounding and, rarely, a sampled token).
 
 Kinds: ``data``, ``model``, ``data_shuffled``, ``data_corrupted@c``, ``model_corrupted@c``,
-``random``.  Corrupted and random kinds draw words uniformly from the dataset's vocabulary (its
-distinct words); a replacement may by chance equal the original word.  With ``prompt_words`` C
-(language modelling only) the first C words of a dataset line precede every prefix and a data
-prefix is the next l words of the same line.
+``random`` and, for translation, ``unrelated`` (the first l words of another row's reference,
+the item keeping its own source: the first paper's UNREL).  Corrupted and random kinds draw words
+uniformly from the dataset's vocabulary (its distinct words); a replacement may by chance equal
+the original word, and corruption at c = 1 draws its words exactly as ``random`` does (the same
+item generator gives the same words).  With ``data_from`` (synthetic EB-C with
+``reference.data_prefixes = "reference"``, language modelling only) the data kinds start from a
+prefix sampled from that model (P_D) as model prefixes are from P_M, without a true next word.
+With ``prompt_words`` C (language modelling only) the first C words of a dataset line precede
+every prefix and a data prefix is the next l words of the same line.
 
 Language modelling: every text starts after the model's start token.  A model prefix is sampled
 token by token (temperature, top-k, top-p as configured) until the token that would start word
@@ -24,14 +29,20 @@ re-samples the prefix (``eos_policy="resample"``, up to ``max_attempts``) or mar
 
 Translation: a data prefix is the first l words of the reference, a model prefix the first l
 words of a beam search of the source (``num_beams``, default 10); the source is kept.
+
+Every made item keeps the token ids its choices were computed from (``context_ids``, and
+``source_ids`` for translation) and, with ``keep_roots``, the model's next-token log-probabilities
+there (``root``), so that `worker.synthetic` compares P_D with P_M without a second forward of P_M.
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import weakref
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -119,6 +130,12 @@ class PrefixItem:
     ``choices``: (word, probability) ordered by model rank, at most ``top_k``.  ``skipped`` with
     ``skip_reason`` (``"special_top1"``, ``"eos_before_l"``, ``"too_long"``, ``"beam_too_short"``)
     marks an item the study should not show; it is still returned so the caller can record it.
+
+    Not stored (the worker's own use, `worker.synthetic`): ``context_ids``, the model's token ids
+    the choices were computed after (a language model's whole context with its start token and
+    prompt; a translation model's target prefix), ``source_ids`` (translation: the encoded
+    source) and ``root`` (with ``make_items(keep_roots=True)``: the model's next-token
+    log-probabilities [V] there, on its device).
     """
 
     length: int
@@ -132,6 +149,9 @@ class PrefixItem:
     skipped: bool = False
     skip_reason: str | None = None
     provenance: dict = field(default_factory=dict)
+    context_ids: list[int] | None = field(default=None, repr=False, compare=False)
+    source_ids: list[int] | None = field(default=None, repr=False, compare=False)
+    root: Any = field(default=None, repr=False, compare=False)
 
     @property
     def text(self) -> str:
@@ -169,6 +189,10 @@ class _Draft:
     info: dict = field(default_factory=dict)
     context: list[int] | None = None  # target/context token ids, when not re-encoded
     skip: str | None = None
+    # What the choices were computed from (set where they are): see `PrefixItem`.
+    ids: list[int] | None = None
+    source_ids: list[int] | None = None
+    root: Any = None
 
 
 def _line_order(dataset: Dataset, seed: int, length: int, kind: str, min_words: int) -> list[int]:
@@ -177,7 +201,16 @@ def _line_order(dataset: Dataset, seed: int, length: int, kind: str, min_words: 
     return [eligible[i] for i in rng.permutation(len(eligible))]
 
 
+def _random_words(n: int, vocab: list[str], rng) -> list[str]:
+    """``n`` words drawn uniformly from ``vocab`` (the ``random`` kind's draw)."""
+    return [vocab[int(i)] for i in rng.integers(len(vocab), size=n)]
+
+
 def _corrupt(words: list[str], rate: float, vocab: list[str], rng) -> tuple[list[str], list[int]]:
+    if rate >= 1:
+        # Every word is replaced: the draw of `random`, so that corruption at c = 1 *is* the
+        # random kind (the same generator gives the same words), not merely distributed alike.
+        return _random_words(len(words), vocab, rng), list(range(len(words)))
     out, where = [], []
     for i, w in enumerate(words):
         if rng.random() < rate:
@@ -197,6 +230,9 @@ def make_items(
     start: int,
     stop: int,
     seed: int,
+    *,
+    data_from=None,
+    keep_roots: bool = False,
 ) -> list[PrefixItem]:
     """Items ``start``..``stop - 1`` of cell (``length``, ``kind``) with their top-k words.
 
@@ -204,6 +240,9 @@ def make_items(
     language-model ``model``/``random`` kinds without a prompt... except ``random`` still needs
     a vocabulary, so only ``model`` may go without.  ``seed`` is the study seed.  Raises
     `DatasetError` when the dataset has too few long-enough lines for index ``stop - 1``.
+    ``data_from`` (a `CausalLM`, language modelling only): the data kinds sample their prefix
+    from it instead of reading a dataset line.  ``keep_roots``: keep each item's next-token
+    log-probabilities (`PrefixItem.root`).
     """
     base, rate = parse_kind(kind)
     if length < 1:
@@ -211,13 +250,18 @@ def make_items(
     seq2seq = model.task == "seq2seq"
     if seq2seq and spec.prompt_words:
         raise ValueError("a prompt applies to language modelling only")
+    if base == "unrelated" and not seq2seq:
+        raise ValueError("the 'unrelated' kind (another row's reference) is for translation")
+    sampled_data = data_from is not None and base.startswith("data")
+    if sampled_data and (seq2seq or data_from.task != "lm"):
+        raise ValueError("data prefixes sampled from a reference model: language models only")
     if dataset is not None and dataset.task != model.task:
         raise DatasetError(f"{dataset.path}: a {model.task} model needs a {model.task} dataset")
     classes = get_token_classes(model, spec.punctuation_splits)
     kind_key = kind
 
     # Which dataset line each item uses, if any.
-    if seq2seq or base.startswith("data"):
+    if seq2seq or (base.startswith("data") and not sampled_data):
         min_words = spec.prompt_words + length + 1
     elif spec.prompt_words:
         min_words = spec.prompt_words
@@ -248,49 +292,51 @@ def make_items(
             d.line = row.line
             d.source = row.source
             d.prompt = list(row.words[: spec.prompt_words])
-            if base.startswith("data"):
+            if base.startswith("data") and not sampled_data:
                 d.words = list(row.words[spec.prompt_words : spec.prompt_words + length])
                 d.true_next = row.words[spec.prompt_words + length]
         drafts.append(d)
 
+    batch = spec.batch_size or DEFAULT_BATCH_SIZE
+    if sampled_data:
+        # P_D's samples take the dataset lines' place; shuffling and corruption apply to them.
+        data_classes = get_token_classes(data_from, spec.punctuation_splits)
+        _sample_lm(
+            data_from, data_classes, drafts, length, spec, seed, kind_key, batch, search=False
+        )
+        for d in drafts:
+            d.info["data_prefix_model"] = data_from.name
     if base == "data_shuffled":
         for d in drafts:
             d.words = [d.words[i] for i in d.rng.permutation(len(d.words))]
     elif base == "random":
         for d in drafts:
-            d.words = [vocab[int(i)] for i in d.rng.integers(len(vocab), size=length)]
+            d.words = _random_words(length, vocab, d.rng)
+    elif base == "unrelated":
+        _unrelated_prefixes(dataset, order, drafts, length)
 
-    batch = spec.batch_size or DEFAULT_BATCH_SIZE
     results: list[NextWords | None]
     if seq2seq:
         if base.startswith("model"):
             _beam_prefixes(model, classes, drafts, length, spec, batch)
-        if base == "model_corrupted":
+        if base in ("model_corrupted", "data_corrupted"):
             for d in drafts:
                 if d.skip is None:
                     d.words, d.info["corrupted_positions"] = _corrupt(d.words, rate, vocab, d.rng)
                     d.context = None
-        elif base == "data_corrupted":
-            for d in drafts:
-                d.words, d.info["corrupted_positions"] = _corrupt(d.words, rate, vocab, d.rng)
-        results = _choices_seq2seq(model, classes, drafts, spec, batch)
+        results = _choices_seq2seq(model, classes, drafts, spec, batch, keep_roots)
+    elif base == "model":
+        results = _sample_lm(
+            model, classes, drafts, length, spec, seed, kind_key, batch, keep_roots=keep_roots
+        )
     else:
-        if base == "model":
-            results = _sample_lm(model, classes, drafts, length, spec, seed, kind_key, batch)
-        else:
-            if base == "model_corrupted":
-                _sample_lm(
-                    model, classes, drafts, length, spec, seed, kind_key, batch, search=False
-                )
-                for d in drafts:
-                    if d.skip is None:
-                        d.words, d.info["corrupted_positions"] = _corrupt(
-                            d.words, rate, vocab, d.rng
-                        )
-            elif base == "data_corrupted":
-                for d in drafts:
+        if base == "model_corrupted":
+            _sample_lm(model, classes, drafts, length, spec, seed, kind_key, batch, search=False)
+        if base in ("model_corrupted", "data_corrupted"):
+            for d in drafts:
+                if d.skip is None:
                     d.words, d.info["corrupted_positions"] = _corrupt(d.words, rate, vocab, d.rng)
-            results = _choices_lm_text(model, classes, drafts, spec, batch)
+        results = _choices_lm_text(model, classes, drafts, spec, batch, keep_roots)
 
     common = {
         "model": model.name,
@@ -314,6 +360,9 @@ def make_items(
             prompt_words=d.prompt,
             source=d.source,
             true_next_word=d.true_next,
+            context_ids=d.ids,
+            source_ids=d.source_ids,
+            root=d.root,
         )
         if res is not None:
             prov["choices"] = res.info()
@@ -327,8 +376,32 @@ def make_items(
     return items
 
 
+def _unrelated_prefixes(dataset: Dataset, order: list[int], drafts, length: int) -> None:
+    """The first ``length`` words of another row's reference (never the item's own row), drawn
+    from the item's generator among the rows with at least ``length`` words."""
+    pool = dataset.eligible(length)
+    if len(pool) < 2:
+        raise DatasetError(f"{dataset.path}: 'unrelated' needs two rows of {length} words")
+    for d in drafts:
+        own = bisect.bisect_left(pool, order[d.index])  # the own row is in the pool
+        pick = int(d.rng.integers(len(pool) - 1))
+        row = dataset.rows[pool[pick + (pick >= own)]]
+        d.words = list(row.words[:length])
+        d.info["unrelated_line"] = row.line
+
+
 def _sample_lm(
-    model, classes, drafts, length, spec, seed, kind, batch, *, search: bool = True
+    model,
+    classes,
+    drafts,
+    length,
+    spec,
+    seed,
+    kind,
+    batch,
+    *,
+    search: bool = True,
+    keep_roots: bool = False,
 ) -> list[NextWords | None]:
     """Model prefixes for a causal LM (`ContinuousSampler`), with their next words when
     ``search``; a re-sampled attempt draws from its own item seed."""
@@ -340,7 +413,14 @@ def _sample_lm(
         return _search(model, state, root, classes, spec)
 
     sampler = ContinuousSampler(
-        model, classes, spec, length, batch, reseed, next_words if search else None
+        model,
+        classes,
+        spec,
+        length,
+        batch,
+        reseed,
+        next_words if search else None,
+        keep_roots=keep_roots,
     )
     return sampler.run(drafts)
 
@@ -363,7 +443,7 @@ def _chunks(seq: Sequence, size: int):
         yield seq[lo : lo + size]
 
 
-def _choices_lm_text(model, classes, drafts, spec, batch) -> list[NextWords | None]:
+def _choices_lm_text(model, classes, drafts, spec, batch, keep_roots) -> list[NextWords | None]:
     """Next words after text prefixes (data, shuffled, corrupted, random)."""
     results: dict[int, NextWords] = {}
     todo = [d for d in drafts if d.skip is None]
@@ -377,14 +457,22 @@ def _choices_lm_text(model, classes, drafts, spec, batch) -> list[NextWords | No
                     f"{model.max_positions} positions"
                 )
             d.info["context_tokens"] = len(ids)
+            d.ids = ids
             contexts.append(ids)
         root, state = model.start(contexts)
+        _keep(chunk, root, keep_roots)
         for d, res in zip(chunk, _search(model, state, root, classes, spec), strict=True):
             results[d.index] = res
     return [results.get(d.index) for d in drafts]
 
 
-def _choices_seq2seq(model, classes, drafts, spec, batch) -> list[NextWords | None]:
+def _keep(chunk, root, keep_roots: bool) -> None:
+    if keep_roots:
+        for i, d in enumerate(chunk):
+            d.root = root[i]
+
+
+def _choices_seq2seq(model, classes, drafts, spec, batch, keep_roots) -> list[NextWords | None]:
     results: dict[int, NextWords] = {}
     todo = [d for d in drafts if d.skip is None]
     for chunk in _chunks(todo, batch):
@@ -393,7 +481,10 @@ def _choices_seq2seq(model, classes, drafts, spec, batch) -> list[NextWords | No
             d.context if d.context is not None else model.encode_target(" ".join(d.words))
             for d in chunk
         ]
+        for d, src, ids in zip(chunk, sources, prefixes, strict=True):
+            d.source_ids, d.ids = src, list(ids)
         root, state = model.start(sources, prefixes)
+        _keep(chunk, root, keep_roots)
         for d, res in zip(chunk, _search(model, state, root, classes, spec), strict=True):
             results[d.index] = res
     return [results.get(d.index) for d in drafts]

@@ -30,6 +30,7 @@ from app.precompute.datasets import Dataset, DatasetError, load_dataset
 from app.software import software
 from app.studies.schemas import config_from_columns, worker_settings
 from worker.prefixes import PrefixItem, PrefixSpec, make_items
+from worker.synthetic import check_pair, reference_records
 
 log = logging.getLogger("ebc.worker")
 
@@ -51,8 +52,11 @@ def spec_for(study: Study, batch_size: int | None) -> PrefixSpec:
     return PrefixSpec(**worker_settings(config_from_columns(study)), batch_size=batch_size)
 
 
-def item_row(item: PrefixItem, *, attention: bool, spec: PrefixSpec) -> dict:
-    """A `PrefixItem` as the columns of `app.models.Item`."""
+def item_row(
+    item: PrefixItem, *, attention: bool, spec: PrefixSpec, reference: dict | None = None
+) -> dict:
+    """A `PrefixItem` as the columns of `app.models.Item` (``reference``: its synthetic EB-C
+    record, `worker.synthetic`; None without a reference model or for a skipped item)."""
     return {
         "length": item.length,
         "kind": item.kind,
@@ -65,6 +69,7 @@ def item_row(item: PrefixItem, *, attention: bool, spec: PrefixSpec) -> dict:
         "choices": [{"word": w, "prob": float(p)} for w, p in item.choices],
         "skip_reason": item.skip_reason if item.skipped else None,
         "provenance": {**item.provenance, "spec": _spec_record(spec), "software": _SOFTWARE()},
+        "reference": reference,
     }
 
 
@@ -135,17 +140,28 @@ class Worker:
             self.engine.dispose()
 
     def model_for(self, study: Study):
+        return self._load(study.model_name, study.model_revision, study.task.value)
+
+    def reference_for(self, study: Study):
+        """The study's reference model P_D (synthetic EB-C), or None.  Loaded once, with the
+        model's device and dtype; a reference named like the model is the same object."""
+        section = config_from_columns(study).reference
+        if not section.model:
+            return None
+        return self._load(section.model, section.revision, study.task.value)
+
+    def _load(self, name: str, revision: str | None, task: str):
         from worker.models import load_model
 
-        key = (study.model_name, study.model_revision, study.task.value)
+        key = (name, revision, task)
         if key not in self._models:
-            log.info("loading model %s", study.model_name)
+            log.info("loading model %s", name)
             self._models[key] = load_model(
-                study.model_name,
-                task=study.task.value,
+                name,
+                task=task,
                 device=self.options.device,
                 dtype=self.options.dtype,
-                revision=study.model_revision,
+                revision=revision,
             )
         return self._models[key]
 
@@ -212,8 +228,14 @@ class Worker:
 
     def _make(self, study: Study, shard: PrecomputeShard) -> list[dict]:
         model = self.model_for(study)
+        reference = self.reference_for(study)
+        # An incompatible pair fails every shard with its reason before any item is made.
+        pair = check_pair(model, reference) if reference is not None else None
         dataset = self.dataset_for(study)
         spec = spec_for(study, self.options.batch_size)
+        attention = service.is_attention_shard(study, shard)
+        # Attention candidates need a true next word: they stay dataset lines.
+        sampled = config_from_columns(study).reference.data_prefixes == "reference"
         items = make_items(
             model,
             dataset,
@@ -223,6 +245,13 @@ class Worker:
             shard.start_index,
             shard.stop_index,
             study.seed,
+            data_from=reference if sampled and not attention else None,
+            keep_roots=reference is not None,
         )
-        attention = service.is_attention_shard(study, shard)
-        return [item_row(item, attention=attention, spec=spec) for item in items]
+        records: list[dict | None] = [None] * len(items)
+        if reference is not None:
+            records = reference_records(model, reference, items, spec, pair)
+        return [
+            item_row(item, attention=attention, spec=spec, reference=record)
+            for item, record in zip(items, records, strict=True)
+        ]

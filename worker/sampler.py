@@ -100,7 +100,9 @@ class ContinuousSampler:
 
     A draft (`worker.prefixes._Draft`) brings ``index``, ``rng``, ``prompt`` and ``info``; the
     sampler sets its ``words``, ``skip`` and ``info``.  ``reseed(draft, attempt)`` gives the
-    generator of a re-sampled attempt; ``search`` (None: prefixes only) the next words.
+    generator of a re-sampled attempt; ``search`` (None: prefixes only) the next words.  A
+    finished draft gets ``ids`` (its context tokens, without the token that starts word l + 1)
+    and, with ``keep_roots`` and a search, ``root`` (the log-probabilities its words came from).
     """
 
     def __init__(
@@ -112,9 +114,11 @@ class ContinuousSampler:
         batch: int,
         reseed: Callable[[Any, int], np.random.Generator],
         search: Search | None,
+        *,
+        keep_roots: bool = False,
     ):
         self.model, self.classes, self.spec, self.batch = model, classes, spec, batch
-        self.reseed, self.search = reseed, search
+        self.reseed, self.search, self.keep_roots = reseed, search, keep_roots
         self.sampling = {
             "temperature": spec.temperature,
             "top_k": spec.sample_top_k,
@@ -306,6 +310,7 @@ class ContinuousSampler:
         d.skip = skip
         if skip is None:
             d.info["context_tokens"] = len(r.context) + len(r.tokens)
+            d.ids = [*r.context, *r.tokens]
 
     def _run_search(self) -> None:
         bands = width_bands(self.model, self.finished)
@@ -317,6 +322,8 @@ class ContinuousSampler:
             root = torch.cat([x for _, _, x in band])
             # Let the groups' caches go before the search (they are copied into ``st``).
             band[:], states = [], None
-            for r, res in zip(rows, self.search(st, root), strict=True):
+            for i, (r, res) in enumerate(zip(rows, self.search(st, root), strict=True)):
                 self.results[r.draft.index] = res
+                if self.keep_roots:
+                    r.draft.root = root[i]
             st = None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import and_, func, null, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -259,14 +259,24 @@ def heartbeat(session: Session, shard_id: int, worker_id: str, *, lease_seconds:
 def write_items(session: Session, study_id: int, shard_id: int, rows: list[dict[str, Any]]) -> int:
     """Insert items, ignoring any that exist (same study, attention flag, length, kind, index).
 
-    Returns how many rows were new. Each row holds `Item`'s columns.
+    Returns how many rows were new. Each row holds `Item`'s columns; a missing or None
+    `reference` (no reference model, a skipped item) is stored as SQL NULL, not JSON null.
     """
     if not rows:
         return 0
     dialect = session.get_bind().dialect.name
     insert = pg_insert if dialect == "postgresql" else sqlite_insert
     now = utcnow()
-    values = [{"study_id": study_id, "shard_id": shard_id, "created_at": now, **r} for r in rows]
+    values = [
+        {
+            "study_id": study_id,
+            "shard_id": shard_id,
+            "created_at": now,
+            **r,
+            "reference": null() if r.get("reference") is None else r["reference"],
+        }
+        for r in rows
+    ]
     stmt = (
         insert(Item)
         .values(values)
