@@ -36,6 +36,7 @@ from app.web import (
     dashboard_annotators,
     dashboard_crowd,
     dashboard_results,
+    dashboard_simulate,
     dashboard_studies,
     dashboard_users,
     health,
@@ -134,6 +135,7 @@ def create_app(settings: Settings | None = None, *, bind: Connection | None = No
     app.include_router(dashboard_annotators.router)
     app.include_router(dashboard_crowd.router)
     app.include_router(dashboard_results.router)
+    app.include_router(dashboard_simulate.router)
     app.add_exception_handler(AnnotationError, annotate.annotation_error)
     _install_error_handlers(app)
     return app

@@ -429,6 +429,49 @@ def summarise(
     )
 
 
+def stand_in_for(
+    design: Design,
+    crowd: Crowd,
+    *,
+    true_ebc: float | None = None,
+    cgd_data: float = 0.73,
+    target: PlanTarget | None = None,
+) -> StandIn:
+    """The stand-in P_D whose population EB-C is ``true_ebc`` at every length (None: the
+    target's EB-C, so the rejection rate is the power to detect it) and CGD(data)
+    ``cgd_data``, for the crowd's honest behaviour."""
+    target = target or PlanTarget()
+    ebc = target.target_ebc if true_ebc is None else true_ebc
+    if ebc is None:
+        raise ValueError("no true EB-C: pass one or a target with target_ebc")
+    return StandIn.calibrated(
+        list(design.lengths),
+        len(design.kinds),
+        cgd_data=cgd_data,
+        ebc=ebc,
+        base=crowd.base,
+        hetero=crowd.hetero,
+        top_k=design.top_k,
+    )
+
+
+def replicate(
+    design: Design,
+    crowd: Crowd,
+    stand_in: StandIn,
+    *,
+    replications: int,
+    seed: int = 0,
+    b: int = 10_000,
+    level: float = 0.95,
+) -> list[Replica]:
+    """Replications ``0 .. replications - 1`` of seed ``seed`` (module docstring)."""
+    return [
+        run_replication(design, crowd, stand_in, seed=seed, r=r, b=b, level=level)
+        for r in range(replications)
+    ]
+
+
 def simulate_study(
     design: Design,
     crowd: Crowd,
@@ -441,28 +484,15 @@ def simulate_study(
     target: PlanTarget | None = None,
     stand_in: StandIn | None = None,
 ) -> SimulationSummary:
-    """R replications of the study under ``crowd`` with a stand-in P_D whose population
-    EB-C is ``true_ebc`` at every length (None: the target's EB-C, so the rejection rate
-    is the power to detect it) and CGD(data) ``cgd_data``; or an explicit ``stand_in``."""
+    """R replications of the study under ``crowd`` against :func:`stand_in_for`'s P_D (or
+    an explicit ``stand_in``), summarised."""
     target = target or PlanTarget()
     if stand_in is None:
-        ebc = target.target_ebc if true_ebc is None else true_ebc
-        if ebc is None:
-            raise ValueError("no true EB-C: pass one or a target with target_ebc")
-        stand_in = StandIn.calibrated(
-            list(design.lengths),
-            len(design.kinds),
-            cgd_data=cgd_data,
-            ebc=ebc,
-            base=crowd.base,
-            hetero=crowd.hetero,
-            top_k=design.top_k,
-        )
+        stand_in = stand_in_for(design, crowd, true_ebc=true_ebc, cgd_data=cgd_data, target=target)
     level = 1.0 - target.alpha
-    reps = [
-        run_replication(design, crowd, stand_in, seed=seed, r=r, b=b, level=level)
-        for r in range(replications)
-    ]
+    reps = replicate(
+        design, crowd, stand_in, replications=replications, seed=seed, b=b, level=level
+    )
     return summarise(design, stand_in, crowd, reps, alpha=target.alpha, level=level)
 
 
@@ -473,8 +503,10 @@ __all__ = [
     "Replica",
     "SimulationSummary",
     "estimate",
+    "replicate",
     "run_replication",
     "simulate_judgments",
     "simulate_study",
+    "stand_in_for",
     "summarise",
 ]

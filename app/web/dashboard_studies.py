@@ -24,6 +24,7 @@ from app.precompute.service import (
     latest_job,
     plan_precompute,
 )
+from app.simulate import preview
 from app.studies.forms import FormErrors, config_from_form, form_defaults, form_values
 from app.studies.queries import (
     browse_items,
@@ -171,6 +172,11 @@ def study_page(request: Request, session: SessionDep, study: StudyDep) -> HTMLRe
             "access": access_of(request),
             "people": study_people(session, study),
             "roles": list(MEMBER_ROLES),
+            # The "simulate before you pay" form (app/web/dashboard_simulate.py runs it).
+            "sim": None,
+            "sim_values": preview.form_values({}),
+            "sim_errors": {},
+            "sim_limits": preview.PAGE_LIMITS,
         },
     )
 

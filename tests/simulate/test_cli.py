@@ -38,12 +38,19 @@ def test_simulate_a_study_built_by_build_hits(empty_db):
     text = out.stdout
     assert "SIMULATED crowd (sampler), 20 replications" in text
     assert "2 lengths x 120 HITs" in text and "cap 20 HITs per annotator" in text
-    assert "true EB-C 1.1" in text and "rejects EB-C=1" in text
+    assert "true EB-C 1.1" in text and "rejects EB-C = 1" in text
     rows = [line.split() for line in text.splitlines() if line.startswith("with exclusions")]
     assert [r[2] for r in rows] == ["10", "20"]
     assert all(float(r[3]) == 1.1 and 0.95 < float(r[4]) < 1.25 for r in rows)
-    # 2 lengths x (108 HITs x 1 + 12 x 3) = 288 assignments at $0.50 and a 20% fee.
-    assert "288 assignments x $0.50 x (1 + fee 0.2) = $172.80" in text
+    # 2 lengths x (108 HITs x 1 + 12 x 3) = 288 assignments at $0.50: MTurk's 20% (fewer
+    # than 10 assignments per HIT), Prolific's 42.8% (the default rate), no fee for local.
+    assert "mturk (sandbox), channel off: 288 assignments, rewards $144.00 + fees $28.80 = " \
+        "$172.80" in text  # fmt: skip
+    assert "prolific (production), channel off: 288 assignments, rewards $144.00 + fees " \
+        "$61.63 = $205.63" in text  # fmt: skip
+    assert "local (local): 288 assignments, rewards $144.00 + fees $0.00 = $144.00" in text
+    one = next(line for line in text.splitlines() if line.startswith("one simulated study"))
+    assert "l=10 " in one and "l=20 " in one and "(truth 1.1)" in one
     again = ebc(empty_db, *args, "--true-ebc", "1.1").stdout
     assert again.splitlines()[:-1] == text.splitlines()[:-1]  # seeded (the timing aside)
 
@@ -57,3 +64,30 @@ def test_simulate_a_study_built_by_build_hits(empty_db):
     assert bad.returncode == 1 and "a CGD is a share" in bad.stderr
     bad = ebc(empty_db, "simulate", "nope")
     assert bad.returncode == 1 and "no study 'nope'" in bad.stderr
+    bad = ebc(empty_db, "simulate", "sim", "--provider", "paypal")
+    assert bad.returncode == 1 and "unknown provider 'paypal'" in bad.stderr
+    bad = ebc(empty_db, "simulate", "sim", "--target-ebc", "0")
+    assert bad.returncode == 1 and "--target_ebc: Input should be greater than 0" in bad.stderr
+
+
+def test_simulate_prices_one_channel_with_its_own_rules(empty_db):
+    """`--provider` picks one channel; MTurk's fee follows the study file (Masters: +5%) and
+    the assignments per HIT (10 or more: 40%), each fee rounded half up per assignment."""
+    engine = build_engine(empty_db.settings())
+    with engine.begin() as conn:
+        upgrade(conn)
+    with make_sessionmaker(engine)() as session, session.begin():
+        study = make_study(session, slug="wide", lengths=(10,), per_cell=50, reward_cents=33)
+        study.replicas = 10  # every HIT done by 10 annotators: MTurk's 40% tier
+        study.overlap_share = 0.0
+        study.channels = {"mturk": {"enabled": True, "sandbox": False, "masters": True}}
+    engine.dispose()
+    out = ebc(empty_db, "simulate", "wide", "--replications", "2", "--b", "199",
+              "--provider", "mturk")  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    # 10 HITs x 10 replicas = 100 assignments; fee 45% of 33 cents = 14.85 -> 15 cents each.
+    assert "mturk (production): 100 assignments, rewards $33.00 + fees $15.00 = $48.00" in (
+        out.stdout
+    )
+    assert "10 or more assignments per HIT" in out.stdout and "Masters" in out.stdout
+    assert "prolific" not in out.stdout and "local (local)" not in out.stdout

@@ -222,6 +222,13 @@ def _cases() -> dict[str, list[tuple]]:
         for value in ("²", HUGE, "inf", "nan", NUL):
             case("urls", f"results-{param}-{value[:3]}", "GET",
                  f"{base}/results?{param}={_q(value)}")  # fmt: skip
+    # Simulate before you pay: every field of its form (a GET: it stores nothing).
+    for param in ("target_ebc", "true_ebc", "cgd_data", "replications", "seed"):
+        for value in ("²", HUGE, "inf", "nan", NUL, "-1", *(("0",) if param != "seed" else ())):
+            case("urls", f"simulate-{param}-{value[:3]}", "GET",
+                 f"{base}/simulate?{param}={_q(value)}")  # fmt: skip
+    for i, value in enumerate((*TEXTS, "lazy")):
+        case("urls", f"simulate-crowd-{i}", "GET", f"{base}/simulate?crowd={_q(value)}")
     # The API's query parameters: all of them on /results and /plan, one on the others.
     api = f"/api/v1/studies/{SLUG}"
     for path, params in (
@@ -329,6 +336,8 @@ def test_the_valid_requests_behind_the_cases_succeed(researcher, session):
     bad value's doing, not a broken URL or form."""
     csrf = {"csrf_token": researcher.csrf}
     ids = researcher.ids
+    r = researcher.get(f"/dashboard/studies/{SLUG}/simulate?replications=2&seed=1&crowd=sampler")
+    assert r.status_code == 200, r.text[:500]
     r = researcher.post("/dashboard/studies", data={**STUDY_FORM, **csrf}, follow_redirects=False)
     assert r.status_code == 303, r.text[:500]
     # A file name longer than a file system takes is shortened from the front.
