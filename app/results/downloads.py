@@ -15,8 +15,8 @@ from sqlalchemy.orm import Session
 
 from app.audit.service import Actor, record_by
 from app.models import Study
-from app.results import catalog, exports, service
-from app.results.plot import results_plot
+from app.results import catalog, diagnostics, exports, service
+from app.results.plot import diagnostics_plot, results_plot
 from app.results.schemas import ResultQuery
 
 Chunks = Callable[[Session, Study], Iterator[str]]
@@ -27,6 +27,9 @@ MEDIA_TYPES = {
     "plot.svg": "image/svg+xml",
     "plot.png": "image/png",
     "manifest.json": "application/json",
+    "diagnostics.csv": "text/csv",
+    "diagnostics.svg": "image/svg+xml",
+    "diagnostics.png": "image/png",
     "judgments.csv": "text/csv",
     "judgments.jsonl": "application/x-ndjson",
     "items.csv": "text/csv",
@@ -71,6 +74,12 @@ def download(
         return Download(spec.name, spec.media_type, spec.filename, chunks=STREAMED[name])
     if name == "manifest.json":
         body: str | bytes = catalog.manifest(session, study).model_dump_json(indent=2)
+    elif name.startswith("diagnostics."):
+        diag = diagnostics.study_diagnostics(session, study, query)
+        if name == "diagnostics.csv":
+            body = diagnostics.diagnostics_csv(diag)
+        else:
+            body = diagnostics_plot(diag, "svg" if name.endswith("svg") else "png")
     else:
         res = service.study_results(session, study, query)
         if name.startswith("plot."):

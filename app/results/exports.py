@@ -49,7 +49,7 @@ from sqlalchemy.orm import Session
 
 from app.models import Study
 from app.results import queries
-from app.results.schemas import ResultSet, ResultsOut
+from app.results.schemas import ResultSet, ResultsOut, simulated_label
 from app.results.stats import Quantity, finite_or_none, jsonable
 
 JUDGMENT_FIELDS = [
@@ -85,12 +85,15 @@ RESULT_FIELDS = [
     "delta_high", "iid_se", "design_effect", "n_judgments", "n_items", "n_annotators",
     "n_clusters", "few_annotators", "n_effective", "p_value", "p_greater", "test",
     "permutation_p_value", "permutation_p_greater", "paper_mean", "paper_std",
+    "n_simulated", "simulated",
 ]  # fmt: skip
 """Results CSV columns. ``p_value``/``p_greater`` are the headline test's (for EB-C and
 diagnostic ratios: wild cluster bootstrap by annotator, H0: population ratio = 1; for
 the trend under the default interval: jackknife t, H0: slope = 0), named in ``test``;
 until issue 11 they held the within-HIT permutation test's, now in ``permutation_*``
-(secondary). ``n_effective``: effective number of annotators."""
+(secondary). ``n_effective``: effective number of annotators. ``n_simulated``: of the
+variant's judgments, those from a simulated crowd, and ``simulated`` says so in words
+("includes N judgments from a simulated crowd"; empty: people only)."""
 
 
 def _json(v: Any) -> Any:
@@ -316,6 +319,8 @@ def _result_rows(results: ResultsOut, rs: ResultSet) -> Iterator[dict[str, Any]]
             "permutation_p_greater": p.p_greater if p else None,
             "paper_mean": finite_or_none(f.mean) if f else None,
             "paper_std": finite_or_none(f.std) if f else None,
+            "n_simulated": rs.n_simulated,
+            "simulated": simulated_label(rs.n_simulated) or "",
         }
         yield row
 
@@ -396,10 +401,15 @@ def results_latex(results: ResultsOut, task_label: str, *, paper: bool = False) 
         lines.append(f"{tex_escape(task_label)} & {row.length} & " + " & ".join(vals) + " \\\\")
     excl = "with" if rs and rs.exclusions_applied else "without"
     n = f"{rs.n_judgments:,} judgments by {rs.n_annotators} annotators" if rs else "no judgments"
+    simulated = simulated_label(rs.n_simulated) if rs else None
+    who = "Human"
+    if simulated:
+        n += f"; {tex_escape(simulated)}, not people"
+        who = "Simulated-crowd" if rs.n_simulated >= rs.n_judgments else "Human and simulated"
     lines += [
         "\\bottomrule",
         "\\end{tabular}",
-        f"\\caption{{Human EB-C ($d_{{GD}}$) of {tex_escape(results.study)}, "
+        f"\\caption{{{who} EB-C ($d_{{GD}}$) of {tex_escape(results.study)}, "
         f"{tex_escape(rs.estimator if rs else results.options.estimator)} estimator, "
         f"{excl} the pre-declared exclusions; {what}; {n}.}}",
         f"\\label{{tab:ebc-{tex_escape(results.study).replace(chr(92), '')}}}",
@@ -421,6 +431,8 @@ def results_table(results: ResultsOut) -> str:
             f"{rs.ci} {rs.level:.0%} intervals, B={rs.b}; "
             f"{rs.n_judgments} judgments, {rs.n_annotators} annotators"
         )
+        if rs.n_simulated:
+            out.append(f"SIMULATED: {simulated_label(rs.n_simulated)}, not people")
         out.append(
             f"{'l':>4}  {'CGD(M|D)':>24}  {'CGD(M|M)':>24}  {'EB-C':>24}  {'p':>7}  "
             f"{'perm p':>7}  {'n ann':>5}  {'eff':>5}"

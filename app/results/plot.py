@@ -1,4 +1,5 @@
-"""The results plot: CGD(data), CGD(model) and EB-C against prefix length, with error bars.
+"""The results plots: CGD(data), CGD(model) and EB-C against prefix length, with error bars;
+and the diagnostics plot (the papers' self-recovery figure: CGD against length per kind).
 
 Drawn with matplotlib's object API on the Agg canvas (no pyplot, no global state, safe
 in a web process); imported lazily so the app starts fast.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import io
 from typing import Literal
 
-from app.results.schemas import ResultsOut
+from app.results.schemas import DiagnosticsOut, ResultsOut
 from app.results.stats import Quantity, finite_or_none
 
 
@@ -70,3 +71,62 @@ def results_plot(results: ResultsOut, fmt: Literal["svg", "png"] = "svg") -> byt
     metadata = {"Date": None} if fmt == "svg" else {}
     fig.savefig(buf, format=fmt, dpi=150, metadata=metadata)
     return buf.getvalue()
+
+
+def _save(fig, fmt: str) -> bytes:
+    buf = io.BytesIO()
+    metadata = {"Date": None} if fmt == "svg" else {}
+    fig.savefig(buf, format=fmt, dpi=150, metadata=metadata)
+    return buf.getvalue()
+
+
+def diagnostics_plot(diag: DiagnosticsOut, fmt: Literal["svg", "png"] = "svg") -> bytes:
+    """CGD against prefix length, one line per kind with its interval as error bars: one
+    panel for people, one per synthetic metric (the sources the table has)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    sources = list(dict.fromkeys(r.source for r in diag.rows)) or ["people"]
+    fig = Figure(figsize=(3.4 * len(sources) + 1.6, 3.4), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, len(sources), squeeze=False)[0]
+    colour = {k: f"C{i % 10}" for i, k in enumerate(diag.kinds)}
+    for ax, source in zip(axes, sources, strict=True):
+        rows = [r for r in diag.rows if r.source == source]
+        for kind in diag.kinds:
+            mine = sorted((r for r in rows if r.kind == kind), key=lambda r: r.length)
+            pts = [(r, finite_or_none(r.cgd)) for r in mine]
+            pts = [(r, y) for r, y in pts if y is not None]
+            if not pts:
+                continue
+            xs = [r.length for r, _ in pts]
+            ys = [y for _, y in pts]
+            lo = [max(y - (finite_or_none(r.cgd_low) or y), 0.0) for r, y in pts]
+            hi = [max((finite_or_none(r.cgd_high) or y) - y, 0.0) for r, y in pts]
+            label = f"{kind} ({mine[0].paper_label})" if mine[0].paper_label else kind
+            ax.errorbar(
+                xs, ys, yerr=[lo, hi], marker="o", capsize=3, color=colour[kind], label=label
+            )
+        unit = "d_GD, judgments" if source == "people" else source.split(":", 1)[-1]
+        ax.set_title(f"{source} ({unit})", fontsize="medium")
+        ax.set_xlabel("prefix length l (words)")
+        ax.set_ylabel("CGD")
+        ax.set_xticks(sorted({r.length for r in rows}) or [0])
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0].get_legend_handles_labels()
+    for ax in axes[1:]:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    if handles:
+        fig.legend(handles, labels, loc="outside right center", fontsize="small")
+    level = f"{diag.options.level:.0%}"
+    fig.suptitle(
+        f"{diag.study}: CGD per prefix kind; {level} intervals (people: annotator clusters, "
+        "synthetic: items)"
+        if diag.rows
+        else f"{diag.study}: no diagnostics yet",
+        fontsize="medium",
+    )
+    return _save(fig, fmt)

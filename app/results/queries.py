@@ -7,6 +7,8 @@
   small query for annotators. On PostgreSQL each row is packed server-side into one
   fixed-width bytea and all rows into one value, read with one ``numpy.frombuffer``
   (no Python object per value). Other databases (SQLite) fetch tuples.
+- :func:`load_references`: the worker's divergences between the model and a reference
+  model per item (synthetic EB-C), read from ``items.reference`` by the database.
 - :func:`iter_judgment_rows`, :func:`iter_item_rows`: every field a re-analysis needs,
   streamed in batches (``yield_per``: a server-side cursor on PostgreSQL), so an export
   runs in constant memory.
@@ -95,6 +97,8 @@ class Judgments:
     annotator_exclude_past: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     annotator_labels: list[str] = field(default_factory=list)
     annotator_channels: list[str] = field(default_factory=list)
+    # Per annotator: made by a simulated crowd (`annotators.simulated`), not a person.
+    annotator_simulated: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     # Per judgment, its assignment's flags (FLAG_* bits: kept work that may not count);
     # None: no flags known (judgments made up in tests).
     assignment_flags: np.ndarray | None = None
@@ -105,6 +109,13 @@ class Judgments:
     @property
     def top1_is_true(self) -> np.ndarray:
         return self.true_rank == 1
+
+    @property
+    def simulated(self) -> np.ndarray:
+        """Per judgment: its annotator is simulated."""
+        if not self.annotator_simulated.any():
+            return np.zeros(len(self), bool)
+        return np.isin(self.annotator, self.annotator_ids[self.annotator_simulated])
 
     def flagged(self, flag: int) -> np.ndarray:
         """Which judgments' assignments carry `flag` (a FLAG_* bit)."""
@@ -138,6 +149,7 @@ class Judgments:
             annotator_exclude_past=self.annotator_exclude_past,
             annotator_labels=self.annotator_labels,
             annotator_channels=self.annotator_channels,
+            annotator_simulated=self.annotator_simulated,
             assignment_flags=None if self.assignment_flags is None else self.assignment_flags[mask],
             **cols,
         )
@@ -439,6 +451,7 @@ def load_judgments(session: Session, study: Study) -> Judgments:
                 Annotator.label,
                 Annotator.external_id,
                 Annotator.channel,
+                Annotator.simulated,
             )
             .where(Annotator.study_id == study.id)
             .order_by(Annotator.id)
@@ -466,7 +479,78 @@ def load_judgments(session: Session, study: Study) -> Judgments:
         annotator_exclude_past=np.array([bool(a[2]) for a in annotators], dtype=bool),
         annotator_labels=[a[3] or a[4] or f"annotator {a[0]}" for a in annotators],
         annotator_channels=[getattr(a[5], "value", str(a[5])) for a in annotators],
+        annotator_simulated=np.array([bool(a[6]) for a in annotators], dtype=bool),
         assignment_flags=assignment_flags,
+    )
+
+
+# --------------------------------------------------------------------------- synthetic
+
+# The worker's per-item divergences (items.reference), in the stats module's METRICS order.
+REFERENCE_PATHS = (("token", "tv"), ("token", "js"), ("token", "gd"), ("word_gd",))
+
+
+@dataclass
+class References:
+    """A study's shown, non-attention items with the worker's divergences between P_M and
+    the reference model P_D (``items.reference``): one entry per item, in item-id order.
+
+    ``values`` is ``n x 4`` (token ``tv``, ``js``, ``gd``, then ``word_gd``), NaN where the
+    item has no value yet (precompute under way, or made before the study had a reference
+    model). ``models`` and ``methods`` are the distinct ``reference_model`` and ``method``
+    strings the items record.
+    """
+
+    kinds: list[str]
+    item: np.ndarray
+    length: np.ndarray
+    kind: np.ndarray
+    values: np.ndarray
+    models: list[str] = field(default_factory=list)
+    methods: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return int(self.item.shape[0])
+
+    @property
+    def computed(self) -> np.ndarray:
+        """Which items have any value."""
+        return np.isfinite(self.values).any(axis=1)
+
+
+def load_references(session: Session, study: Study) -> References:
+    """The divergences of every shown, non-attention item of `study` (see `References`):
+    the values read from the JSON by the database (portable JSON paths), one row per item,
+    and the distinct model names and methods in one small aggregate."""
+    names = kind_codes(study)
+    codes = {k: i for i, k in enumerate(names)}
+    shown = and_(
+        Item.study_id == study.id, Item.skip_reason.is_(None), Item.is_attention.is_(False)
+    )
+    paths = [
+        Item.reference[path if len(path) > 1 else path[0]].as_float() for path in REFERENCE_PATHS
+    ]
+    rows = session.execute(
+        select(Item.id, Item.length, case(codes, value=Item.kind, else_=-1), *paths)
+        .where(shown)
+        .order_by(Item.id)
+    ).all()
+    table = np.array(
+        [[float("nan") if v is None else float(v) for v in row] for row in rows], dtype=float
+    ).reshape(len(rows), 3 + len(REFERENCE_PATHS))
+    model = Item.reference["reference_model"].as_string()
+    method = Item.reference["method"].as_string()
+    named = session.execute(
+        select(model, method).where(shown, model.is_not(None)).group_by(model, method)
+    ).all()
+    return References(
+        kinds=names,
+        item=table[:, 0].astype(np.int64),
+        length=table[:, 1].astype(np.int64),
+        kind=table[:, 2].astype(np.int64),
+        values=table[:, 3:],
+        models=sorted({m for m, _ in named}),
+        methods=sorted({x for _, x in named if x}),
     )
 
 

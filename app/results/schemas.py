@@ -25,6 +25,8 @@ from app.results.stats import (
     Quantity,
     Sanity,
     StudyPlan,
+    SyntheticCell,
+    SyntheticFigure,
 )
 from app.results.stats.ebc import CiMethod, Estimator, Unit
 
@@ -96,6 +98,9 @@ class ResultSet(_Out):
     n_items: int
     n_annotators: int
     n_clusters: int
+    n_simulated: int = Field(
+        0, description="of n_judgments, those from a simulated crowd (simulated annotators)"
+    )
     few_annotators: bool = Field(description="some figure has fewer than 30 effective annotators")
     n_effective: Figure = Field(description="effective number of annotators over all judgments")
     interval: str = Field("", description="the interval method, in words")
@@ -163,6 +168,48 @@ class AnnotatorQualityOut(_Out):
     excluded: bool = Field(description="dropped whole by the exclusion rules")
 
 
+class SyntheticEbcRow(_Out):
+    """Synthetic EB-C at one length, one figure per metric (word-level next to token)."""
+
+    length: int
+    ebc: dict[str, SyntheticFigure] = Field(description="by metric: tv, js, gd, word_gd")
+
+
+class SyntheticOut(_Out):
+    """Synthetic CGD and EB-C: the reference model P_D in place of people (items.reference).
+
+    Per cell the mean over its items (shown, not attention) of the exact token-level d_TV,
+    d_JS (bits) and d_GD between P_M and P_D, and of the word-level d_GD that people are
+    asked about; EB-C per length and metric as the ratio of means; item-bootstrap intervals.
+    """
+
+    reference_model: str = Field(description="the study's reference model (P_D)")
+    item_models: list[str] = Field(description="the reference models the items record")
+    methods: list[str] = Field(description="how the worker computed them (items' method)")
+    n_items: int = Field(description="shown, non-attention items with divergences")
+    n_items_pending: int = Field(description="shown, non-attention items without them yet")
+    metrics: list[str]
+    metric_labels: dict[str, str]
+    b: int
+    seed: int | None
+    level: float
+    interval: str = Field(description="the interval method, in words")
+    cells: list[SyntheticCell] = Field(description="every cell (length x kind), all metrics")
+    ebc: list[SyntheticEbcRow] = Field(description="EB-C = CGD(model) / CGD(data) per length")
+    gaps: list[SyntheticFigure] = Field(
+        description="self-recovery gaps: each corrupted kind's CGD over the kind it corrupts, "
+        "per length and metric (see the diagnostics)"
+    )
+    warnings: list[str]
+
+
+def simulated_label(n: int) -> str | None:
+    """What every surface of the results says when a simulated crowd's judgments count."""
+    if n <= 0:
+        return None
+    return f"includes {n:,} judgment{'s' if n != 1 else ''} from a simulated crowd"
+
+
 class ResultsOut(_Out):
     study: str
     kinds: list[str]
@@ -175,6 +222,71 @@ class ResultsOut(_Out):
     other: ResultSet | None = Field(description="the same with the opposite exclusions setting")
     quality: list[AnnotatorQualityOut] = Field(description="per annotator, on all judgments")
     plan: StudyPlan | None
+    simulated_judgments: int = Field(
+        0,
+        description="judgments from a simulated crowd that these figures include (the most "
+        "of the two variants); 0: people only. See each variant's n_simulated",
+    )
+    synthetic: SyntheticOut | None = Field(
+        None, description="synthetic CGD and EB-C (null: the study has no reference model)"
+    )
+    messages: list[str]
+
+    @property
+    def simulated_label(self) -> str | None:
+        return simulated_label(self.simulated_judgments)
+
+
+class DiagnosticRow(_Out):
+    """One row of the diagnostics table: CGD of one kind at one length from one source, and
+    for a corrupted kind its self-recovery gap over the uncorrupted kind."""
+
+    source: str = Field(description="people, or synthetic:<metric> (tv, js, gd, word_gd)")
+    kind: str
+    base_kind: str = Field(description="the kind without its corruption rate")
+    c: float | None = Field(description="corruption rate (corrupted kinds), else null")
+    paper_label: str | None = Field(
+        description="translation: the first paper's forced prefix (DATA, NORMAL, UNREL, RAND)"
+    )
+    length: int
+    cgd: Figure
+    cgd_se: Figure
+    cgd_low: Figure
+    cgd_high: Figure
+    method: str = Field(description="the CGD interval's method")
+    gap_reference: str | None = Field(
+        description="corrupted kinds: the kind the gap is over (data or model), else null"
+    )
+    gap: Figure = Field(description="EB-C_gap(c, l) = CGD(kind, l) / CGD(gap_reference, l)")
+    gap_se: Figure
+    gap_low: Figure
+    gap_high: Figure
+    gap_p_value: Figure = Field(
+        description="people: test of gap = 1 (wild cluster bootstrap by annotator)"
+    )
+    n: int = Field(description="what enters the CGD, counted in n_unit")
+    n_unit: Literal["judgments", "items"]
+    n_annotators: int | None = Field(description="people: annotators in the cell")
+    n_effective: Figure = Field(description="people: effective number of annotators")
+    few_annotators: bool | None
+
+
+class DiagnosticsOut(_Out):
+    """The papers' diagnostic curves: CGD per kind against prefix length, from people and
+    from the reference model, with the self-recovery gaps (see ``gap_definition``)."""
+
+    study: str
+    task: str
+    kinds: list[str] = Field(description="the study's prefix kinds")
+    shown: bool = Field(description="the study has diagnostic kinds or a reference model")
+    reference_model: str | None
+    options: ResultQuery
+    exclusions_applied: bool | None = Field(description="people rows: exclusions applied")
+    people_interval: str = Field(description="the people rows' interval method, in words")
+    synthetic_interval: str
+    gap_definition: str
+    paper_labels: dict[str, str] = Field(description="kind -> the first paper's label")
+    rows: list[DiagnosticRow]
     messages: list[str]
 
 

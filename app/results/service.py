@@ -5,8 +5,9 @@
 computed twice, with and without the study's pre-declared exclusions (DESIGN.md §1:
 "results always reported with and without exclusions"; :mod:`app.results.exclusions`);
 the ``exclusions`` option only says which of the two is the main one. The statistics'
-dataclasses go into the document as they come, their kind codes named. Services read;
-they never commit.
+dataclasses go into the document as they come, their kind codes named. A study with a
+reference model also gets its synthetic figures (``synthetic``, from the items'
+divergences: :mod:`app.results.synthetic`). Services read; they never commit.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from app.models import Study
 from app.results import queries
 from app.results.exclusions import counted, exclusion_mask
 from app.results.planning import plan_from_judgments
-from app.results.queries import Judgments
+from app.results.queries import Judgments, References
 from app.results.schemas import (
     AnnotatorQualityOut,
     ExclusionReport,
@@ -34,6 +35,7 @@ from app.results.schemas import (
     ResultQuery,
     ResultSet,
     ResultsOut,
+    SyntheticOut,
 )
 from app.results.stats import (
     FEW_ANNOTATORS,
@@ -54,6 +56,7 @@ from app.results.stats import (
     position_bias,
     sanity,
 )
+from app.results.synthetic import reference_model, synthetic_results
 
 # Item bootstrap of the agreement coefficients: a secondary figure over thousands of
 # overlap items, where 2,000 resamples put the Monte Carlo error of a 95% bound well
@@ -72,13 +75,20 @@ def study_results(session: Session, study: Study, query: ResultQuery | None = No
     """All results of `study` for `query` (load and compute)."""
     started = time.perf_counter()
     j = queries.load_judgments(session, study)
-    return compute_results(study, j, query or ResultQuery(), started=started)
+    refs = queries.load_references(session, study) if reference_model(study) else None
+    return compute_results(study, j, query or ResultQuery(), started=started, references=refs)
 
 
 def compute_results(
-    study: Study, j: Judgments, query: ResultQuery, *, started: float | None = None
+    study: Study,
+    j: Judgments,
+    query: ResultQuery,
+    *,
+    started: float | None = None,
+    references: References | None = None,
 ) -> ResultsOut:
-    """Every figure of DESIGN.md §1 from the judgment columns (no database)."""
+    """Every figure of DESIGN.md §1 from the judgment columns (no database); with the
+    items' divergences from a reference model (`references`), the synthetic figures."""
     started = time.perf_counter() if started is None else started
     keep, report = exclusion_mask(j, study.exclusions)
     k = int(study.top_k)
@@ -128,8 +138,16 @@ def compute_results(
         other=other.figures if other else None,
         quality=_quality(j, study, report),
         plan=plan,
+        simulated_judgments=max(
+            (rs.figures.n_simulated for rs in (main, other) if rs is not None), default=0
+        ),
+        synthetic=_synthetic(study, references, query),
         messages=sorted(set(messages)),
     )
+
+
+def _synthetic(study: Study, refs: References | None, query: ResultQuery) -> SyntheticOut | None:
+    return synthetic_results(study, refs, query) if refs is not None else None
 
 
 def _kind_name(kinds: list[str], code: int | str | None) -> str | None:
@@ -230,6 +248,7 @@ def _result_set(
         n_items=res.n_items,
         n_annotators=res.n_annotators,
         n_clusters=res.n_clusters,
+        n_simulated=int((j.simulated & mask).sum()),
         few_annotators=res.few_annotators,
         n_effective=res.n_effective,
         interval=res.interval,

@@ -15,8 +15,9 @@ from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
 from app.models import Study, User
-from app.results import catalog, downloads, planning, service
+from app.results import catalog, diagnostics, downloads, planning, service
 from app.results.schemas import (
+    DiagnosticsOut,
     ManifestOut,
     ResultQuery,
     ResultsOut,
@@ -121,6 +122,43 @@ def study(study: StudyDep, session: SessionDep) -> StudyDetailOut:
 )
 def results(study: StudyDep, session: SessionDep, query: ResultQueryDep) -> ResultsOut:
     return service.study_results(session, study, query)
+
+
+@router.get(
+    "/studies/{slug}/results/diagnostics",
+    response_model=DiagnosticsOut,
+    responses=_404,
+    summary="Diagnostic curves: CGD per prefix kind and length from people and from the "
+    "reference model, with the self-recovery gaps",
+)
+def results_diagnostics(
+    study: StudyDep, session: SessionDep, query: ResultQueryDep
+) -> DiagnosticsOut:
+    return diagnostics.study_diagnostics(session, study, query)
+
+
+@router.get(
+    "/studies/{slug}/results/diagnostics.{fmt}",
+    response_class=Response,
+    responses={
+        200: {
+            "content": {"text/csv": {}, "image/svg+xml": {}, "image/png": {}},
+            "description": "the diagnostics table as CSV (one line per row), or its plot: "
+            "CGD against prefix length per kind, one panel per source",
+        },
+        **_404,
+    },
+    summary="Diagnostics as CSV, or their plot (SVG or PNG)",
+)
+def results_diagnostics_file(
+    study: StudyDep,
+    session: SessionDep,
+    user: ApiUserDep,
+    fmt: Literal["csv", "svg", "png"],
+    query: ResultQueryDep,
+) -> Response:
+    d = downloads.download(session, study, f"diagnostics.{fmt}", query, by=user)
+    return _file_response(d)
 
 
 @router.get(

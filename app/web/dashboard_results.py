@@ -1,6 +1,6 @@
-"""Dashboard: a study's results page (table, plot, agreement, sanity, planner) and the
-downloads. The figures come from app.results.service, the downloads (audited) from
-app.results.downloads."""
+"""Dashboard: a study's results page (table, plot, agreement, sanity, diagnostics,
+planner) and the downloads. The figures come from app.results.service (diagnostics:
+app.results.diagnostics), the downloads (audited) from app.results.downloads."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from fastapi.responses import HTMLResponse, Response
 from pydantic import Field
 
 from app.results import downloads
+from app.results.diagnostics import shows_diagnostics, study_diagnostics
 from app.results.planning import study_plan
-from app.results.plot import results_plot
+from app.results.plot import diagnostics_plot, results_plot
 from app.results.schemas import ResultQuery
 from app.results.service import study_results
 from app.results.stats import PlanTarget
@@ -63,6 +64,10 @@ def results_page(
     plot = None
     if res.results is not None:
         plot = base64.b64encode(results_plot(res, "svg")).decode()
+    diag = diag_plot = None
+    if shows_diagnostics(study):  # else no section, and no diagnostics downloads
+        diag = study_diagnostics(session, study, query, synthetic=res.synthetic)
+        diag_plot = base64.b64encode(diagnostics_plot(diag, "svg")).decode()
     return render(
         request,
         "results.html",
@@ -74,7 +79,11 @@ def results_page(
             "query": query,
             "query_string": str(request.url.query),
             "planner": options,
-            "downloads": list(downloads.MEDIA_TYPES),
+            "diagnostics": diag,
+            "diagnostics_plot": diag_plot,
+            "downloads": [
+                n for n in downloads.MEDIA_TYPES if diag or not n.startswith("diagnostics.")
+            ],
         },
     )
 
@@ -99,6 +108,6 @@ def download(
             request, study, d.chunks, media_type=d.media_type, filename=d.filename
         )
     headers = {"Content-Disposition": f'attachment; filename="{d.filename}"'}
-    if d.name.startswith("plot."):
+    if d.media_type == "image/svg+xml":
         headers |= SVG_HEADERS
     return Response(d.body, media_type=d.media_type, headers=headers)

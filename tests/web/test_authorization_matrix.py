@@ -90,6 +90,8 @@ EXPECTED: dict[tuple[str, str], dict[str, int] | str] = {
     ("GET", "/api/v1/studies"): API_SIGNED_IN,
     ("GET", "/api/v1/studies/{slug}"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/results"): API_STUDY,
+    ("GET", "/api/v1/studies/{slug}/results/diagnostics"): API_STUDY,
+    ("GET", "/api/v1/studies/{slug}/results/diagnostics.{fmt}"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/results.csv"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/results.tex"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/plot.{fmt}"): API_STUDY,
@@ -130,6 +132,8 @@ EXPECTED: dict[tuple[str, str], dict[str, int] | str] = {
     ("POST", "/dashboard/studies/{slug}/cap"): STUDY_MANAGE,
     ("GET", "/dashboard/studies/{slug}/results"): STUDY_VIEW,
     ("GET", "/dashboard/studies/{slug}/results/{name}"): STUDY_VIEW,
+    # Simulate before you pay: it changes nothing, so viewers may run it too.
+    ("GET", "/dashboard/studies/{slug}/simulate"): STUDY_VIEW,
     # The Crowd page; its previews and actions need manage access. s1 has no reward, its
     # MTurk channel is off and it was never published, so the service refuses each one
     # before any platform call: no reward (400), channel off (409), no posting (404).

@@ -57,15 +57,27 @@ from .quality import (
     robust_z,
     sanity,
 )
+from .synthetic import (
+    METRIC_LABELS,
+    METRICS,
+    SYNTHETIC_INTERVAL,
+    SyntheticCell,
+    SyntheticFigure,
+    SyntheticTable,
+    synthetic_table,
+)
 
 __all__ = [
     "DATA_KIND",
     "FEW_ANNOTATORS",
     "INTERVAL_LABELS",
+    "METRICS",
+    "METRIC_LABELS",
     "MODEL_KIND",
     "PAPER_CGD_DATA",
     "PAPER_LABEL",
     "PERMUTATION_LABEL",
+    "SYNTHETIC_INTERVAL",
     "TEST_METHOD",
     "TEST_NULL",
     "Agreement",
@@ -83,6 +95,9 @@ __all__ = [
     "Quantity",
     "Sanity",
     "StudyPlan",
+    "SyntheticCell",
+    "SyntheticFigure",
+    "SyntheticTable",
     "WildRatio",
     "agreement",
     "annotator_quality",
@@ -117,5 +132,6 @@ __all__ = [
     "robust_z",
     "sanity",
     "smallest_detectable_ebc",
+    "synthetic_table",
     "wild_ratio",
 ]

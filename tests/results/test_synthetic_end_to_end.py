@@ -1,0 +1,119 @@
+"""Synthetic EB-C end to end: a study with a ``[reference]`` section precomputed by the real
+worker on the fake model (``fake:<seed>``, no weights), then the results' synthetic table and
+the diagnostics, on both databases.
+
+- P_D = P_M (the reference named like the model): every divergence is 0, so every CGD is 0
+  and every EB-C and gap is 0/0 -- undefined, null in JSON, and said so.
+- P_D != P_M: the table's cells are the means of what the worker stored, per cell and metric.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from app.db import build_engine, make_sessionmaker
+from app.migrate import upgrade
+from app.precompute import service
+from app.results.diagnostics import study_diagnostics
+from app.results.schemas import ResultQuery
+from app.results.service import study_results
+from app.studies.schemas import StudyConfig
+from app.studies.service import create_study
+from tests.results.diagnostic_study import reference_means
+from tests.worker.test_fake_pipeline import fake_lines
+from worker.runner import Worker, WorkerOptions
+
+FAST = ResultQuery(b=200, seed=1)
+KINDS = ["data", "model", "data_corrupted@0.5", "model_corrupted@0.5"]
+
+
+@pytest.fixture
+def db(empty_db, tmp_path):
+    engine = build_engine(empty_db.settings())
+    with engine.begin() as conn:
+        upgrade(conn)
+    dataset = tmp_path / "lines.txt"
+    dataset.write_text("\n".join(fake_lines(200)) + "\n", encoding="utf-8")
+    yield empty_db, engine, make_sessionmaker(engine), dataset
+    engine.dispose()
+
+
+def _precompute(db, slug: str, reference: str) -> int:
+    settings, engine, sessionmaker, dataset = db[0].settings(), db[1], db[2], db[3]
+    config = StudyConfig(
+        slug=slug,
+        title=slug,
+        model={"name": "fake:3"},
+        reference={"model": reference},
+        dataset={"path": str(dataset)},
+        prefix_lengths=[3, 5],
+        kinds=KINDS,
+        items_per_cell=6,
+        seed=7,
+        hits={"mix": dict.fromkeys(KINDS, 2), "attention": 0},
+    )
+    with sessionmaker() as session, session.begin():
+        study = create_study(session, config)
+        service.plan_job(session, study, shard_size=6)
+        study_id = study.id
+    Worker(settings, WorkerOptions(once=True, study_id=study_id), engine=engine).run()
+    return study_id
+
+
+def _load(sessionmaker, study_id):
+    from app.models import Study
+
+    session = sessionmaker()
+    return session, session.get(Study, study_id)
+
+
+def test_reference_equal_to_the_model_gives_zero_cgd_and_undefined_ebc(db):
+    study_id = _precompute(db, "same", "fake:3")
+    session, study = _load(db[2], study_id)
+    with session:
+        syn = study_results(session, study, FAST).synthetic
+        assert syn.reference_model == "fake:3" and syn.item_models == ["fake:3"]
+        assert syn.n_items > 0 and syn.n_items_pending == 0 and syn.methods
+        assert {c.kind for c in syn.cells} == set(KINDS)
+        for cell in syn.cells:
+            for fig in cell.cgd.values():
+                assert fig.estimate == 0 and fig.high == 0, (cell.kind, fig.metric)
+            assert cell.gd_agreement == 1.0
+        assert [row.length for row in syn.ebc] == [3, 5]
+        for row in syn.ebc:
+            for fig in row.ebc.values():
+                assert math.isnan(fig.estimate) and fig.n_resamples == 0
+        assert any("CGD(data) is 0" in w for w in syn.warnings)
+        doc = study_results(session, study, FAST).model_dump(mode="json")
+        assert doc["synthetic"]["ebc"][0]["ebc"]["tv"]["estimate"] is None
+        diag = study_diagnostics(session, study, FAST)
+        gaps = [r for r in diag.rows if r.gap_reference is not None]
+        assert gaps and all(math.isnan(r.gap) for r in gaps)
+        assert all(r.cgd == 0 for r in diag.rows)
+
+
+def test_a_different_reference_gives_the_means_of_what_the_worker_stored(db):
+    study_id = _precompute(db, "diff", "fake:5")
+    session, study = _load(db[2], study_id)
+    with session:
+        syn = study_results(session, study, FAST).synthetic
+        want = reference_means(session, study)
+        assert want and syn.n_items_pending == 0
+        got = {
+            (c.length, c.kind, m): f.estimate
+            for c in syn.cells
+            for m, f in c.cgd.items()
+            if not math.isnan(f.estimate)
+        }
+        assert got == pytest.approx(want)
+        assert any(v > 0 for v in got.values())  # two different models do differ
+        for row in syn.ebc:
+            for metric, fig in row.ebc.items():
+                data = want[(row.length, "data", metric)]
+                model = want[(row.length, "model", metric)]
+                if data > 0:
+                    assert fig.estimate == pytest.approx(model / data)
+                else:
+                    assert math.isnan(fig.estimate)
