@@ -28,10 +28,11 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 install: $(VENV)/.installed-worker
 install-dev: $(VENV)/.installed-dev
 
-# Builds (once) the demo model, precomputes the demo study, builds HITs and serves.
+# Builds (once) the demo model, precomputes the demo study, builds HITs, lets a simulated
+# crowd (labelled as such in the results) do most of them through the real pages, and serves.
 # Without apt-get (the Austen corpus is a Debian package): $(BIN)/ebc demo --corpus FILE.
 demo: install
-	$(BIN)/ebc demo
+	$(BIN)/ebc demo --simulated-crowd
 
 # PostgreSQL must be up for the suite (CI starts it when it is down).
 pg-up:

@@ -1,15 +1,18 @@
-"""The embedded demo: a study and an admin account on the default SQLite file."""
+"""The embedded demo: a study and an admin account on the default SQLite file, its attention
+items, and (`ebc demo --simulated-crowd`) a simulated crowd through the real pages."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.auth.service import create_user, generate_password, set_password
-from app.models import Study, User
+from app.hits.service import load_attention_items
+from app.models import Annotator, Item, Study, User
 from app.studies.schemas import DatasetSection, ModelSection, StudyConfig
 from app.studies.service import create_study, get_study
 
@@ -52,3 +55,118 @@ def seed_demo(session: Session, config: StudyConfig) -> SeededDemo:
     else:
         set_password(session, user, password)
     return SeededDemo(study, DEMO_USER, password)
+
+
+def _row(words: str, answer: str, distractors: str) -> dict[str, object]:
+    return {"words": words, "answer": answer, "distractors": distractors.split()}
+
+
+# The demo study's attention items (DESIGN.md: about one per HIT, the same for both kinds),
+# a researcher's attention file (`ebc hits attention`, app.hits.service.load_attention_items)
+# written in the demo's tokenisation (lower case, punctuation split off). The demo model,
+# small and trained for minutes, hardly ever predicts a held-out line's next word with
+# p >= 0.9, so build_hits finds no attention items among its data prefixes (0 of 32
+# candidates on the Austen build): eight per prefix length, enough for one in every HIT.
+DEMO_ATTENTION = [
+    _row(
+        "it is a truth universally acknowledged , that a single", "man", "letter walk sister bonnet"
+    ),
+    _row("one , two , three , four , five ,", "six", "ball tea she garden"),
+    _row(
+        "monday , tuesday , wednesday , thursday , friday ,", "saturday", "letter carriage happy mr"
+    ),
+    _row("january , february , march , april , may ,", "june", "cousin quite dinner was"),
+    _row("a , b , c , d , e ,", "f", "lady horse and evening"),
+    _row("the first , the second , the third , the", "fourth", "park aunt morning very"),
+    _row("ten , nine , eight , seven , six ,", "five", "fortune miss party said"),
+    _row("two , four , six , eight , ten ,", "twelve", "room heart then colonel"),
+    _row(
+        "one , two , three , four , five , six , seven , eight , nine , ten ,",
+        "eleven",
+        "bath her letter kind",
+    ),
+    _row(
+        "sunday , monday , tuesday , wednesday , thursday , friday , saturday , sunday , "
+        "monday , tuesday ,",
+        "wednesday",
+        "elinor house not ball",
+    ),
+    _row(
+        "january , february , march , april , may , june , july , august , september , october ,",
+        "november",
+        "brother said music he",
+    ),
+    _row("a , b , c , d , e , f , g , h , i , j ,", "k", "garden mother could visit"),
+    _row(
+        "the first , the second , the third , the fourth , the fifth , the sixth , and the",
+        "seventh",
+        "letter family would rain",
+    ),
+    _row(
+        "it is a truth universally acknowledged , that a single man in possession of a good "
+        "fortune , must be",
+        "in",
+        "quite dancing sister the",
+    ),
+    _row("z , y , x , w , v , u , t , s , r , q ,", "p", "evening dear had journey"),
+    _row(
+        "spring , summer , autumn , winter , spring , summer , autumn , winter , spring , summer ,",
+        "autumn",
+        "money emma at happy",
+    ),
+]
+
+
+def add_demo_attention(session: Session, study: Study) -> int:
+    """The demo's attention items, once, before its HITs are built; how many were added."""
+    have = session.scalar(
+        select(func.count(Item.id)).where(Item.study_id == study.id, Item.kind == "attention")
+    )
+    return 0 if have else load_attention_items(session, study, DEMO_ATTENTION)
+
+
+# The demo's simulated crowd: a stand-in P_D with this population EB-C (sampler behaviour,
+# CGD(data) 0.73, the heterogeneity of app.simulate.crowd), so the newcomer's first results
+# page shows an EB-C table, intervals and a plot, labelled as simulated. Its activity is
+# lighter-tailed than the default's: with a dozen HITs, one busy annotator would otherwise
+# leave a table of two annotators.
+DEMO_TRUE_EBC = 1.1
+DEMO_CROWD = "sampler"
+DEMO_ACTIVITY = {"activity_min": 1.0, "activity_tail": 2.0}
+
+
+def run_demo_crowd(
+    base_url: str,
+    make_session: Callable[[], Session],
+    study_id: int,
+    secret_key: str,
+    *,
+    seed: int = 0,
+):
+    """The demo's simulated crowd over HTTP (app.simulate.http) on most of the study's
+    open assignments: a tenth of them (at least one) is left, so the newcomer's annotator
+    link still has work. None when the study has simulated annotators already (a second
+    run of the demo leaves what the first one did)."""
+    from app.simulate.crowd import Crowd, Heterogeneity
+    from app.simulate.http import run_http_crowd
+    from app.simulate.judges import GodView, StandInJudge
+
+    with make_session() as session:
+        done_before = session.scalar(
+            select(func.count(Annotator.id)).where(
+                Annotator.study_id == study_id, Annotator.simulated.is_(True)
+            )
+        )
+    if done_before:
+        return None
+    god = GodView(make_session, study_id)
+    slots = god.open_slots()
+    if slots < 2:
+        return None
+    crowd = Crowd.parse(DEMO_CROWD, Heterogeneity(**DEMO_ACTIVITY))
+    judge = StandInJudge.calibrated(god.study(), crowd, true_ebc=DEMO_TRUE_EBC, seed=seed)
+    leave = max(1, round(0.1 * slots))
+    return run_http_crowd(
+        base_url, make_session, study_id, secret_key, crowd, judge, seed=seed,
+        max_hits=slots - leave,
+    )  # fmt: skip

@@ -100,13 +100,22 @@ def demo_command(
         ),
     ] = None,
     items_per_cell: Annotated[int, typer.Option(help="items per (length, kind)")] = 40,
+    simulated_crowd: Annotated[
+        bool,
+        typer.Option(
+            "--simulated-crowd",
+            help="let a simulated crowd (labelled as such) do most HITs through the real "
+            "pages first, so the results page has figures to show",
+        ),
+    ] = False,
 ) -> None:
     """The whole loop on the embedded default: model, study, precompute, HITs, serve."""
     from app.annotation.identities import create_local_annotators, invite_token
     from app.audit.service import CLI
     from app.cli.common import fail, load_settings, migrate_database, session_scope
     from app.cli.server import serve as serve_app
-    from app.demo import demo_config, seed_demo
+    from app.db import make_sessionmaker
+    from app.demo import add_demo_attention, demo_config, run_demo_crowd, seed_demo
     from app.models import Annotator, Channel, Study, StudyStatus
     from app.precompute.service import plan_precompute
     from app.studies.service import build_and_open
@@ -137,17 +146,36 @@ def demo_command(
     with session_scope(settings) as session:
         study = session.get(Study, study_id)
         if study.status is StudyStatus.ready:
+            if added := add_demo_attention(session, study):
+                typer.echo(f"{added} attention items added (the demo's attention file)")
             for line in build_and_open(session, study, by=CLI).lines():
                 typer.echo(line)
         annotator = (
             session.scalar(
                 select(Annotator)
-                .where(Annotator.study_id == study_id, Annotator.channel == Channel.local)
+                .where(
+                    Annotator.study_id == study_id,
+                    Annotator.channel == Channel.local,
+                    Annotator.simulated.is_(False),
+                )
                 .order_by(Annotator.id)
             )
             or create_local_annotators(session, study, 1, label="demo")[0]
         )
         token = invite_token(settings.secret_key, annotator)
+    if simulated_crowd:
+        from app.cli.common import command_engine
+        from app.cli.server import background_server
+
+        with background_server(settings) as local:
+            run = run_demo_crowd(
+                local, make_sessionmaker(command_engine(settings)), study_id, settings.secret_key
+            )
+        typer.echo(
+            run.summary()
+            if run
+            else "simulated crowd: not run (it ran on an earlier start, or too few HITs are open)"
+        )
     base = f"http://{host}:{port}"
     typer.echo("")
     typer.echo(f"  dashboard:       {base}/dashboard")

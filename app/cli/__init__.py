@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from app.cli import results, server
+from app.cli import results, server, simulate_http
 from app.cli import simulate as simulate_cli
 from app.cli.admin import admin_cli
 from app.cli.common import dispose_engines
@@ -27,6 +27,7 @@ cli.add_typer(annotators_cli, name="annotators")
 cli.add_typer(crowd_cli, name="crowd")
 results.register(cli)
 simulate_cli.register(cli)
+simulate_http.register(cli)
 
 
 @cli.callback()

@@ -1,7 +1,10 @@
-"""`ebc version` and `ebc serve`."""
+"""`ebc version` and `ebc serve`; `background_server` for a command that needs the web app
+for a while (the demo's simulated crowd goes through it)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
@@ -44,3 +47,32 @@ def serve(
         # own handling would trust 127.0.0.1 (or FORWARDED_ALLOW_IPS) besides.
         proxy_headers=False,
     )
+
+
+@contextmanager
+def background_server(settings, host: str = "127.0.0.1") -> Iterator[str]:
+    """The web app served by uvicorn in a thread of this process, on a free port of `host`,
+    for the length of the block; yields its base URL. Stopped (and its engine disposed) on
+    leaving the block."""
+    import threading
+    import time
+
+    import uvicorn
+
+    from app.main import create_app
+
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings), host=host, port=0, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, name="background-server", daemon=True)
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            raise RuntimeError(f"the web app did not start on {host}")
+        time.sleep(0.02)
+    try:
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)

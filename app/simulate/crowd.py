@@ -253,6 +253,17 @@ def answer(
     """Answers of the crowd for judgments with linear predictors ``eta`` (module
     docstring), attention flags, whether each judgment's annotator is a spammer, and the
     item's screen order (``rank_at_slot``: n x k, the model rank shown in each slot)."""
+    choice = honest_choice(rng, crowd, stand_in, eta)
+    return deliver(
+        rng, crowd, choice, attention=attention, spammer=spammer, rank_at_slot=rank_at_slot
+    )
+
+
+def honest_choice(
+    rng: np.random.Generator, crowd: Crowd, stand_in: StandIn, eta: np.ndarray
+) -> np.ndarray:
+    """The honest answer (model rank 1..k, 0 for none) of the stand-in person with linear
+    predictors ``eta``: one draw (``sampler``) or the argmax (``oracle``)."""
     n, k = eta.shape[0], stand_in.k
     other = np.asarray(stand_in.other)
     alt = np.concatenate([np.arange(2, k + 1), [0]])  # the answers `other` weighs
@@ -262,7 +273,23 @@ def answer(
     else:
         top1 = eta > math.log(other.max())
         second = np.full(n, alt[int(np.argmax(other))])
-    choice = np.where(top1, 1, second)
+    return np.where(top1, 1, second)
+
+
+def deliver(
+    rng: np.random.Generator,
+    crowd: Crowd,
+    choice: np.ndarray,
+    *,
+    attention: np.ndarray,
+    spammer: np.ndarray,
+    rank_at_slot: np.ndarray,
+) -> Answers:
+    """What the crowd delivers given honest answers ``choice`` (model ranks, 0 for none;
+    from the stand-in or any other P_D): attention items answered right by the attentive,
+    then the inattention layers (module docstring), on the screen order ``rank_at_slot``
+    (n x k, the model rank shown in each slot; k words, then "none" in slot k)."""
+    n, k = choice.shape[0], rank_at_slot.shape[1]
     # Attention items: an unambiguous next word, answered right by the attentive.
     right = rng.random(n) < crowd.attention_accuracy
     wrong = rng.integers(2, k + 2, size=n) % (k + 1)  # 2..k or 0 ("none")
@@ -295,6 +322,8 @@ __all__ = [
     "Heterogeneity",
     "StandIn",
     "answer",
+    "deliver",
     "expected_with_random_clicks",
+    "honest_choice",
     "population_cgd",
 ]

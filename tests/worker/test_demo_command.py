@@ -63,7 +63,7 @@ def _start_demo(tmp_path, corpus, port):
         "OMP_NUM_THREADS": "1",
     }
     args = ["demo", "--port", str(port), "--steps", "20", "--max-seconds", "60",
-            "--corpus", str(corpus), "--items-per-cell", "10"]  # fmt: skip
+            "--corpus", str(corpus), "--items-per-cell", "10", "--simulated-crowd"]  # fmt: skip
     return subprocess.Popen(
         [EBC, *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True,
@@ -89,6 +89,9 @@ def test_demo_runs_the_whole_loop_and_is_fast_the_second_time(tmp_path, corpus):
     try:
         out = _read_until_serving(proc)
         assert "job" in out and "done, " in out  # precompute ran
+        assert "attention items added (the demo's attention file)" in out
+        assert "SIMULATED crowd (sampler) over HTTP on demo-austen" in out
+        assert "did 3 HITs" in out  # of 4: the newcomer's link still has one
         username, password = re.search(r"admin login:\s+(\S+) / (\S+)", out).groups()
         link = re.search(r"annotator link:\s+(\S+)", out).group(1)
         assert httpx.get(f"{base}/healthz").json()["status"] == "ok"
@@ -102,6 +105,8 @@ def test_demo_runs_the_whole_loop_and_is_fast_the_second_time(tmp_path, corpus):
             assert r.status_code == 200 and "demo-austen" in r.text
             results = c.get("/dashboard/studies/demo-austen/results", params={"b": 200})
             assert results.status_code == 200 and "Power and budget planner" in results.text
+            assert 'id="simulated"' in results.text and "from a simulated crowd" in results.text
+            assert "CGD(M|D) data" in results.text and "data:image/svg+xml" in results.text
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -111,6 +116,7 @@ def test_demo_runs_the_whole_loop_and_is_fast_the_second_time(tmp_path, corpus):
         out = _read_until_serving(proc)
         elapsed = time.monotonic() - started
         assert "reusing the demo model" in out
+        assert "simulated crowd: not run (it ran on an earlier start" in out
         assert httpx.get(f"{base}/healthz").status_code == 200
         print(f"second start: {elapsed:.1f} s")
     finally:

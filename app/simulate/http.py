@@ -1,0 +1,446 @@
+"""A simulated crowd over HTTP, against a running server, through the annotators' own paths.
+
+Each simulated annotator is made through the researcher's invite service (marked
+``simulated``, labelled ``simulated-<n>``), follows its invite link, and takes HITs as a
+person does: ``GET /a/{token}`` (which claims or resumes a lease), reads the HIT form from
+the HTML (its action, hidden fields, and each position's shown words in screen order),
+chooses, and posts the form as a browser without JavaScript does, with a time per item in
+``ms{n}`` (the page's script fills it in a browser). It goes on until its heavy-tailed
+activity is spent (:class:`app.simulate.crowd.Heterogeneity`: the simulator never applies
+the cap itself, so the server's cap is what stops a busy annotator), the server says it
+has reached the cap, or there is no work left. Leases, caps, the page, the submission code
+and the results are exactly those people go through.
+
+What an annotator sees comes from the page only; what P_D needs beyond it (the model's
+rank of a shown word, an item's kind, ``items.reference``) comes from the simulator's
+god-view of the database (:mod:`app.simulate.judges`), never from the page, and is never
+sent. Honest answers come from a :class:`~app.simulate.judges.Judge`; inattention (random
+clicks, first-slot clicks, too-fast clicks, spammers, attention items) from
+:func:`app.simulate.crowd.deliver`. Too-fast answers report a time under the study's
+minimum per item; the others a log-normal time around 4 s (as :mod:`app.simulate.study`).
+
+The run keeps its own record of every answer the server acknowledged (a 303 to the next
+page): assignment, HIT, position, the shown words, the option posted, the word and its
+model rank. A post that fails in transit or with a 503 is sent again unchanged (the server
+stores a repeat once); with ``resend_share`` a share of acknowledged posts is sent a
+second time on purpose (a double click). Seeded: annotator ``n`` draws from
+``numpy.random.default_rng([seed, n])``, so with ``parallel = 1`` a run on the same
+server state repeats itself; with ``parallel > 1`` annotators work at once (leases and
+caps under concurrency), and which HITs each gets, hence its answers, depends on timing.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+
+import httpx
+import numpy as np
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from app.annotation.admin import invite
+from app.annotation.identities import invite_token
+from app.audit.service import CLI
+from app.db import begin_write, unit_of_work
+from app.models import Annotator, Study, StudyStatus
+from app.results.queries import Judgments
+from app.simulate.crowd import Crowd, deliver
+from app.simulate.judges import GodView, ItemTruth, Judge, SimulationError, StudyView
+from app.simulate.page import HIT_PAGE, Page, read_page
+
+RETRIES = 5  # sends of one request that failed in transit or with a 503
+
+
+# -- the record -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Answered:
+    """One answer the server acknowledged, as the simulator recorded it (page values,
+    and the god-view's item, kind, length and model rank)."""
+
+    annotator: str
+    annotator_id: int
+    assignment: str
+    hit_id: int
+    position: int
+    item_id: int
+    length: int
+    kind: str
+    attention: bool
+    shown: tuple[str, ...]
+    option: int
+    word: str | None  # None: "None of the above is plausible"
+    rank: int  # model rank of the chosen word, 0 for none
+    true_rank: int  # model rank of the item's true next word among the shown, else 0
+    client_ms: int
+    too_fast: bool
+    late: bool
+
+    @property
+    def d(self) -> float:
+        return 0.0 if self.rank == 1 else 1.0
+
+
+@dataclass
+class AnnotatorRun:
+    label: str
+    annotator_id: int
+    wanted: int  # HITs its activity asks for
+    done: int = 0
+    stopped: str = ""  # activity, budget, or the server's message kind (cap_reached, ...)
+    spammer: bool = False
+
+
+@dataclass
+class HttpRun:
+    """A run's record (module docstring)."""
+
+    study: str
+    crowd: str
+    judge: str
+    answers: list[Answered] = field(default_factory=list)
+    annotators: list[AnnotatorRun] = field(default_factory=list)
+    resent: int = 0  # acknowledged posts sent again on purpose
+    retried: int = 0  # requests sent again after a transport error or a 503
+    seconds: float = 0.0
+
+    @property
+    def hits(self) -> int:
+        return len({a.assignment for a in self.answers})
+
+    def judgments(self, kinds: list[str]) -> Judgments:
+        """The record as the results functions' columns (annotators by their ids)."""
+        a = self.answers
+        codes = {k: i for i, k in enumerate(kinds)}
+        people = sorted(self.annotators, key=lambda r: r.annotator_id)
+
+        def col(name: str, dtype=np.int64) -> np.ndarray:
+            return np.array([getattr(x, name) for x in a], dtype=dtype)
+
+        return Judgments(
+            kinds=list(kinds),
+            d=np.array([x.d for x in a], float),
+            length=col("length"),
+            kind=np.array([codes.get(x.kind, -1) for x in a], np.int64),
+            annotator=col("annotator_id"),
+            hit=col("hit_id"),
+            item=col("item_id"),
+            option=col("option"),
+            choice=col("rank"),
+            client_ms=col("client_ms", float),
+            too_fast=col("too_fast", bool),
+            attention=col("attention", bool),
+            true_rank=col("true_rank"),
+            annotator_ids=np.array([r.annotator_id for r in people], np.int64),
+            annotator_blocked=np.zeros(len(people), bool),
+            annotator_exclude_past=np.zeros(len(people), bool),
+            annotator_labels=[r.label for r in people],
+            annotator_channels=["local"] * len(people),
+        )
+
+    def summary(self) -> str:
+        stops: dict[str, int] = {}
+        for r in self.annotators:
+            stops[r.stopped] = stops.get(r.stopped, 0) + 1
+        why = ", ".join(f"{n} by {k}" for k, n in sorted(stops.items()))
+        return (
+            f"SIMULATED crowd ({self.crowd}) over HTTP on {self.study}: "
+            f"{len(self.annotators)} simulated annotators did {self.hits} HITs, "
+            f"{len(self.answers)} judgments acknowledged ({self.resent} posts resent on "
+            f"purpose, {self.retried} retried); stopped: {why or 'none'}; {self.judge}"
+        )
+
+
+# -- simulated annotators ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Recruit:
+    annotator_id: int
+    label: str
+    path: str  # the invite link's path, /a/{token}
+
+
+def simulated_annotator(session: Session, study: Study, secret_key: str) -> Recruit:
+    """A new simulated annotator of `study`, made by the researcher's invite service (and
+    audited as the CLI's), marked simulated and labelled ``simulated-<n>``. Flushes."""
+    n = session.scalar(
+        select(func.count(Annotator.id)).where(
+            Annotator.study_id == study.id, Annotator.simulated.is_(True)
+        )
+    )
+    (made,) = invite(session, study, 1, f"simulated-{int(n or 0) + 1}", by=CLI)
+    made.simulated = True
+    session.flush()
+    return Recruit(made.id, made.label or "", f"/a/{invite_token(secret_key, made)}")
+
+
+# -- the run ----------------------------------------------------------------------------
+
+
+class _Budget:
+    """Assignments left to take (None: no limit), shared by the annotators."""
+
+    def __init__(self, n: int | None) -> None:
+        self.left = n
+        self.lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self.lock:
+            if self.left is None:
+                return True
+            if self.left <= 0:
+                return False
+            self.left -= 1
+            return True
+
+    def give_back(self) -> None:
+        with self.lock:
+            if self.left is not None:
+                self.left += 1
+
+    def empty(self) -> bool:
+        with self.lock:
+            return self.left is not None and self.left <= 0
+
+
+@dataclass
+class HttpCrowd:
+    """A simulated crowd for one study (see :func:`run_http_crowd`)."""
+
+    base_url: str
+    make_session: Callable[[], Session]
+    study_id: int
+    secret_key: str
+    crowd: Crowd
+    judge: Judge
+    seed: int = 0
+    max_hits: int | None = None  # assignments to submit in all (None: until no work)
+    parallel: int = 1  # annotators at work at once
+    resend_share: float = 0.0
+    max_annotators: int = 10_000
+    timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        self.god = GodView(self.make_session, self.study_id)
+        self.view: StudyView = self.god.study()
+        self.budget = _Budget(self.max_hits)
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.next_ordinal = 0
+        self.run = HttpRun(self.view.slug, self.crowd.describe(), self.judge.describe())
+
+    def go(self) -> HttpRun:
+        with unit_of_work(self.make_session) as session:
+            status = session.get(Study, self.study_id).status
+        if status is not StudyStatus.collecting:
+            raise SimulationError(
+                f"study {self.view.slug!r} is {status.value}, not collecting: open it first"
+            )
+        started = time.perf_counter()
+        with ThreadPoolExecutor(max(1, self.parallel)) as pool:
+            for f in [pool.submit(self._recruit_loop) for _ in range(max(1, self.parallel))]:
+                f.result()
+        self.run.seconds = time.perf_counter() - started
+        self.run.answers.sort(key=lambda x: (x.annotator_id, x.assignment, x.position))
+        self.run.annotators.sort(key=lambda r: r.annotator_id)
+        return self.run
+
+    def _recruit_loop(self) -> None:
+        with httpx.Client(
+            base_url=self.base_url, follow_redirects=False, timeout=self.timeout
+        ) as client:
+            while not self.stop.is_set() and not self.budget.empty():
+                with self.lock:
+                    ordinal = self.next_ordinal
+                    if ordinal >= self.max_annotators:
+                        return
+                    self.next_ordinal += 1
+                    with unit_of_work(self.make_session) as session:
+                        begin_write(session)  # SQLite: a writer from the start, as the server
+                        study = session.get(Study, self.study_id)
+                        who = simulated_annotator(session, study, self.secret_key)
+                try:
+                    worked = self._annotate(
+                        client, who, np.random.default_rng([self.seed, ordinal])
+                    )
+                except Exception:
+                    self.stop.set()
+                    raise
+                if worked.done == 0 and worked.stopped not in ("activity", "budget"):
+                    self.stop.set()  # a newcomer finds nothing to do: the work is done
+
+    def _annotate(
+        self, client: httpx.Client, who: Recruit, rng: np.random.Generator
+    ) -> AnnotatorRun:
+        h = self.crowd.hetero
+        wanted = max(1, math.ceil(h.activity_min * (1.0 + rng.pareto(h.activity_tail))))
+        run = AnnotatorRun(who.label, who.annotator_id, wanted)
+        run.spammer = bool(rng.random() < self.crowd.spammers)
+        state = self.judge.annotator(rng)
+        with self.lock:
+            self.run.annotators.append(run)
+        run.stopped = "activity"
+        while run.done < wanted:
+            if not self.budget.take():
+                run.stopped = "budget"
+                break
+            page = read_page(self._send(client, "GET", who.path))
+            if page.kind != HIT_PAGE:
+                self.budget.give_back()
+                if page.status >= 400:
+                    raise SimulationError(f"{who.path}: {page.status} {page.text}")
+                run.stopped = page.kind
+                break
+            form, answers = self._answer(page, who, run, state, rng)
+            late = self._post(client, page, form)
+            if rng.random() < self.resend_share:
+                self._post(client, page, form)  # a double click: acknowledged, stored once
+                with self.lock:
+                    self.run.resent += 1
+            with self.lock:
+                self.run.answers.extend(replace(x, late=late) for x in answers)
+            run.done += 1
+        return run
+
+    def _answer(
+        self,
+        page: Page,
+        who: Recruit,
+        run: AnnotatorRun,
+        state: object,
+        rng: np.random.Generator,
+    ) -> tuple[dict[str, str], list[Answered]]:
+        """The form to post and the record of its answers, one HIT."""
+        public_id = page.fields.get("assignment", "")
+        truth = self.god.hit(public_id)
+        if sorted(truth) != sorted(page.options):
+            raise SimulationError(f"the page of {public_id} shows other positions than its HIT")
+        positions = sorted(truth)
+        items = [truth[p] for p in positions]
+        shown = [page.shown(p) for p in positions]
+        honest = self.judge.honest(rng, self.crowd, state, items, shown)
+        form = dict(page.fields)
+        answers = []
+        min_ms = self.view.min_ms_per_item
+        for n, (item, words) in enumerate(zip(items, shown, strict=True)):
+            ranks = np.array([[item.rank(w) for w in words]])
+            got = deliver(
+                rng,
+                self.crowd,
+                honest[n : n + 1],
+                attention=np.array([item.attention]),
+                spammer=np.array([run.spammer]),
+                rank_at_slot=ranks,
+            )
+            option, rank = int(got.option[0]), int(got.choice[0])
+            if got.too_fast[0] and min_ms > 0:
+                ms = int(rng.uniform(0.1, 0.9) * min_ms)
+            else:
+                ms = round(math.exp(rng.normal(math.log(4000.0), 0.5)))
+            form[f"o{item.position}"] = str(option)
+            form[f"ms{item.position}"] = str(ms)
+            answers.append(
+                Answered(
+                    annotator=who.label,
+                    annotator_id=who.annotator_id,
+                    assignment=public_id,
+                    hit_id=item.hit_id,
+                    position=item.position,
+                    item_id=item.item_id,
+                    length=item.length,
+                    kind=item.kind,
+                    attention=item.attention,
+                    shown=tuple(words),
+                    option=option,
+                    word=words[option] if option < len(words) else None,
+                    rank=rank,
+                    true_rank=_true_rank(item, words),
+                    client_ms=ms,
+                    too_fast=ms < min_ms,
+                    late=False,
+                )
+            )
+        return form, answers
+
+    def _post(self, client: httpx.Client, page: Page, form: dict[str, str]) -> bool:
+        """Post a HIT's form until the server acknowledges it; whether it was late."""
+        r = self._send(client, "POST", page.action or "", data=form)
+        where = r.headers.get("location", "")
+        if r.status_code == 303 and ("n=ok" in where or "n=late" in where):
+            return "n=late" in where
+        refused = read_page(r)
+        raise SimulationError(
+            f"the server did not store {form.get('assignment')}: {r.status_code} {refused.text}"
+        )
+
+    def _send(self, client: httpx.Client, method: str, url: str, **kw) -> httpx.Response:
+        """One request, sent again unchanged after a transport error or a 503 (a resend
+        stores nothing twice: the server's contract)."""
+        for attempt in range(RETRIES):
+            try:
+                r = client.request(method, url, **kw)
+            except httpx.TransportError:
+                if attempt == RETRIES - 1:
+                    raise
+            else:
+                if r.status_code != 503 or attempt == RETRIES - 1:
+                    return r
+            with self.lock:
+                self.run.retried += 1
+            time.sleep(min(2.0, 0.1 * 2**attempt))
+        raise AssertionError("unreachable")
+
+
+def _true_rank(item: ItemTruth, shown: list[str]) -> int:
+    word = item.true_next_word
+    return item.rank(word) if word is not None and word in shown else 0
+
+
+def run_http_crowd(
+    base_url: str,
+    make_session: Callable[[], Session],
+    study_id: int,
+    secret_key: str,
+    crowd: Crowd,
+    judge: Judge,
+    *,
+    seed: int = 0,
+    max_hits: int | None = None,
+    parallel: int = 1,
+    resend_share: float = 0.0,
+) -> HttpRun:
+    """Run a simulated crowd on the study against the server at `base_url` (module
+    docstring). `make_session` opens sessions on the server's database: the simulated
+    annotators are made through it (each in a transaction of its own, committed) and the
+    god-view reads it. `secret_key` signs their invite links, as the server's settings do.
+    `max_hits` bounds the assignments submitted in all (None: until nobody finds work)."""
+    return HttpCrowd(
+        base_url=base_url,
+        make_session=make_session,
+        study_id=study_id,
+        secret_key=secret_key,
+        crowd=crowd,
+        judge=judge,
+        seed=seed,
+        max_hits=max_hits,
+        parallel=parallel,
+        resend_share=resend_share,
+    ).go()
+
+
+__all__ = [
+    "AnnotatorRun",
+    "Answered",
+    "HttpCrowd",
+    "HttpRun",
+    "Recruit",
+    "run_http_crowd",
+    "simulated_annotator",
+]
