@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from app.audit.service import Actor
 from app.config import Settings
 from app.crowd.base import (
+    CapQualifying,
     CrowdError,
     CrowdProvider,
     PostingSpec,
@@ -343,6 +344,10 @@ def resolved_options(
         masters=bool(options.masters),
         assignment_seconds=int(study.lease_seconds),
         hits_per_participant=int(getattr(provider, "hits_per_participant", 1)),
+        # Only a platform that can hide a study at the cap has the option: elsewhere it is
+        # always off, so the CLI (on by default) and the dashboard (no checkbox) agree.
+        cap_qualification=bool(options.cap_qualification)
+        and isinstance(provider, CapQualifying),
     )
     return out
 

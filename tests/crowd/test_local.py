@@ -19,6 +19,7 @@ from app.annotation.schemas import WorkStatus
 from app.annotation.submissions import submit
 from app.crowd import common, ledger, overview, payments, publishing, sync
 from app.crowd.base import CrowdProvider
+from app.crowd.common import PublishOptions
 from app.crowd.local import NO_FEE, LocalProvider
 from app.db import make_sessionmaker, unit_of_work
 from app.models import (
@@ -89,8 +90,8 @@ def work(session: Session, settings, link: str, *, hand_in: bool = True, wrong=F
     return lease
 
 
-def published(session, make_session, settings, provider, **kwargs):
-    report = publishing.publish(make_session, settings, SLUG, provider, by="cli", **kwargs)
+def published(session, make_session, settings, provider, options=None, **kwargs):
+    report = publishing.publish(make_session, settings, SLUG, provider, options, by="cli", **kwargs)
     session.expire_all()
     return report
 
@@ -442,3 +443,17 @@ def test_the_cli_runs_a_lab_study_with_provider_local(empty_db, monkeypatch):
             assert out.exit_code == 1 and message in out.output, out.output
     finally:
         engine.dispose()
+
+
+def test_the_cap_option_is_off_where_the_platform_has_no_cap_qualification(
+    session, make_session, settings, local
+):
+    """The CLI asks for it by default and the dashboard's local form has no checkbox: both
+    must store the same settings, or publishing again from the other surface is refused."""
+    lab_study(session)
+    published(session, make_session, settings, local, PublishOptions(cap_qualification=True))
+    assert session.scalar(select(CrowdPosting.settings))["cap_qualification"] is False
+    again = published(
+        session, make_session, settings, local, PublishOptions(cap_qualification=False)
+    )
+    assert again.total == 4
