@@ -57,8 +57,9 @@ def test_means_and_ratio_of_means_by_hand():
             assert f.low <= f.estimate <= f.high, f
 
 
-def test_an_undefined_ratio_is_nan_then_null_and_warned():
-    """P_D = P_M: every divergence 0, so EB-C = 0/0 is undefined; the CGDs are 0."""
+def test_zero_over_zero_is_one_and_a_positive_over_zero_is_undefined():
+    """P_D = P_M: every divergence 0, so EB-C = 0/0 = 1 (issue 14), in every resample; a
+    positive CGD over a CGD of 0 is undefined: NaN, null in JSON, and warned."""
     length = np.array([5, 5, 5, 5])
     kind = np.array([DATA_KIND, DATA_KIND, MODEL_KIND, MODEL_KIND])
     t = synthetic_table(length, kind, np.zeros((4, 4)), b=200, seed=0, kind_names=["data", "model"])
@@ -66,7 +67,14 @@ def test_an_undefined_ratio_is_nan_then_null_and_warned():
         f.estimate == 0 and f.low == 0 and f.high == 0 for c in t.cells for f in c.cgd.values()
     )
     ebc = [f for f in t.ratios if f.name == "ebc"]
-    assert len(ebc) == 4 and all(math.isnan(f.estimate) and math.isnan(f.low) for f in ebc)
+    assert len(ebc) == 4 and all((f.estimate, f.low, f.high) == (1, 1, 1) for f in ebc)
+    assert all(f.n_resamples == 200 for f in ebc) and not t.warnings
+
+    values = np.zeros((4, 4))
+    values[2:, :] = 0.5  # model prefixes deviate, data prefixes never do
+    t = synthetic_table(length, kind, values, b=200, seed=0, kind_names=["data", "model"])
+    ebc = [f for f in t.ratios if f.name == "ebc"]
+    assert all(math.isnan(f.estimate) and math.isnan(f.low) for f in ebc)
     assert all(f.n_resamples == 0 for f in ebc)
     assert any("CGD(data) is 0" in w for w in t.warnings)
     out = jsonable(t)

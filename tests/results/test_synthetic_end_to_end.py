@@ -3,7 +3,8 @@ worker on the fake model (``fake:<seed>``, no weights), then the results' synthe
 the diagnostics, on both databases.
 
 - P_D = P_M (the reference named like the model): every divergence is 0, so every CGD is 0
-  and every EB-C and gap is 0/0 -- undefined, null in JSON, and said so.
+  and every EB-C and gap is 1 (0/0: no deviation after either kind of prefix, issue 14),
+  in every resample too.
 - P_D != P_M: the table's cells are the means of what the worker stored, per cell and metric.
 """
 
@@ -69,7 +70,7 @@ def _load(sessionmaker, study_id):
     return session, session.get(Study, study_id)
 
 
-def test_reference_equal_to_the_model_gives_zero_cgd_and_undefined_ebc(db):
+def test_reference_equal_to_the_model_gives_zero_cgd_and_ebc_one(db):
     study_id = _precompute(db, "same", "fake:3")
     session, study = _load(db[2], study_id)
     with session:
@@ -84,13 +85,14 @@ def test_reference_equal_to_the_model_gives_zero_cgd_and_undefined_ebc(db):
         assert [row.length for row in syn.ebc] == [3, 5]
         for row in syn.ebc:
             for fig in row.ebc.values():
-                assert math.isnan(fig.estimate) and fig.n_resamples == 0
-        assert any("CGD(data) is 0" in w for w in syn.warnings)
+                assert (fig.estimate, fig.low, fig.high) == (1, 1, 1)
+                assert fig.n_resamples == FAST.b
+        assert not any("is undefined" in w for w in syn.warnings)
         doc = study_results(session, study, FAST).model_dump(mode="json")
-        assert doc["synthetic"]["ebc"][0]["ebc"]["tv"]["estimate"] is None
+        assert doc["synthetic"]["ebc"][0]["ebc"]["tv"]["estimate"] == 1
         diag = study_diagnostics(session, study, FAST)
         gaps = [r for r in diag.rows if r.gap_reference is not None]
-        assert gaps and all(math.isnan(r.gap) for r in gaps)
+        assert gaps and all(r.gap == 1 for r in gaps)
         assert all(r.cgd == 0 for r in diag.rows)
 
 

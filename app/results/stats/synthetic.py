@@ -52,7 +52,8 @@ class SyntheticFigure:
     of the bootstrap values, ``low``/``high`` their percentile interval at ``level``.
     ``n_items`` counts the items that enter (both cells of a ratio); ``n_resamples`` the
     resamples whose value is finite (a ratio whose denominator resamples to 0 has none).
-    A ratio whose denominator CGD is 0 is undefined: NaN here, null in JSON.
+    A ratio whose denominator CGD is 0 is undefined (NaN here, null in JSON), except 0 / 0,
+    which is 1 (see `synthetic_ratio`).
     """
 
     name: Literal["cgd", "ebc", "ratio"]
@@ -93,6 +94,18 @@ class SyntheticTable:
     ratios: list[SyntheticFigure]
     warnings: list[str]
     interval: str = SYNTHETIC_INTERVAL
+
+
+def synthetic_ratio(num: float | np.ndarray, den: float | np.ndarray) -> np.ndarray:
+    """``CGD(num) / CGD(den)`` (`ebc_ratio`), with ``0 / 0 = 1``.
+
+    Synthetic divergences are exact, so both CGDs are 0 exactly when the reference model
+    agrees with the model after every prefix of both kinds (P_D = P_M): no deviation
+    after either kind of prefix, hence no exposure bias, EB-C = 1 (issue 14's check).
+    A positive CGD over a CGD of 0 stays undefined (NaN).
+    """
+    num, den = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    return np.where((num == 0) & (den == 0), 1.0, ebc_ratio(num, den))
 
 
 def _figure(name, metric, length, kind, ref, est, boot, level, n_items) -> SyntheticFigure:
@@ -205,12 +218,12 @@ def synthetic_table(
         for num, den in pairs:
             if (ln, num) not in means or (ln, den) not in means:
                 continue
-            est = ebc_ratio(means[(ln, num)], means[(ln, den)])
-            boot = ebc_ratio(boots[(ln, num)], boots[(ln, den)])
+            est = synthetic_ratio(means[(ln, num)], means[(ln, den)])
+            boot = synthetic_ratio(boots[(ln, num)], boots[(ln, den)])
             name = "ebc" if (num, den) == (MODEL_KIND, DATA_KIND) else "ratio"
             for m, metric in enumerate(metrics):
                 n = counts[(ln, num)][m] + counts[(ln, den)][m]
-                if means[(ln, den)][m] == 0:
+                if means[(ln, den)][m] == 0 and means[(ln, num)][m] != 0:
                     warnings.append(
                         f"l={ln}, {metric}: CGD({named(den)}) is 0, so "
                         f"CGD({named(num)}) / CGD({named(den)}) is undefined (null)"
