@@ -46,6 +46,8 @@ class Item(Base):
     provenance: Mapped[dict[str, Any]]
     # Synthetic EB-C (a study with a reference model P_D), written by `worker.synthetic`:
     # {"token": {"tv", "js", "gd"} or null, "word_gd": 0 | 1, "reference_top_word": str,
-    #  "choice_probs": [P_D of each choice, model rank order], "none_prob": float, ...}.
+    #  "choice_probs": [P_D of each choice, model rank order], "none_prob": float,
+    #  "reference_model", "method", "exact" (P_D's word search), "special_top1" and
+    #  "special_mass" (P_D's special tokens: recorded, never a reason to skip)}.
     reference: Mapped[dict[str, Any] | None]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
