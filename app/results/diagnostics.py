@@ -17,7 +17,10 @@ cluster bootstrap that the headline EB-C uses; a model_corrupted gap is the same
 estimator with ``model`` as the reference kind), items for the synthetic rows.
 
 :func:`compute_diagnostics` is pure (loaded columns in, ``DiagnosticsOut`` out);
-:func:`study_diagnostics` loads and computes. Services read; they never commit.
+:func:`study_diagnostics` loads and computes; :func:`results_with_diagnostics` computes
+the results and the diagnostics from one load, the people rows reusing the headline
+estimate when they count the same judgments with the same options (the results page).
+Services read; they never commit.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from app.models import Study
-from app.results import queries
+from app.results import queries, service
 from app.results.exclusions import counted, exclusion_mask
 from app.results.exports import csv_text
 from app.results.queries import ATTENTION_KIND, FIXED_KINDS, Judgments
@@ -38,6 +41,7 @@ from app.results.schemas import (
     DiagnosticRow,
     DiagnosticsOut,
     ResultQuery,
+    ResultsOut,
     SyntheticOut,
     simulated_label,
 )
@@ -82,8 +86,8 @@ def study_diagnostics(
     synthetic: SyntheticOut | None = None,
 ) -> DiagnosticsOut:
     """The diagnostics table of `study` for `query` (load and compute). `synthetic`: the
-    results' synthetic figures for the same `query`, when the caller has them already (the
-    results page), instead of computing them again."""
+    results' synthetic figures for the same `query`, when the caller has them already,
+    instead of computing them again."""
     query = query or ResultQuery()
     j = queries.load_judgments(session, study)
     if synthetic is None and reference_model(study):
@@ -91,18 +95,41 @@ def study_diagnostics(
     return compute_diagnostics(study, j, synthetic, query)
 
 
+def results_with_diagnostics(
+    session: Session, study: Study, query: ResultQuery
+) -> tuple[ResultsOut, DiagnosticsOut | None]:
+    """The results of `study` for `query` and, when it shows them, its diagnostics (else
+    None), from one load of the judgments; the synthetic figures and, where the people rows
+    count the judgments the headline figures count, the headline estimate are reused."""
+    done = service.load_and_compute(session, study, query)
+    if not shows_diagnostics(study):
+        return done.results, None
+    synthetic = done.results.synthetic
+    diag = compute_diagnostics(study, done.judgments, synthetic, query, main=done.main)
+    return done.results, diag
+
+
 def _task(study: Study) -> str:
     return str(getattr(study.task, "value", study.task))
 
 
 def compute_diagnostics(
-    study: Study, j: Judgments, synthetic: SyntheticOut | None, query: ResultQuery
+    study: Study,
+    j: Judgments,
+    synthetic: SyntheticOut | None,
+    query: ResultQuery,
+    *,
+    main: service.MainEstimate | None = None,
 ) -> DiagnosticsOut:
     """Every row of the diagnostics table (module docstring) from the loaded judgments and
-    the synthetic figures (:func:`app.results.synthetic.synthetic_results`; None: none)."""
+    the synthetic figures (:func:`app.results.synthetic.synthetic_results`; None: none).
+    `main`: the results' main estimate over the same `j`; the people rows take it instead
+    of estimating again when it counted the same judgments with the same options."""
     messages: list[str] = []
     labels = PAPER_LABELS if _task(study) == "seq2seq" else {}
-    people, applied, interval = _people_rows(study, j, query, labels, messages)
+    people, applied, interval, n_simulated = _people_rows(
+        study, j, query, labels, messages, main=main
+    )
     rows = list(people)
     if synthetic is not None:
         rows += _synthetic_rows(synthetic, labels)
@@ -122,6 +149,7 @@ def compute_diagnostics(
         synthetic_interval=SYNTHETIC_INTERVAL,
         gap_definition=GAP_DEFINITION,
         paper_labels=labels,
+        n_simulated=n_simulated,
         rows=rows,
         messages=list(dict.fromkeys(messages)),
     )
@@ -133,8 +161,11 @@ def _people_rows(
     query: ResultQuery,
     labels: dict[str, str],
     messages: list[str],
-) -> tuple[list[DiagnosticRow], bool | None, str]:
-    """CGD per cell and the gaps from the judgments (exclusions as the results' option)."""
+    *,
+    main: service.MainEstimate | None = None,
+) -> tuple[list[DiagnosticRow], bool | None, str, int]:
+    """CGD per cell and the gaps from the judgments (exclusions as the results' option),
+    and how many of the judgments they count are a simulated crowd's."""
     kinds = j.kinds
     regular = ~j.attention & (j.kind >= 0) & (j.kind != kinds.index(ATTENTION_KIND))
     applied = query.exclusions == "on"
@@ -149,7 +180,7 @@ def _people_rows(
         )
     if not mask.any():
         messages.append("no judgments yet: no people rows")
-        return [], None, INTERVAL_LABELS["cgm" if query.unit == "twoway" else query.ci]
+        return [], None, INTERVAL_LABELS["cgm" if query.unit == "twoway" else query.ci], 0
     common: dict[str, Any] = {
         "choice": j.choice,
         "estimator": query.estimator,
@@ -160,7 +191,10 @@ def _people_rows(
         "seed": query.seed,
     }
     cols = (j.d, j.length, j.kind, j.annotator, j.hit, j.item)
-    res = estimate_ebc(*cols, keep=mask, **common)
+    if main is not None and main.query == query and np.array_equal(main.keep, mask):
+        res = main.estimate  # the headline figures' estimate: the same call, made already
+    else:
+        res = estimate_ebc(*cols, keep=mask, **common)
     gaps: dict[tuple[int, int], Quantity] = {}
     for q in res.ratios:  # every kind over data: keep the data_corrupted ones
         if split_kind(kinds[q.kind])[0] == "data_corrupted":
@@ -173,11 +207,13 @@ def _people_rows(
         # (no kind is labelled the model's, so no EB-C or trend is formed).
         res_m = estimate_ebc(*cols, keep=sub, data_kind=MODEL_KIND, model_kind=-1, **common)
         gaps |= {(q.length, q.kind): q for q in res_m.ratios}
+    simulated = j.simulated & mask
     rows = []
     for q in res.cgd:
         kind = kinds[q.kind]
         base, c = split_kind(kind)
         g = gaps.get((q.length, q.kind))
+        n_simulated = int((simulated & (j.length == q.length) & (j.kind == q.kind)).sum())
         rows.append(
             DiagnosticRow(
                 source="people",
@@ -202,13 +238,16 @@ def _people_rows(
                 n_annotators=q.n_annotators,
                 n_effective=q.n_effective,
                 few_annotators=q.few_annotators,
+                n_simulated=n_simulated,
+                simulated=simulated_label(n_simulated),
             )
         )
     messages.extend(f"people: {w}" for w in res.warnings)
-    simulated = simulated_label(int((j.simulated & mask).sum()))
-    if simulated:  # the people rows say so, as every surface of the results does
-        messages.append(f"people rows: {simulated} (not only people's judgments)")
-    return rows, applied, res.interval
+    n_simulated = int(simulated.sum())
+    label = simulated_label(n_simulated)
+    if label:  # the people rows say so, as every surface of the results does
+        messages.append(f"people rows: {label} (not only people's judgments)")
+    return rows, applied, res.interval, n_simulated
 
 
 def _synthetic_rows(synthetic: SyntheticOut, labels: dict[str, str]) -> list[DiagnosticRow]:

@@ -14,7 +14,8 @@ Judgment export columns (one row per judgment, judgment-id order):
 - ``option`` (screen slot chosen; k = none), ``chosen_rank`` (0-based model rank, empty
   for none), ``chosen_word``, ``is_none``, ``d`` (0: the top-1 was chosen);
 - ``annotator_id``, ``annotator_label``, ``channel``, ``worker_id`` (the platform's
-  id), ``annotator_blocked``, ``annotator_exclude_past``; ``assignment`` (public id),
+  id), ``annotator_blocked``, ``annotator_exclude_past``, ``simulated`` (true: the
+  annotator is a simulated crowd's, not a person); ``assignment`` (public id),
   ``external_assignment_id``, ``external_hit_id``, ``external_session_id``,
   ``assignment_status``, ``review_status``;
 - timings: ``leased_at``, ``page_served_at``, ``submitted_at``, ``judged_at`` (UTC, ISO
@@ -57,10 +58,10 @@ JUDGMENT_FIELDS = [
     "kind", "length", "is_attention", "displayed_ranks", "displayed_words", "choices",
     "top1_word", "true_next_word", "option", "chosen_rank", "chosen_word", "is_none", "d",
     "annotator_id", "annotator_label", "channel", "worker_id", "annotator_blocked",
-    "annotator_exclude_past", "assignment", "external_assignment_id", "external_hit_id",
-    "external_session_id", "assignment_status", "review_status", "leased_at",
-    "page_served_at", "submitted_at", "judged_at", "client_ms", "too_fast", "late",
-    "over_cap", "extra_replica", "after_block", "unverified",
+    "annotator_exclude_past", "simulated", "assignment", "external_assignment_id",
+    "external_hit_id", "external_session_id", "assignment_status", "review_status",
+    "leased_at", "page_served_at", "submitted_at", "judged_at", "client_ms", "too_fast",
+    "late", "over_cap", "extra_replica", "after_block", "unverified",
 ]  # fmt: skip
 
 ITEM_FIELDS = [
@@ -122,6 +123,7 @@ _CONVERT = {
     "is_attention": _bool,
     "annotator_blocked": _bool,
     "annotator_exclude_past": _bool,
+    "simulated": _bool,
     "too_fast": _bool,
     "late": _bool,
     "over_cap": _bool,

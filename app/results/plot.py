@@ -10,8 +10,15 @@ from __future__ import annotations
 import io
 from typing import Literal
 
-from app.results.schemas import DiagnosticsOut, ResultsOut
+from app.results.schemas import DiagnosticsOut, ResultsOut, simulated_label
 from app.results.stats import Quantity, finite_or_none
+
+
+def _simulated_line(n_simulated: int) -> str:
+    """The title's second line when a simulated crowd's judgments are in the figure (a
+    plot travels without the page's banner), else nothing."""
+    label = simulated_label(n_simulated)
+    return f"\nSIMULATED: {label}" if label else ""
 
 
 def _series(rows, pick) -> tuple[list[int], list[float], list[list[float]]]:
@@ -64,7 +71,8 @@ def results_plot(results: ResultsOut, fmt: Literal["svg", "png"] = "svg") -> byt
         excl = "with" if rs.exclusions_applied else "without"
         fig.suptitle(
             f"{results.study}: {rs.n_judgments:,} judgments, {rs.n_annotators} annotators, "
-            f"{excl} exclusions; {rs.level:.0%} {rs.ci} intervals (unit: {rs.unit})",
+            f"{excl} exclusions; {rs.level:.0%} {rs.ci} intervals (unit: {rs.unit})"
+            + _simulated_line(rs.n_simulated),
             fontsize="medium",
         )
     buf = io.BytesIO()
@@ -123,10 +131,13 @@ def diagnostics_plot(diag: DiagnosticsOut, fmt: Literal["svg", "png"] = "svg") -
         fig.legend(handles, labels, loc="outside right center", fontsize="small")
     level = f"{diag.options.level:.0%}"
     fig.suptitle(
-        f"{diag.study}: CGD per prefix kind; {level} intervals (people: annotator clusters, "
-        "synthetic: items)"
-        if diag.rows
-        else f"{diag.study}: no diagnostics yet",
+        (
+            f"{diag.study}: CGD per prefix kind; {level} intervals (people: annotator "
+            "clusters, synthetic: items)"
+            if diag.rows
+            else f"{diag.study}: no diagnostics yet"
+        )
+        + _simulated_line(diag.n_simulated),
         fontsize="medium",
     )
     return _save(fig, fmt)

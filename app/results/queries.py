@@ -607,6 +607,7 @@ def iter_judgment_rows(session: Session, study: Study) -> Iterator[tuple[list[st
         (Annotator.external_id.label("worker_id"), None),
         (Annotator.blocked.label("annotator_blocked"), "bool"),
         (Annotator.exclude_past.label("annotator_exclude_past"), "bool"),
+        (Annotator.simulated.label("simulated"), "bool"),
         (Assignment.public_id.label("assignment"), None),
         (Assignment.external_assignment_id, None),
         (Assignment.external_hit_id, None),

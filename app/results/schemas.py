@@ -269,6 +269,14 @@ class DiagnosticRow(_Out):
     n_annotators: int | None = Field(description="people: annotators in the cell")
     n_effective: Figure = Field(description="people: effective number of annotators")
     few_annotators: bool | None
+    n_simulated: int = Field(
+        0, description="people: of the cell's n judgments, those from a simulated crowd"
+    )
+    simulated: str | None = Field(
+        None,
+        description="people: 'includes N judgments from a simulated crowd' when some are; "
+        "null: people only (and every synthetic row)",
+    )
 
 
 class DiagnosticsOut(_Out):
@@ -286,6 +294,9 @@ class DiagnosticsOut(_Out):
     synthetic_interval: str
     gap_definition: str
     paper_labels: dict[str, str] = Field(description="kind -> the first paper's label")
+    n_simulated: int = Field(
+        0, description="of the judgments in the people rows, those from a simulated crowd"
+    )
     rows: list[DiagnosticRow]
     messages: list[str]
 

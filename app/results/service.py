@@ -1,8 +1,9 @@
 """Results of a study: the statistics of ``app.results.stats`` over its judgments.
 
 ``study_results`` loads the judgments (``queries.load_judgments``) and hands them to
-``compute_results``, which is pure: arrays in, ``ResultsOut`` out. Every result is
-computed twice, with and without the study's pre-declared exclusions (DESIGN.md §1:
+``compute_results``, which is pure: arrays in, ``ResultsOut`` out (``load_and_compute``
+also hands back the judgments and the main estimate, which the diagnostics reuse). Every
+result is computed twice, with and without the study's pre-declared exclusions (DESIGN.md §1:
 "results always reported with and without exclusions"; :mod:`app.results.exclusions`);
 the ``exclusions`` option only says which of the two is the main one. The statistics'
 dataclasses go into the document as they come, their kind codes named. A study with a
@@ -69,14 +70,40 @@ class _Variant(NamedTuple):
 
     figures: ResultSet
     estimate: EBCResults
+    keep: np.ndarray  # the judgments the estimate counted
+
+
+class MainEstimate(NamedTuple):
+    """The main figures' estimate, the judgments it counted (a mask over the loaded
+    `Judgments`) and the options it was made with: the diagnostics' people rows reuse it
+    when they count the same judgments with the same options."""
+
+    query: ResultQuery
+    keep: np.ndarray
+    estimate: EBCResults
+
+
+class Computed(NamedTuple):
+    """The results, the judgments they were computed from and the main estimate (None:
+    no figures), for a caller that computes more from the same load (the results page)."""
+
+    results: ResultsOut
+    judgments: Judgments
+    main: MainEstimate | None
 
 
 def study_results(session: Session, study: Study, query: ResultQuery | None = None) -> ResultsOut:
     """All results of `study` for `query` (load and compute)."""
+    return load_and_compute(session, study, query).results
+
+
+def load_and_compute(session: Session, study: Study, query: ResultQuery | None = None) -> Computed:
+    """`study_results` with what it loaded and its main estimate (see `Computed`)."""
     started = time.perf_counter()
     j = queries.load_judgments(session, study)
     refs = queries.load_references(session, study) if reference_model(study) else None
-    return compute_results(study, j, query or ResultQuery(), started=started, references=refs)
+    res, main = _compute(study, j, query or ResultQuery(), started=started, references=refs)
+    return Computed(res, j, main)
 
 
 def compute_results(
@@ -89,6 +116,17 @@ def compute_results(
 ) -> ResultsOut:
     """Every figure of DESIGN.md §1 from the judgment columns (no database); with the
     items' divergences from a reference model (`references`), the synthetic figures."""
+    return _compute(study, j, query, started=started, references=references)[0]
+
+
+def _compute(
+    study: Study,
+    j: Judgments,
+    query: ResultQuery,
+    *,
+    started: float | None,
+    references: References | None,
+) -> tuple[ResultsOut, MainEstimate | None]:
     started = time.perf_counter() if started is None else started
     keep, report = exclusion_mask(j, study.exclusions)
     k = int(study.top_k)
@@ -126,7 +164,7 @@ def compute_results(
             )
         except PlanError as exc:
             messages.append(f"planner: {exc.reason}")
-    return ResultsOut(
+    results = ResultsOut(
         study=study.slug,
         kinds=j.kinds,
         options=query,
@@ -144,6 +182,7 @@ def compute_results(
         synthetic=_synthetic(study, references, query),
         messages=sorted(set(messages)),
     )
+    return results, MainEstimate(query, main.keep, main.estimate) if main else None
 
 
 def _synthetic(study: Study, refs: References | None, query: ResultQuery) -> SyntheticOut | None:
@@ -267,7 +306,7 @@ def _result_set(
         sanity=sanity(sub.item, sub.kind, sub.choice, sub.true_rank),
         design_effect=design_effect(res) if query.unit == "annotator" else math.nan,
     )
-    return _Variant(figures, res)
+    return _Variant(figures, res, mask)
 
 
 def _table(
@@ -356,4 +395,4 @@ def _quality(j: Judgments, study: Study, report: ExclusionReport) -> list[Annota
     return out
 
 
-__all__ = ["compute_results", "study_results"]
+__all__ = ["Computed", "MainEstimate", "compute_results", "load_and_compute", "study_results"]

@@ -12,11 +12,10 @@ from fastapi.responses import HTMLResponse, Response
 from pydantic import Field
 
 from app.results import downloads
-from app.results.diagnostics import shows_diagnostics, study_diagnostics
+from app.results.diagnostics import results_with_diagnostics
 from app.results.planning import study_plan
 from app.results.plot import diagnostics_plot, results_plot
 from app.results.schemas import ResultQuery
-from app.results.service import study_results
 from app.results.stats import PlanTarget
 from app.web.deps import SessionDep
 from app.web.downloads import export_response
@@ -57,16 +56,17 @@ def results_page(
     options: PageQueryDep,
 ) -> HTMLResponse:
     query = options.results_query()
-    res = study_results(session, study, query)
+    # One load of the judgments for the figures and the diagnostics (None: no section, and
+    # no diagnostics downloads).
+    res, diag = results_with_diagnostics(session, study, query)
     plan = res.plan  # the default target's
     if options.target() != PlanTarget():
         plan = study_plan(session, study, options.target(), seed=query.seed)
     plot = None
     if res.results is not None:
         plot = base64.b64encode(results_plot(res, "svg")).decode()
-    diag = diag_plot = None
-    if shows_diagnostics(study):  # else no section, and no diagnostics downloads
-        diag = study_diagnostics(session, study, query, synthetic=res.synthetic)
+    diag_plot = None
+    if diag is not None:
         diag_plot = base64.b64encode(diagnostics_plot(diag, "svg")).decode()
     return render(
         request,

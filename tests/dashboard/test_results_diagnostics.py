@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+import re
 
-from app.models import AuditEvent
+from sqlalchemy import event, select
+
+from app.models import AuditEvent, Item
+from app.results import diagnostics, queries
+from app.results.diagnostics import study_diagnostics
+from app.results.schemas import ResultQuery
+from app.results.stats import MODEL_KIND
 from tests.factories import StudyFactory
 from tests.results.diagnostic_study import diagnostic_study
 
@@ -65,3 +71,76 @@ def test_no_diagnostics_no_empty_section(logged_in, session):
     assert 'id="diagnostics"' not in r.text and "Diagnostics</h2>" not in r.text
     assert not [n for n in r.context["downloads"] if n.startswith("diagnostics.")]
     assert "Synthetic EB-C" not in r.text
+
+
+def _page_loads(connection, monkeypatch, client, url: str):
+    """Open `url`; return the response, the statements that read the judgments table
+    through SQLAlchemy, the judgment loads, and the keyword arguments of each estimate the
+    diagnostics made. The loads and estimates are counted by wrappers that call the real
+    functions (PostgreSQL's judgment load sends its packed query through the driver,
+    where no SQLAlchemy event sees it)."""
+    reads: list[str] = []
+    loads: list[int] = []
+    estimates: list[dict] = []
+
+    def before(conn, cursor, statement, params, context, executemany):
+        if re.search(r"\bFROM judgments\b", statement):
+            reads.append(statement)
+
+    def load(session, study):
+        loads.append(study.id)
+        return real_load(session, study)
+
+    def estimate(*args, **kwargs):
+        estimates.append(kwargs)
+        return real_estimate(*args, **kwargs)
+
+    real_load, real_estimate = queries.load_judgments, diagnostics.estimate_ebc
+    monkeypatch.setattr(queries, "load_judgments", load)
+    monkeypatch.setattr(diagnostics, "estimate_ebc", estimate)
+    event.listen(connection, "before_cursor_execute", before)
+    try:
+        r = client.get(url)
+    finally:
+        event.remove(connection, "before_cursor_execute", before)
+        monkeypatch.undo()
+    assert r.status_code == 200
+    return r, reads, loads, estimates
+
+
+def test_the_page_loads_the_judgments_once_and_estimates_the_people_rows_once(
+    logged_in, session, connection, monkeypatch, backend
+):
+    study = diagnostic_study(session, "one", reference="fake:3")
+    session.commit()
+    r, reads, loads, estimates = _page_loads(
+        connection, monkeypatch, logged_in, f"/dashboard/studies/one/results?{Q}"
+    )
+    assert loads == [study.id]
+    assert len(reads) == (1 if backend == "sqlite" else 0)  # PostgreSQL: see _page_loads
+    # The people rows reuse the headline estimate; the one estimate left is the
+    # model_corrupted gaps' (model as the reference kind), which the headline has not.
+    assert [e.get("data_kind") for e in estimates] == [MODEL_KIND]
+    # ... and are what the diagnostics computed on their own say.
+    alone = study_diagnostics(session, study, ResultQuery(b=200, seed=2))
+    assert r.context["diagnostics"].model_dump_json() == alone.model_dump_json()
+
+
+def test_people_rows_that_count_other_judgments_are_estimated_on_their_own(
+    logged_in, session, connection, monkeypatch
+):
+    """A kind the study no longer lists counts in the headline figures (as "other") but
+    has no people row: the headline estimate is not theirs, so they make their own."""
+    study = diagnostic_study(session, "own", kinds=("data", "model", "random"), lengths=(5,))
+    item = session.scalars(
+        select(Item).where(Item.study_id == study.id, Item.kind == "random").limit(1)
+    ).one()
+    item.kind = "retired"
+    session.commit()
+    r, _, loads, estimates = _page_loads(
+        connection, monkeypatch, logged_in, f"/dashboard/studies/own/results?{Q}"
+    )
+    assert loads == [study.id] and len(estimates) == 1
+    assert "data_kind" not in estimates[0]
+    alone = study_diagnostics(session, study, ResultQuery(b=200, seed=2))
+    assert r.context["diagnostics"].model_dump_json() == alone.model_dump_json()
