@@ -12,11 +12,13 @@ from app.models.enums import (
     ShardStatus,
     SpecialTop1,
     StudyStatus,
+    StudyType,
     Task,
 )
 from app.models.hits import Hit, HitPosition
 from app.models.items import Item
 from app.models.precompute import PrecomputeJob, PrecomputeShard
+from app.models.ratings import Rating, StudyScore
 from app.models.studies import Study, StudyMember
 from app.models.users import ApiToken, User
 
@@ -38,12 +40,15 @@ __all__ = [
     "Judgment",
     "PrecomputeJob",
     "PrecomputeShard",
+    "Rating",
     "ReviewStatus",
     "ShardStatus",
     "SpecialTop1",
     "Study",
     "StudyMember",
+    "StudyScore",
     "StudyStatus",
+    "StudyType",
     "Task",
     "User",
     "utcnow",

@@ -20,6 +20,13 @@ class Task(StrEnum):
     seq2seq = "seq2seq"
 
 
+class StudyType(StrEnum):
+    """What people do in a study (DESIGN.md §1 and "Second protocol")."""
+
+    nextword = "nextword"  # pick the most plausible next word: CGD, EB-C
+    ratings = "ratings"  # rate continuations for quality, then consistency: EB-M
+
+
 class StudyStatus(StrEnum):
     draft = "draft"  # configured, nothing computed
     precomputing = "precomputing"

@@ -50,4 +50,7 @@ class Item(Base):
     #  "reference_model", "method", "exact" (P_D's word search), "special_top1" and
     #  "special_mass" (P_D's special tokens: recorded, never a reason to skip)}.
     reference: Mapped[dict[str, Any] | None]
+    # Ratings studies: the model's continuation of prompt + prefix (l_gen words, space-joined);
+    # such items have no choices ([]).
+    continuation: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

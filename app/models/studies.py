@@ -9,7 +9,7 @@ from sqlalchemy import BigInteger, ForeignKey, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.models.base import Base, utcnow
-from app.models.enums import SpecialTop1, StudyStatus, Task, str_enum
+from app.models.enums import SpecialTop1, StudyStatus, StudyType, Task, str_enum
 
 
 class Study(Base):
@@ -27,6 +27,9 @@ class Study(Base):
     title: Mapped[str] = mapped_column(String(255))
     description: Mapped[str] = mapped_column(Text, default="")
     task: Mapped[Task] = mapped_column(str_enum(Task))
+    study_type: Mapped[StudyType] = mapped_column(
+        str_enum(StudyType), default=StudyType.nextword, server_default=StudyType.nextword.value
+    )
     status: Mapped[StudyStatus] = mapped_column(str_enum(StudyStatus), default=StudyStatus.draft)
 
     # What is measured.
@@ -39,6 +42,9 @@ class Study(Base):
     # Synthetic EB-C: a second model as P_D (`ReferenceSection`: model, revision,
     # data_prefixes); {} or NULL (studies made before it existed): none.
     reference: Mapped[dict[str, Any] | None]
+    # Ratings studies (`RatingsSection`: continuation length, sampling, scale); {} or NULL
+    # for next-word studies.
+    ratings: Mapped[dict[str, Any] | None]
 
     # How items are made.
     prefix_lengths: Mapped[list[Any]]  # e.g. [10, 20, 30]

@@ -24,7 +24,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from app.models.enums import SpecialTop1, Task
+from app.models.enums import SpecialTop1, StudyType, Task
 from app.validation import INT32_MAX, Line, Text
 
 # Strings as long as their columns (app/models/studies.py) or, for JSON settings, as long
@@ -123,6 +123,28 @@ class ReferenceSection(_Section):
     data_prefixes: Literal["dataset", "reference"] = Field(
         "dataset", description="data prefixes from the dataset, or sampled from the reference"
     )
+
+
+class RatingsSection(_Section):
+    """Ratings studies (`type = "ratings"`, the later paper's second protocol): the model
+    continues prompt + prefix by `continuation_words` words (l_gen), people rate each
+    continuation's quality, then its consistency with the revealed context, on 0 to
+    `scale_max` in steps of `step`; `hits.replicas` ratings per pair (the paper: 5).
+    """
+
+    continuation_words: int = Field(20, ge=1, le=200, description="l_gen: words per continuation")
+    continuation_top_k: int | None = Field(
+        None, ge=1, le=10_000_000, description="continuation sampling top-k; None: ancestral"
+    )
+    scale_max: int = Field(5, ge=1, le=10, description="ratings run from 0 to this")
+    step: float = Field(0.5, description="half points (0.5) or whole points (1)")
+
+    @field_validator("step")
+    @classmethod
+    def _half_or_whole(cls, step: float) -> float:
+        if step not in (0.5, 1.0):
+            raise ValueError("the rating step is 0.5 (half points) or 1 (whole points)")
+        return step
 
 
 class DatasetSection(_Section):
@@ -257,6 +279,9 @@ class StudyConfig(_Section):
     title: Short = Field(min_length=1)
     description: Text(20_000) = ""
     task: Task = Task.lm
+    type: StudyType = Field(
+        StudyType.nextword, description="nextword (EB-C) or ratings of continuations (EB-M)"
+    )
     model: ModelSection
     dataset: DatasetSection
     reference: ReferenceSection = Field(default_factory=ReferenceSection)
@@ -273,6 +298,7 @@ class StudyConfig(_Section):
     exclusions: ExclusionSection = Field(default_factory=ExclusionSection)
     payment: PaymentSection = Field(default_factory=PaymentSection)
     channels: ChannelSection = Field(default_factory=ChannelSection)
+    ratings: RatingsSection = Field(default_factory=RatingsSection)
 
     @model_validator(mode="before")
     @classmethod
@@ -334,6 +360,11 @@ class StudyConfig(_Section):
                     f"{lm_only}: the prefix of another row's reference is a translation "
                     "diagnostic (task = 'seq2seq')"
                 )
+        if self.type is StudyType.ratings:
+            if self.task is not Task.lm:
+                raise ValueError("ratings of continuations are for language models (task = 'lm')")
+            if self.reference.model:
+                raise ValueError("a ratings study has no reference model (synthetic EB-C)")
         if self.reference.data_prefixes == "reference" and not self.reference.model:
             raise ValueError("reference.data_prefixes = 'reference' needs reference.model")
         return self
@@ -390,6 +421,7 @@ STUDY_COLUMNS = (
     Column("title", "title"),
     Column("description", "description"),
     Column("task", "task"),
+    Column("study_type", "type"),
     Column("model_name", "model.name"),
     Column("model_revision", "model.revision"),
     Column("tokenizer_name", "model.tokenizer"),
@@ -422,6 +454,8 @@ STUDY_COLUMNS = (
     ),
     Column("exclusions", "exclusions", _dump),
     Column("channels", "channels", _dump),
+    # Stored before ratings studies existed: NULL, the defaults.
+    Column("ratings", "ratings", _dump, lambda stored: stored or {}),
     Column("reward_cents", "payment.reward_cents"),
     Column("platform_fee", "payment.platform_fee"),
 )

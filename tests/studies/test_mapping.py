@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from app.models import Study
 from app.studies.schemas import (
     SETTINGS,
@@ -85,6 +87,17 @@ SEQ2SEQ = StudyConfig(
     prefix_lengths=[5],
     items_per_cell=10,
 )
+RATINGS = StudyConfig(
+    slug="rate",
+    title="Ratings of continuations",
+    type="ratings",
+    model={"name": "m"},
+    dataset={"path": "d.txt"},
+    prefix_lengths=[20, 40],
+    prompt_words=20,
+    items_per_cell=50,
+    ratings={"continuation_words": 30, "continuation_top_k": 40, "scale_max": 4, "step": 1},
+)
 # Columns that are the study's state, not its settings.
 STATE = {"id", "status", "dataset_sha256", "created_by_id", "created_at", "updated_at", "closed_at"}
 
@@ -94,8 +107,8 @@ def test_the_examples_move_every_setting():
     for name, info in SETTINGS.items():
         if not info.is_required():
             default = info.get_default(call_default_factory=True)
-            moved = [c for c in (FULL, SEQ2SEQ) if setting(c, name) != default]
-            assert moved, f"set {name} away from its default in FULL or SEQ2SEQ"
+            moved = [c for c in (FULL, SEQ2SEQ, RATINGS) if setting(c, name) != default]
+            assert moved, f"set {name} away from its default in FULL, SEQ2SEQ or RATINGS"
 
 
 def test_every_column_of_the_table_is_a_setting_or_the_studys_state():
@@ -106,7 +119,7 @@ def test_every_column_of_the_table_is_a_setting_or_the_studys_state():
 
 
 def test_every_setting_survives_the_table(session):
-    for config in (FULL, SEQ2SEQ):
+    for config in (FULL, SEQ2SEQ, RATINGS):
         study = create_study(session, config)
         session.commit()
         session.expire_all()  # read back from the database, JSON columns included
@@ -161,3 +174,16 @@ def test_worker_settings_in_the_workers_names():
         "max_word_tokens": 16,
         "special_policy": "skip",
     }
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"task": "seq2seq", "dataset": {"path": "d.jsonl", "format": "jsonl"}}, "language models"),
+        ({"reference": {"model": "pd"}}, "no reference model"),
+    ],
+)
+def test_a_ratings_study_refuses_what_it_cannot_do(extra, message):
+    raw = {**RATINGS.model_dump(), **extra}
+    with pytest.raises(ValueError, match=message):
+        StudyConfig.model_validate(raw)
