@@ -67,7 +67,7 @@ audit: install-dev
 	.ci/audit
 
 test: install-dev pg-up browser lint audit wheel-check
-	$(BIN)/python -m pytest --db=all
+	$(BIN)/python -m pytest --db=all --durations=25
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache

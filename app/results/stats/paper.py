@@ -78,12 +78,14 @@ def paper_comparable(
 
 
 def _figure(name: str, length: int, kind: int, v: np.ndarray, ddof: int) -> PaperFigure:
+    # A part whose CGD(data) is 0 has no EB-C (inf or NaN): then neither has the mean ± std.
+    defined = v.size > 0 and bool(np.isfinite(v).all())
     return PaperFigure(
         label=PAPER_LABEL,
         name=name,
         length=length,
         kind=kind,
-        mean=float(v.mean()),
-        std=float(v.std(ddof=ddof)),
+        mean=float(v.mean()) if defined else float("nan"),
+        std=float(v.std(ddof=ddof)) if defined and v.size > ddof else float("nan"),
         parts=v.tolist(),
     )
