@@ -49,8 +49,14 @@ def _record(session: Session, by: Actor | None, action: str, a: Annotator, **det
 
 
 def invite_link(base_url: str, secret_key: str, annotator: Annotator) -> str | None:
-    """The annotator's link (local annotators only; crowd workers come through their site)."""
-    if annotator.channel is not Channel.local or annotator.invite_nonce is None:
+    """The annotator's link (local annotators only; crowd workers come through their site).
+    A simulated annotator's link is its simulator's alone (`app.simulate.http`), never
+    shown or exported: whoever followed it would work as a simulated crowd."""
+    if (
+        annotator.channel is not Channel.local
+        or annotator.invite_nonce is None
+        or annotator.simulated
+    ):
         return None
     return f"{base_url.rstrip('/')}/a/{invite_token(secret_key, annotator)}"
 
@@ -74,8 +80,11 @@ def revoke_invite(session: Session, annotator: Annotator, *, by: Actor | None = 
 
 def reissue_invite(session: Session, annotator: Annotator, *, by: Actor | None = None) -> None:
     """A new link for the same annotator (their work so far stays theirs); the old link,
-    revoked or not, stops working."""
+    revoked or not, stops working. Not for a simulated annotator, whose link dies with
+    its run."""
     _local(annotator)
+    if annotator.simulated:
+        raise AnnotationError("A simulated annotator's link is not given to anyone.", 409)
     annotator.invite_nonce = secrets.token_urlsafe(16)
     annotator.revoked_at = None
     session.flush()
@@ -122,10 +131,15 @@ def export_links(
 
 
 def local_annotators(session: Session, study: Study) -> list[Annotator]:
+    """The study's invited lab members (a simulated crowd's annotators are not)."""
     return list(
         session.scalars(
             select(Annotator)
-            .where(Annotator.study_id == study.id, Annotator.channel == Channel.local)
+            .where(
+                Annotator.study_id == study.id,
+                Annotator.channel == Channel.local,
+                Annotator.simulated.is_(False),
+            )
             .order_by(Annotator.id)
         )
     )

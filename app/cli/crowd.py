@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from app.annotation.admin import MAX_BATCH
 from app.audit.service import CLI
 from app.cli.common import command_engine, fail, load_settings
 
@@ -107,7 +108,10 @@ def publish(
         int,
         typer.Option(
             help="local: then create this many invited annotators and print their links "
-            "(as `ebc annotators invite`)"
+            "(as `ebc annotators invite`)",
+            # Checked before anything is published, not after.
+            min=0,
+            max=MAX_BATCH,
         ),
     ] = 0,
     yes: Yes = False,

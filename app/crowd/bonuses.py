@@ -104,21 +104,26 @@ def bonus_plan(
     """The preview of `amount_cents` on each of `assignments` (our public ids): each
     bonus's number and the platform's fee on it (per payment, as the platform rounds).
 
-    Every assignment must be work of the posting confirmed by the platform (else 4xx,
-    here rather than at pay time): MTurk work a sync confirmed, a panel submission a sync
-    listed. Bonuses are numbered as the ledger numbers them (`ledger.bonuses_counted`):
-    per assignment on MTurk and locally, per participant on a panel, where the assignments of one
-    participant share a submission and a bonus; there, several assignments of one
-    participant make one bonus line.
+    Every assignment must be work of the posting confirmed by the platform (MTurk work a
+    sync confirmed, a panel submission a sync listed), and none a simulated annotator's:
+    else 4xx, here rather than at pay time. Bonuses are numbered as the ledger numbers
+    them (`ledger.bonuses_counted`): per assignment on MTurk and locally, per participant
+    on a panel, where the assignments of one participant share a submission and a bonus;
+    there, several assignments of one participant make one bonus line.
     """
     wanted = list(dict.fromkeys(assignments))
     reason = check_bonus(amount_cents, reason, len(wanted))
     posting = require_posting(session, study, provider)
     work = work_of(study.id, posting.provider, posting.environment)
     rows = {
-        a.public_id: (a, worker, bool(own))
-        for a, worker, own in session.execute(
-            select(Assignment, Annotator.external_id, case((work.own, True), else_=False))
+        a.public_id: (a, worker, bool(own), simulated)
+        for a, worker, own, simulated in session.execute(
+            select(
+                Assignment,
+                Annotator.external_id,
+                case((work.own, True), else_=False),
+                Annotator.simulated,
+            )
             .join(Annotator, Annotator.id == Assignment.annotator_id)
             .join(Hit, Hit.id == Assignment.hit_id)
             .where(
@@ -139,7 +144,11 @@ def bonus_plan(
             raise CrowdServiceError(
                 f"no {provider.name} assignment {public_id!r} in study {study.slug!r}", 404
             )
-        a, worker, own = found
+        a, worker, own, simulated = found
+        if simulated:
+            raise CrowdServiceError(
+                f"assignment {public_id} is a simulated annotator's: nobody to pay", 409
+            )
         platform_id = platform_ref(provider.name, a)
         if a.status is not AssignmentStatus.submitted or not platform_id:
             raise CrowdServiceError(f"assignment {public_id} is not a submitted one", 409)

@@ -114,6 +114,10 @@ def _target(
         annotator.channel is not CHANNEL_OF[posting.provider] or not annotator.external_id
     ):
         raise CrowdServiceError(f"this annotator did not come through {posting.provider}", 409)
+    if annotator is not None and annotator.simulated:
+        # A simulated crowd (`ebc simulate-http`, the demo's) works through invite links
+        # but is nobody to review, pay or block on a channel.
+        raise CrowdServiceError("this annotator is simulated: nothing to review or pay", 409)
     return _Target(assignment, annotator)
 
 

@@ -12,15 +12,16 @@ off-platform. So every call maps to bookkeeping that the crowd services already 
   the Annotators page makes them too): publishing makes none by itself, since a lab
   usually has its people invited already;
 - **sync** lists the study's submitted work of invited annotators on the posting's HITs
-  (read from our store) as submissions, so the sync claims it for the posting and the
-  payment state of each assignment is tracked as on a platform ("to review" after a sync);
+  (read from our store; never a simulated crowd's, which nobody reviews or pays) as
+  submissions, so the sync claims it for the posting and the payment state of each
+  assignment is tracked as on a platform ("to review" after a sync);
 - **approve, reject, bonus** do nothing here: the ledger (`crowd_calls`) records each
   call once, with its audit entry, and the review or bonus on the assignment;
 - **block, unblock**: the ledger applies our own block (`annotation.admin.block`), which
   stops the annotator's future work;
 - **expire**: the ledger closes the posting; an invite link then takes no new work
   (`annotation.leases`), a lease already held can still be handed in; publishing again
-  reopens it;
+  reopens it, its units too (so it can be expired again);
 - **estimate**: the rewards (reward x assignments), no platform fee; **balance**: None,
   shown as "not applicable".
 
@@ -88,7 +89,8 @@ class LocalProvider:
         self, external_id: str, unit_external_ids: Sequence[str]
     ) -> Iterator[PlatformSubmission]:
         """Every submitted assignment of an invited annotator on a unit of the posting,
-        with our review of it (none yet: "Submitted")."""
+        with our review of it (none yet: "Submitted"). A simulated annotator's work
+        (`annotators.simulated`) is never listed: there is nobody to review or pay."""
         units = set(unit_external_ids)
         with unit_of_work(self._sessions) as session:
             rows = session.execute(
@@ -100,6 +102,7 @@ class LocalProvider:
                     CrowdPosting.provider == self.name,
                     CrowdPosting.external_id == external_id,
                     Annotator.channel == Channel.local,
+                    Annotator.simulated.is_(False),  # nobody to review or pay
                     Assignment.status == AssignmentStatus.submitted,
                 )
                 .order_by(Assignment.id)

@@ -105,6 +105,7 @@ def crowd_overview(
         .where(
             Hit.study_id == study.id,
             Annotator.channel == CHANNEL_OF[provider],
+            Annotator.simulated.is_(False),  # no sync ever claims it: not payable
             Assignment.status == AssignmentStatus.submitted,
             work.shown,
         )

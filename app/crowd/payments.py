@@ -292,7 +292,8 @@ def review_plan(
 
     Work the platform has not confirmed for this posting yet (MTurk: `unverified`; a panel
     submission no sync listed; work no posting claims yet) is counted as `unconfirmed`;
-    flagged submissions we never stored are listed apart (`flagged`).
+    flagged submissions we never stored are listed apart (`flagged`). A simulated
+    annotator's work is never in it (nobody to pay).
 
     With `apply_exclusions`, assignments of annotators that the study's pre-declared
     rules drop whole are to be rejected: `blocked` (blocked with their past work
@@ -309,6 +310,7 @@ def review_plan(
         .where(
             Hit.study_id == study.id,
             Annotator.channel == CHANNEL_OF[posting.provider],
+            Annotator.simulated.is_(False),  # a simulated crowd is never reviewed or paid
             Assignment.status == AssignmentStatus.submitted,
             ref_column(posting.provider).is_not(None),
             (Assignment.review_status.is_(None))

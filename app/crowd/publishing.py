@@ -32,6 +32,7 @@ from app.crowd.claims import (
     writing,
 )
 from app.crowd.common import (
+    LOCAL,
     PublishOptions,
     RateLimiter,
     SessionFactory,
@@ -286,6 +287,7 @@ def publish(
                 "that stopped: publish again later to finish them)"
             )
         if report.pending == 0:
+            report.total += _reopen_local(session, posting)
             posting.status = "published"
             posting.published_at = posting.published_at or utcnow()
             posting.error = None
@@ -304,6 +306,23 @@ def publish(
             pending=report.pending,
         )
     return report
+
+
+def _reopen_local(session: Session, posting: CrowdPosting) -> int:
+    """Publishing a local posting again reopens it (its invite links take new work):
+    its expired units are published again with it, so that a later expiry finds them
+    live (`payments.expire` expires published units) and the Crowd page counts them
+    open. How many were reopened. A platform's expired HITs stay expired: reopening
+    them would be a platform call."""
+    if posting.provider != LOCAL:
+        return 0
+    rows = session.scalars(
+        select(CrowdHit).where(CrowdHit.posting_id == posting.id, CrowdHit.status == "expired")
+    ).all()
+    for row in rows:
+        row.status = "published"
+    session.flush()
+    return len(rows)
 
 
 def _prepare(

@@ -1,7 +1,7 @@
 """A simulated crowd over HTTP, against a running server, through the annotators' own paths.
 
 Each simulated annotator is made through the researcher's invite service (marked
-``simulated``, labelled ``simulated-<n>``), follows its invite link, and takes HITs as a
+``simulated``, labelled ``simulated-<n>``, its id), follows its invite link, and takes HITs as a
 person does: ``GET /a/{token}`` (which claims or resumes a lease), reads the HIT form from
 the HTML (its action, hidden fields, and each position's shown words in screen order),
 chooses, and posts the form as a browser without JavaScript does, with a time per item in
@@ -9,7 +9,8 @@ chooses, and posts the form as a browser without JavaScript does, with a time pe
 activity is spent (:class:`app.simulate.crowd.Heterogeneity`: the simulator never applies
 the cap itself, so the server's cap is what stops a busy annotator), the server says it
 has reached the cap, or there is no work left. Leases, caps, the page, the submission code
-and the results are exactly those people go through.
+and the results are exactly those people go through. When the run ends (or fails), its
+annotators' invite links are revoked: nobody works as a simulated annotator afterwards.
 
 What an annotator sees comes from the page only; what P_D needs beyond it (the model's
 rank of a shown word, an item's kind, ``items.reference``) comes from the simulator's
@@ -40,10 +41,10 @@ from dataclasses import dataclass, field, replace
 
 import httpx
 import numpy as np
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.annotation.admin import invite
+from app.annotation.admin import invite, revoke_invite
 from app.annotation.identities import invite_token
 from app.audit.service import CLI
 from app.db import begin_write, unit_of_work
@@ -169,14 +170,12 @@ class Recruit:
 
 def simulated_annotator(session: Session, study: Study, secret_key: str) -> Recruit:
     """A new simulated annotator of `study`, made by the researcher's invite service (and
-    audited as the CLI's), marked simulated and labelled ``simulated-<n>``. Flushes."""
-    n = session.scalar(
-        select(func.count(Annotator.id)).where(
-            Annotator.study_id == study.id, Annotator.simulated.is_(True)
-        )
-    )
-    (made,) = invite(session, study, 1, f"simulated-{int(n or 0) + 1}", by=CLI)
+    audited as the CLI's), marked simulated and labelled ``simulated-<n>``, `n` its
+    annotator id: unique even when two runs recruit at once (a count of those made
+    before is not, under PostgreSQL's read committed). Flushes."""
+    (made,) = invite(session, study, 1, "simulated", by=CLI)
     made.simulated = True
+    made.label = f"simulated-{made.id}"
     session.flush()
     return Recruit(made.id, made.label or "", f"/a/{invite_token(secret_key, made)}")
 
@@ -234,6 +233,7 @@ class HttpCrowd:
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.next_ordinal = 0
+        self.recruited: list[int] = []  # annotator ids, whose links die with the run
         self.run = HttpRun(self.view.slug, self.crowd.describe(), self.judge.describe())
 
     def go(self) -> HttpRun:
@@ -244,13 +244,31 @@ class HttpCrowd:
                 f"study {self.view.slug!r} is {status.value}, not collecting: open it first"
             )
         started = time.perf_counter()
-        with ThreadPoolExecutor(max(1, self.parallel)) as pool:
-            for f in [pool.submit(self._recruit_loop) for _ in range(max(1, self.parallel))]:
-                f.result()
+        try:
+            with ThreadPoolExecutor(max(1, self.parallel)) as pool:
+                for f in [pool.submit(self._recruit_loop) for _ in range(max(1, self.parallel))]:
+                    f.result()
+        finally:
+            self._close_links()
         self.run.seconds = time.perf_counter() - started
         self.run.answers.sort(key=lambda x: (x.annotator_id, x.assignment, x.position))
         self.run.annotators.sort(key=lambda r: r.annotator_id)
         return self.run
+
+    def _close_links(self) -> None:
+        """The run is over (or failed): its annotators' invite links stop working, through
+        the researcher's revoke service (audited as the CLI's), so that nobody works as a
+        simulated annotator afterwards. Their judgments are kept."""
+        if not self.recruited:
+            return
+        with unit_of_work(self.make_session) as session:
+            begin_write(session)
+            for annotator in session.scalars(
+                select(Annotator)
+                .where(Annotator.id.in_(self.recruited), Annotator.invite_nonce.is_not(None))
+                .order_by(Annotator.id)
+            ):
+                revoke_invite(session, annotator, by=CLI)
 
     def _recruit_loop(self) -> None:
         with httpx.Client(
@@ -266,6 +284,7 @@ class HttpCrowd:
                         begin_write(session)  # SQLite: a writer from the start, as the server
                         study = session.get(Study, self.study_id)
                         who = simulated_annotator(session, study, self.secret_key)
+                    self.recruited.append(who.annotator_id)
                 try:
                     worked = self._annotate(
                         client, who, np.random.default_rng([self.seed, ordinal])

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 from sqlalchemy import select
@@ -16,11 +17,12 @@ from sqlalchemy import select
 from app.cli.server import background_server
 from app.db import build_engine, make_sessionmaker
 from app.migrate import upgrade
-from app.models import Annotator, Assignment, AssignmentStatus, Judgment, Study
+from app.models import Annotator, Assignment, AssignmentStatus, AuditEvent, Judgment, Study
 from app.results.queries import kind_codes
 from app.results.schemas import ResultQuery
 from app.results.service import study_results
 from app.results.stats import estimate_ebc
+from app.simulate import http
 from app.simulate.crowd import Crowd, Heterogeneity
 from app.simulate.http import run_http_crowd
 from app.simulate.judges import GodView, StandInJudge
@@ -111,9 +113,7 @@ def test_every_acknowledged_answer_is_stored_once_and_the_results_match_the_reco
         (a.annotator_id, a.label) for a in run.annotators
     }
     assert all(sim for *_, sim in people)
-    assert sorted(label for _, label, _ in people) == sorted(
-        f"simulated-{n}" for n in range(1, len(people) + 1)
-    )
+    assert all(label == f"simulated-{i}" for i, label, _ in people)  # apart, whoever runs
 
     # The service's results (from the judgments table) equal estimate_ebc on the record.
     query = ResultQuery(b=400, exclusions="off", seed=7)
@@ -139,12 +139,33 @@ def test_every_acknowledged_answer_is_stored_once_and_the_results_match_the_reco
     assert res.simulated_label == "includes 80 judgments from a simulated crowd"
 
 
-def test_a_budget_leaves_work_and_a_second_run_finishes_it(live):
+def test_a_budget_leaves_work_and_a_second_run_finishes_it(live, monkeypatch):
     base, sm, study_id, settings = live
     crowd = Crowd.parse("oracle", Heterogeneity(activity_min=1.0))
     judge = StandInJudge.calibrated(GodView(sm, study_id).study(), crowd, true_ebc=1.0)
+    paths, made_by_run = [], http.simulated_annotator
+
+    def recruit(*args):  # the run's own recruiting, its links noted on the way
+        made = made_by_run(*args)
+        paths.append(made.path)
+        return made
+
+    monkeypatch.setattr(http, "simulated_annotator", recruit)
     first = run_http_crowd(base, sm, study_id, settings.secret_key, crowd, judge, max_hits=5)
     assert first.hits == 5 and GodView(sm, study_id).open_slots() == 3
+    # The run is over: its links no longer work, though work is left; the judgments stay.
+    assert len(paths) == len(first.annotators) > 0
+    for path in paths:
+        dead = httpx.get(f"{base}{path}")
+        assert dead.status_code == 404 and "This link is no longer valid" in dead.text
+    with sm() as session:
+        ours = session.scalars(select(Annotator).where(Annotator.study_id == study_id)).all()
+        revoked = session.scalars(
+            select(AuditEvent).where(AuditEvent.action == "invite_revoked")
+        ).all()
+    assert all(a.invite_nonce is None and a.revoked_at is not None for a in ours)
+    assert len(revoked) == len(ours) and {e.detail["by"] for e in revoked} == {"cli"}
+    monkeypatch.undo()
     # Through the command, as a user runs it: the rest of the work, then nobody finds any.
     env = {**os.environ, "EBC_ENV": "test", "DATABASE_URL": settings.database_url}
     out = subprocess.run(
@@ -156,6 +177,11 @@ def test_a_budget_leaves_work_and_a_second_run_finishes_it(live):
     assert "no_work" in out.stdout and "true EB-C (sampler) l=10: 1.1" in out.stdout
     assert GodView(sm, study_id).open_slots() == 0
     assert len(_stored(sm, study_id)) == 8 * 11
+    with sm() as session:
+        live_links = session.scalars(
+            select(Annotator.id).where(Annotator.invite_nonce.is_not(None))
+        ).all()
+    assert live_links == []  # the command's run closed its links too
     bad = subprocess.run(
         [EBC, "simulate-http", "h", base, "--crowd", "lazy"],
         capture_output=True, text=True, env=env, timeout=60,
