@@ -16,8 +16,10 @@ it, by that channel's own fee rules in `app.crowd` (`mturk.price`, `prolific.pri
 `app.crowd.postings.price_groups` prices a study's HITs. Nothing is stored and no
 platform is asked: no network.
 
-`Limits` bound a request's work: the page allows R <= 50 and R x judgments <= 1.5 million
-(a few seconds on two cores) and uses B = 2,000 draws; the CLI has no limit.
+`Limits` bound a request's work: the page allows R <= 50 and R x the estimated work of a
+replication (`app.simulate.workload`: judgments, and bootstrap draws x annotators x
+ratios) <= 4 s, uses B = 2,000 draws, and stops between replications once 5 s have
+passed, reporting those done (`Preview.stopped`); the CLI has no limit.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from app.simulate.study import (
     stand_in_for,
     summarise,
 )
+from app.simulate.workload import Workload
 from app.validation import INT32_MAX, BadInput, Line, check_text
 
 CHANNELS = ("mturk", "prolific", "local")
@@ -76,15 +79,18 @@ class PreviewOptions(BaseModel):
 
 @dataclass(frozen=True)
 class Limits:
-    """The most work one call may do: replications, replications x judgments per study
-    (the simulation's cost grows with both), and the bootstrap draws it uses."""
+    """The most work one call may do: replications; replications x the estimated work of
+    one (`max_work`, nanoseconds: `app.simulate.workload.Workload`); the bootstrap
+    draws it uses; and `seconds`, a wall-clock budget checked between replications (past
+    it, the figures are over the replications done so far)."""
 
     max_replications: int | None = None
-    max_work: int | None = None
+    max_work: float | None = None
     b: int | None = None
+    seconds: float | None = None
 
 
-PAGE_LIMITS = Limits(max_replications=50, max_work=1_500_000, b=2_000)
+PAGE_LIMITS = Limits(max_replications=50, max_work=4e9, b=2_000, seconds=5.0)
 NO_LIMITS = Limits()
 
 
@@ -240,6 +246,8 @@ class Preview:
     summary: SimulationSummary
     assumptions: tuple[str, ...]
     seconds: float
+    workload: Workload
+    stopped: str | None = None  # why fewer than the R asked were done
 
     def row(self, variant: str, length: int) -> PreviewRow:
         return next(x for x in self.rows if x.variant == variant and x.length == length)
@@ -264,7 +272,8 @@ def simulate_before_paying(
     except ValueError as exc:
         raise PreviewError(f"study {study.slug!r}: {exc}") from None
     size = DesignSize.of(design)
-    _check_limits(options.replications, size, limits)
+    workload = Workload.of(design, size.judgments, size.assignments, crowd.hetero, options.b)
+    _check_limits(options.replications, workload, limits)
     target = PlanTarget(target_ebc=options.target_ebc)
     truth_field = "target_ebc" if options.true_ebc is None else "true_ebc"
     try:
@@ -282,7 +291,16 @@ def simulate_before_paying(
         seed=options.seed,
         b=options.b,
         level=level,
+        deadline=None if limits.seconds is None else time.monotonic() + limits.seconds,
     )
+    stopped = None
+    if len(reps) < options.replications:
+        stopped = (
+            f"Stopped after {len(reps)} of the {options.replications} replications asked: "
+            f"the time budget here ({limits.seconds:g} s) ran out, so every figure is over "
+            f"the {len(reps)} done so far (as the first {len(reps)} of a full run give them). "
+            f"`ebc simulate STUDY --replications {options.replications}` has no limit."
+        )
     summary = summarise(design, stand_in, crowd, reps, alpha=target.alpha, level=level)
     rows = []
     for s in summary.rows:
@@ -320,30 +338,33 @@ def simulate_before_paying(
         summary=summary,
         assumptions=_assumptions(options, crowd, summary, design, rejection),
         seconds=time.perf_counter() - started,
+        workload=workload,
+        stopped=stopped,
     )
 
 
-def max_replications(size: DesignSize, limits: Limits) -> int | None:
-    """The most replications `limits` allow for a design of `size` (None: no bound)."""
+def max_replications(work: Workload, limits: Limits) -> int | None:
+    """The most replications `limits` allow for a design whose replication is `work`
+    (None: no bound)."""
     bounds = [x for x in (limits.max_replications,) if x is not None]
     if limits.max_work is not None:
-        bounds.append(limits.max_work // max(size.judgments, 1))
+        bounds.append(math.floor(limits.max_work / max(work.ns, 1.0)))
     return min(bounds) if bounds else None
 
 
-def _check_limits(replications: int, size: DesignSize, limits: Limits) -> None:
-    most = max_replications(size, limits)
+def _check_limits(replications: int, work: Workload, limits: Limits) -> None:
+    most = max_replications(work, limits)
     if most is None or replications <= most:
         return
     if most < 1:
         raise PreviewError(
-            f"this design needs {size.judgments:,} judgments per simulated study, too many to "
-            "simulate here: run `ebc simulate STUDY` (no limit)",
+            f"one simulated study of this design is {work.describe()}: too much to "
+            "simulate here; run `ebc simulate STUDY` (no limit)",
             "replications",
         )
     raise PreviewError(
-        f"at most {most} replications here for this design ({size.judgments:,} judgments "
-        "per simulated study); `ebc simulate STUDY --replications R` has no limit",
+        f"at most {most} replications here for this design (one simulated study is "
+        f"{work.describe()}); `ebc simulate STUDY --replications R` has no limit",
         "replications",
     )
 

@@ -22,9 +22,9 @@ Seeded and deterministic: replication ``r`` of seed ``s`` draws from
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,41 +118,82 @@ def _assign(
     hetero: Heterogeneity,
     hit_length: np.ndarray,
     replicas: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, int]:
     """Annotators take the assignments (HIT replica slots): each wants a heavy-tailed
     number of HITs, at most the cap (and, with a cell share, at most that share of a
     length's HITs: each HIT holds the same number of a cell's items), never one HIT twice.
-    Returns ``(annotator, hit)`` per assignment."""
+    Returns ``(annotator, hit)`` per assignment and the number of slots looked at.
+
+    The slots wait in one queue, replica round after round, each round shuffled; an
+    annotator takes, in queue order, each slot it may (its length under the annotator's
+    share, a HIT it has not done) until it has what it wants. So that this stays linear
+    when the share is small (a scan of the whole queue per annotator is quadratic), each
+    length keeps its own queue, a linked list of queue positions, and a heap merges their
+    heads: a length at the annotator's share leaves the heap until the next annotator,
+    and only a slot of a HIT the annotator has done (at most ``replicas - 1`` per HIT it
+    took) is passed over. The order taken is the single queue's."""
     rounds = [rng.permutation(np.flatnonzero(replicas > r)) for r in range(int(replicas.max()))]
-    pending = deque(int(x) for x in np.concatenate(rounds))
+    queue = np.concatenate(rounds)  # queue position -> HIT
     per_length_cap = design.cap
     if design.max_cell_share:
         per_length_cap = max(1, math.floor(design.max_cell_share * design.hits_per_length))
+    # Per length, a linked list of its queue positions (-1: none).
+    lengths = hit_length[queue]
+    by_length = np.argsort(lengths, kind="stable")
+    same = lengths[by_length[1:]] == lengths[by_length[:-1]]
+    nxt_a, prv_a = np.full(queue.size, -1), np.full(queue.size, -1)
+    nxt_a[by_length[:-1][same]] = by_length[1:][same]
+    prv_a[by_length[1:][same]] = by_length[:-1][same]
+    starts = by_length[np.flatnonzero(np.r_[True, ~same])]
+    first = dict(zip(lengths[starts].tolist(), starts.tolist(), strict=True))
+    order, nxt, prv = queue.tolist(), nxt_a.tolist(), prv_a.tolist()
+    # (head position, length, version): an entry counts only at its length's version.
+    version = dict.fromkeys(first, 0)
+    heap = [(pos, ln, 0) for ln, pos in first.items()]
+    heapq.heapify(heap)
     annot: list[int] = []
     hits: list[int] = []
-    g = 0
-    while pending:
+    looked, left, g = 0, len(order), 0
+    while left:  # (stale entries may outlast the slots)
         want = min(
             design.cap, math.ceil(hetero.activity_min * (1.0 + rng.pareto(hetero.activity_tail)))
         )
         seen: set[int] = set()
         per_length: dict[int, int] = {}
-        skipped: list[int] = []
-        for _ in range(len(pending)):
-            if len(seen) >= want:
-                break
-            x = pending.popleft()
-            ln = int(hit_length[x])
-            if x in seen or per_length.get(ln, 0) >= per_length_cap:
-                skipped.append(x)
+        while heap and len(seen) < want:
+            pos, ln, ver = heapq.heappop(heap)
+            if ver != version[ln]:
                 continue
+            looked += 1
+            left -= 1
+            x = order[pos]
             seen.add(x)
             per_length[ln] = per_length.get(ln, 0) + 1
             annot.append(g)
             hits.append(x)
-        pending.extendleft(reversed(skipped))
+            after = nxt[pos]
+            # Unlink the slot taken.
+            if prv[pos] >= 0:
+                nxt[prv[pos]] = after
+            else:
+                first[ln] = after
+            if after >= 0:
+                prv[after] = prv[pos]
+            version[ln] += 1
+            if per_length[ln] >= per_length_cap:
+                continue
+            while after >= 0 and order[after] in seen:
+                looked += 1
+                after = nxt[after]
+            if after >= 0:
+                heapq.heappush(heap, (after, ln, version[ln]))
+        # The lengths this annotator touched wait again at their first slot.
+        for ln in per_length:
+            version[ln] += 1
+            if first[ln] >= 0:
+                heapq.heappush(heap, (first[ln], ln, version[ln]))
         g += 1
-    return np.array(annot, np.int64), np.array(hits, np.int64)
+    return np.array(annot, np.int64), np.array(hits, np.int64), looked
 
 
 def simulate_judgments(
@@ -178,7 +219,7 @@ def simulate_judgments(
     for li in range(n_len):
         chosen = rng.choice(n_per, size=n_overlap, replace=False) + li * n_per
         replicas[chosen] = max(design.overlap_replicas, design.replicas)
-    a_annot, a_hit = _assign(rng, design, hetero, hit_length, replicas)
+    a_annot, a_hit, _looked = _assign(rng, design, hetero, hit_length, replicas)
     n_annot = int(a_annot.max()) + 1
 
     annotator = np.repeat(a_annot, per_hit)
@@ -464,12 +505,17 @@ def replicate(
     seed: int = 0,
     b: int = 10_000,
     level: float = 0.95,
+    deadline: float | None = None,
 ) -> list[Replica]:
-    """Replications ``0 .. replications - 1`` of seed ``seed`` (module docstring)."""
-    return [
-        run_replication(design, crowd, stand_in, seed=seed, r=r, b=b, level=level)
-        for r in range(replications)
-    ]
+    """Replications ``0 .. replications - 1`` of seed ``seed`` (module docstring); with a
+    ``deadline`` (a ``time.monotonic()`` value), only those begun before it (at least
+    one): a replication is never cut, so those done are the same as without one."""
+    out: list[Replica] = []
+    for r in range(replications):
+        if out and deadline is not None and time.monotonic() >= deadline:
+            break
+        out.append(run_replication(design, crowd, stand_in, seed=seed, r=r, b=b, level=level))
+    return out
 
 
 def simulate_study(

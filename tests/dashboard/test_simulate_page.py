@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import html
+from contextlib import ExitStack
 from urllib.parse import urlencode
 
 import pytest
@@ -11,6 +13,8 @@ from sqlalchemy import select
 from app.crowd.local import NO_FEE
 from app.models import Base, StudyMember
 from app.simulate.preview import PAGE_LIMITS, PreviewOptions, simulate_before_paying
+from app.web import dashboard_simulate
+from app.web.dashboard_simulate import BUSY, MAX_RUNNING, RUNNING
 from tests.dashboard.conftest import _user, login
 from tests.hits.factory import make_study
 
@@ -115,3 +119,69 @@ def test_bad_input_re_renders_the_form_with_a_400(logged_in, session, query, fie
     assert "<script>alert(1)</script>" not in r.text  # shown escaped, never as markup
     assert 'aria-invalid="true"' in r.text
     assert _snapshot(session) == before
+
+
+LM_KINDS = [
+    "data",
+    "model",
+    "data_shuffled",
+    "random",
+    "data_corrupted@0.1",
+    "data_corrupted@0.3",
+    "model_corrupted@0.1",
+    "model_corrupted@0.3",
+]
+
+
+def test_a_design_too_big_for_the_page_is_refused_with_a_400(logged_in, session):
+    """100 lengths x 8 kinds with a cap of 1: few judgments but 800 cells, 701 ratios
+    bootstrapped over 200 annotators (~14 s a replication): refused before any work."""
+    study = _study(session)
+    study.prefix_lengths = list(range(5, 105))
+    study.kinds = LM_KINDS
+    study.hit_layout = {"mix": dict.fromkeys(LM_KINDS, 1), "attention": 1}
+    study.items_per_cell = 2
+    study.per_annotator_cap = 1
+    session.commit()
+    before = _snapshot(session)
+    r = logged_in.get("/dashboard/studies/sim1/simulate?replications=1")
+    assert r.status_code == 400 and r.template.name == "simulate.html"
+    message = r.context["sim_errors"]["replications"]
+    assert "1,800 judgments in 800 cells by about 200 annotators" in message
+    assert "too much to simulate here" in message and message in html.unescape(r.text)
+    assert r.context["sim"] is None and _snapshot(session) == before
+
+
+def test_past_the_page_s_time_budget_it_says_what_was_done(logged_in, session, monkeypatch):
+    """The page's wall-clock budget, set to nothing: one replication of the four asked,
+    said on the page."""
+    _study(session)
+    cut = dataclasses.replace(dashboard_simulate.PAGE_LIMITS, seconds=0.0)
+    monkeypatch.setattr(dashboard_simulate, "PAGE_LIMITS", cut)
+    r = logged_in.get("/dashboard/studies/sim1/simulate?replications=4&seed=1")
+    assert r.status_code == 200 and r.context["sim"].summary.replications == 1
+    page = html.unescape(r.text)
+    assert "Stopped after 1 of the 4 replications asked" in page
+    assert "1 simulated studies" in page and 'id="simulate-stopped"' in page
+
+
+def test_more_simulations_at_once_than_the_server_runs_get_a_429(logged_in, session):
+    """With every slot taken (as by requests still running) the next is refused at once
+    with a 429, Retry-After and a message, and nothing is simulated; once a slot is
+    free it runs."""
+    _study(session)
+    url = "/dashboard/studies/sim1/simulate?replications=2"
+    with ExitStack() as running:
+        held = [running.enter_context(RUNNING.take()) for _ in range(MAX_RUNNING)]
+        assert all(held)
+        with RUNNING.take() as free:
+            assert not free  # the slots are full: one more is refused, not queued
+        r = logged_in.get(url)
+        assert r.status_code == 429 and r.headers["Retry-After"] == "5"
+        assert r.template.name == "simulate.html" and r.context["sim"] is None
+        assert r.context["sim_errors"] == {"form": BUSY}
+        assert BUSY in html.unescape(r.text)
+        # Bad input is still a 400, whatever the load.
+        assert logged_in.get(url + "&seed=-1").status_code == 400
+    r = logged_in.get(url)
+    assert r.status_code == 200 and r.context["sim"].summary.replications == 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
 from app.results.stats import PlanTarget
@@ -21,7 +22,14 @@ from app.simulate.preview import (
     options_from_form,
     simulate_before_paying,
 )
-from app.simulate.study import Design, run_replication, simulate_study, stand_in_for
+from app.simulate.study import (
+    Design,
+    run_replication,
+    simulate_judgments,
+    simulate_study,
+    stand_in_for,
+)
+from app.simulate.workload import Workload, expected_annotators
 from tests.hits.factory import make_study
 
 WITH, WITHOUT = "with exclusions", "without exclusions"
@@ -149,27 +157,46 @@ def test_the_figures_are_summarise_s_on_the_same_seed(session, settings):
     assert any("EB-C 1.1 at every length;" in a for a in other.assumptions)
 
 
+def _workload(study, b=PAGE_LIMITS.b, crowd="sampler") -> Workload:
+    design = Design.from_study(study)
+    size = DesignSize.of(design)
+    return Workload.of(design, size.judgments, size.assignments, Crowd.parse(crowd).hetero, b)
+
+
+LM_KINDS = [
+    "data",
+    "model",
+    "data_shuffled",
+    "random",
+    "data_corrupted@0.1",
+    "data_corrupted@0.3",
+    "model_corrupted@0.1",
+    "model_corrupted@0.3",
+]
+
+
 def test_the_page_limits_the_work(session, settings):
     study = _study(session)
-    size = DesignSize.of(Design.from_study(study))
-    assert max_replications(size, PAGE_LIMITS) == 50  # 3,168 judgments: R is the bound
-    assert max_replications(size, Limits()) is None
+    work = _workload(study)
+    assert work.judgments == 3168 and work.cells == 4 and work.ratios == 3
+    assert max_replications(work, PAGE_LIMITS) == 50  # a small design: R is the bound
+    assert max_replications(work, Limits()) is None
     with pytest.raises(PreviewError) as caught:
         simulate_before_paying(study, settings, PreviewOptions(replications=51), limits=PAGE_LIMITS)
     assert "at most 50 replications here" in caught.value.errors["replications"]
-    # A bigger design: the judgments bound it (1.5 million / judgments per study).
+    # A bigger design: its estimated work bounds R.
     study.items_per_cell = 30_000
-    big = DesignSize.of(Design.from_study(study))
+    big = _workload(study)
     most = max_replications(big, PAGE_LIMITS)
-    assert most == 1_500_000 // big.judgments < 50
+    assert most == int(PAGE_LIMITS.max_work // big.ns) and 1 <= most < 50
     with pytest.raises(PreviewError) as caught:
         simulate_before_paying(
             study, settings, PreviewOptions(replications=most + 1), limits=PAGE_LIMITS
         )
     assert f"at most {most} replications" in caught.value.message
-    assert "ebc simulate" in caught.value.message
+    assert "ebc simulate" in caught.value.message and "judgments in 4 cells" in caught.value.message
     study.items_per_cell = 3_000_000  # not even one replication fits
-    with pytest.raises(PreviewError, match="too many to simulate here"):
+    with pytest.raises(PreviewError, match="too much to simulate here"):
         simulate_before_paying(study, settings, PreviewOptions(replications=1), limits=PAGE_LIMITS)
     # The page's B is its own, whatever the options say.
     study.items_per_cell = 60
@@ -177,6 +204,66 @@ def test_the_page_limits_the_work(session, settings):
         study, settings, PreviewOptions(replications=1), limits=PAGE_LIMITS
     )
     assert done.options.b == PAGE_LIMITS.b and any("B = 2,000" in a for a in done.assumptions)
+    assert done.stopped is None and done.summary.replications == 1
+
+
+def test_many_cells_are_work_however_few_the_judgments(session, settings):
+    """100 lengths x 8 kinds, 2 items per cell and a cap of 1: 1,800 judgments, which
+    R x judgments <= 1.5 million let through at R = 50, but each of the 200 annotators
+    is a cluster in 701 bootstrapped ratios (~14 s a replication): refused."""
+    study = _study(session, per_annotator_cap=1, items_per_cell=2, kinds=LM_KINDS)
+    study.prefix_lengths = list(range(5, 105))
+    study.hit_layout = {"mix": dict.fromkeys(LM_KINDS, 1), "attention": 1}
+    work = _workload(study)
+    assert (work.judgments, work.cells, work.ratios) == (1_800, 800, 701)
+    assert work.annotators == 200  # a cap of 1: one annotator per assignment
+    assert 50 * work.judgments <= 1_500_000  # the old bound let it through
+    assert max_replications(work, PAGE_LIMITS) == 0
+    with pytest.raises(PreviewError) as caught:
+        simulate_before_paying(study, settings, PreviewOptions(replications=1), limits=PAGE_LIMITS)
+    message = caught.value.errors["replications"]
+    assert "1,800 judgments in 800 cells by about 200 annotators" in message
+    assert "too much to simulate here" in message and "ebc simulate STUDY" in message
+    # The same design with 3 lengths and 2 kinds is cheap enough for the page's R.
+    study.prefix_lengths = [5, 6, 7]
+    study.hit_layout = {"mix": {"data": 1, "model": 1}, "attention": 1}
+    assert max_replications(_workload(study), PAGE_LIMITS) == 50
+
+
+@pytest.mark.parametrize(("cap", "share"), [(1, None), (20, None), (200, None), (200, 0.01)])
+def test_the_expected_annotators_are_the_simulated_ones(session, cap, share):
+    """expected_annotators against the annotators the simulation makes, over 20 studies
+    (the mean take ignores the queue's end: a few percent)."""
+    study = _study(session, per_annotator_cap=cap, max_cell_share=share, items_per_cell=3000)
+    work = _workload(study)
+    design = Design.from_study(study)
+    crowd = Crowd.parse("sampler")
+    stand_in = stand_in_for(design, crowd, true_ebc=1.0)
+    made = [
+        simulate_judgments(design, crowd, stand_in, np.random.default_rng([3, r])).annotator_ids
+        for r in range(20)
+    ]
+    mean = float(np.mean([ids.size for ids in made]))
+    assert work.annotators == pytest.approx(mean, rel=0.1)
+    assignments = DesignSize.of(design).assignments
+    assert work.annotators == expected_annotators(design, assignments, crowd.hetero)
+    if cap == 1:  # one HIT each: as many annotators as assignments, exactly
+        assert work.annotators == assignments == mean
+
+
+def test_past_the_time_budget_the_replications_done_are_reported(session, settings):
+    """With no time left after the first replication the answer is that one, said so, and
+    the same as a run of R = 1 (replications are seeded one by one)."""
+    study = _study(session)
+    options = PreviewOptions(replications=4, seed=3, b=199)
+    cut = simulate_before_paying(study, settings, options, limits=Limits(seconds=0.0))
+    assert cut.summary.replications == 1 and cut.options.replications == 4
+    assert "Stopped after 1 of the 4 replications asked" in cut.stopped
+    assert "ebc simulate STUDY --replications 4" in cut.stopped
+    one = simulate_before_paying(study, settings, options.model_copy(update={"replications": 1}))
+    assert cut.rows == one.rows and one.stopped is None
+    whole = simulate_before_paying(study, settings, options, limits=Limits(seconds=600.0))
+    assert whole.summary.replications == 4 and whole.stopped is None
 
 
 @pytest.mark.parametrize(

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 
 import numpy as np
 import pytest
 
 from app.models import Study
+from app.results.queries import ATTENTION_KIND
 from app.results.schemas import ResultQuery
 from app.results.service import compute_results
 from app.results.stats import PlanTarget
 from app.simulate.crowd import Crowd, Heterogeneity, StandIn, expected_with_random_clicks
-from app.simulate.study import Design, estimate, simulate_judgments, simulate_study
+from app.simulate.study import Design, _assign, estimate, simulate_judgments, simulate_study
 
 pytestmark = pytest.mark.sqlite  # pure: one run is enough
 
@@ -88,6 +90,111 @@ def test_layout_cap_overlap_and_determinism():
     b = simulate_study(design, crowd, true_ebc=1.05, replications=3, seed=4, b=199)
     c = simulate_study(design, crowd, true_ebc=1.05, replications=3, seed=5, b=199)
     assert a.rows == b.rows and a.rows != c.rows
+
+
+def _one_queue(rng, design, hetero, hit_length, replicas):
+    """The assignment as ``_assign``'s docstring states it, scanning one queue: each
+    annotator takes, in queue order, every slot it may until it has what it wants."""
+    rounds = [rng.permutation(np.flatnonzero(replicas > r)) for r in range(int(replicas.max()))]
+    pending = deque(int(x) for x in np.concatenate(rounds))
+    cap = design.cap
+    if design.max_cell_share:
+        cap = max(1, math.floor(design.max_cell_share * design.hits_per_length))
+    annot, hits, g = [], [], 0
+    while pending:
+        want = min(
+            design.cap, math.ceil(hetero.activity_min * (1.0 + rng.pareto(hetero.activity_tail)))
+        )
+        seen, per_length, passed = set(), {}, []
+        while pending and len(seen) < want:
+            x = pending.popleft()
+            ln = int(hit_length[x])
+            if x in seen or per_length.get(ln, 0) >= cap:
+                passed.append(x)
+                continue
+            seen.add(x)
+            per_length[ln] = per_length.get(ln, 0) + 1
+            annot.append(g)
+            hits.append(x)
+        pending.extendleft(reversed(passed))
+        g += 1
+    return np.array(annot), np.array(hits)
+
+
+def _layout(design, rng):
+    n_per = design.hits_per_length
+    hit_length = np.repeat(np.array(design.lengths), n_per)
+    replicas = np.full(hit_length.size, design.replicas)
+    for li in range(len(design.lengths)):
+        chosen = rng.choice(n_per, size=round(design.overlap_share * n_per), replace=False)
+        replicas[chosen + li * n_per] = max(design.overlap_replicas, design.replicas)
+    return hit_length, replicas
+
+
+def test_the_assignment_is_the_one_queue_s_order():
+    """Per-length queues merged by a heap take exactly what one queue scanned in order
+    would, draw for draw (so seeded results are unchanged), over random designs: several
+    lengths, replicas and overlap, caps, cell shares, and busy or idle crowds."""
+    rs = np.random.default_rng(123)
+    for _ in range(150):
+        lengths = sorted(rs.choice(np.arange(5, 60), int(rs.integers(1, 5)), replace=False))
+        design = Design.simple(
+            lengths=tuple(int(x) for x in lengths),
+            items_per_cell=int(rs.integers(5, 1500)),
+            cap=int(rs.integers(1, 30)),
+            replicas=int(rs.integers(1, 4)),
+            overlap_share=float(rs.random() * 0.5),
+            overlap_replicas=int(rs.integers(1, 6)),
+            max_cell_share=[None, 0.01, 0.1, 0.3][int(rs.integers(0, 4))],
+        )
+        hetero = Heterogeneity(
+            activity_min=float(rs.choice([0.5, 2.0, 6.0])),
+            activity_tail=float(rs.choice([0.8, 1.2, 3.0])),
+        )
+        hit_length, replicas = _layout(design, rs)
+        seed = int(rs.integers(2**31))
+        want = _one_queue(np.random.default_rng(seed), design, hetero, hit_length, replicas)
+        got = _assign(np.random.default_rng(seed), design, hetero, hit_length, replicas)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_a_small_cell_share_keeps_the_assignment_linear():
+    """One length, a 1:1 mix, 4,000 items per cell and a cell share of 0.0001: each
+    annotator may take one HIT. A scan of the whole queue per annotator looked at ~10
+    million slots for 4,400 assignments; the assignment looks at each slot taken once,
+    and passes over at most replicas - 1 slots per HIT taken."""
+    design = Design(
+        lengths=(10,),
+        kinds=["data", "model", ATTENTION_KIND],
+        mix={0: 1, 1: 1},
+        attention=0,
+        items_per_cell=4000,
+        max_cell_share=0.0001,
+    )
+    hit_length, replicas = _layout(design, np.random.default_rng(0))
+    annot, hits, looked = _assign(
+        np.random.default_rng(1), design, Heterogeneity(), hit_length, replicas
+    )
+    assert hits.size == replicas.sum() == 4_400 and annot.max() + 1 == 4_400
+    assert looked == hits.size
+    # Many lengths, a share of one HIT each, 3 replicas on a quarter of the HITs.
+    wide = Design.simple(
+        lengths=tuple(range(5, 45)), items_per_cell=1000, max_cell_share=0.005,
+        overlap_share=0.25, overlap_replicas=3,
+    )  # fmt: skip
+    hit_length, replicas = _layout(wide, np.random.default_rng(0))
+    annot, hits, looked = _assign(
+        np.random.default_rng(2), wide, Heterogeneity(), hit_length, replicas
+    )
+    pairs = np.unique(np.stack([annot, hits]), axis=1)
+    assert hits.size == replicas.sum() == pairs.shape[1]  # never one HIT twice
+    assert looked <= hits.size * 3
+    # The whole replication takes it as it comes.
+    j = simulate_judgments(
+        design, Crowd.parse("sampler"), StandIn.calibrated([10], 3, ebc=1.0),
+        np.random.default_rng(0),
+    )  # fmt: skip
+    assert len(j) == 4_400 * 2 and j.annotator_ids.size == 4_400
 
 
 def test_the_results_service_reads_the_simulated_columns():
