@@ -1,4 +1,6 @@
-"""`ebc simulate STUDY` run as a user runs it (a subprocess), on both databases."""
+"""`ebc simulate STUDY` on both databases: once as a user runs it (a subprocess), the other
+runs in this process through typer's runner (the same command, without paying a fresh
+interpreter's imports for each)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 from app.db import build_engine, make_sessionmaker
 from app.migrate import upgrade
@@ -14,9 +17,19 @@ from tests.hits.factory import make_study
 EBC = str(Path(sys.executable).with_name("ebc"))
 
 
-def ebc(db, *args):
+def ebc_process(db, *args):
     env = {**os.environ, "EBC_ENV": "test", "DATABASE_URL": db.url}
     return subprocess.run([EBC, *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def ebc(db, *args):
+    """The command in this process; the result as `subprocess.run` gives it."""
+    from typer.testing import CliRunner
+
+    from app.cli import cli
+
+    out = CliRunner().invoke(cli, list(args), env={"EBC_ENV": "test", "DATABASE_URL": db.url})
+    return SimpleNamespace(returncode=out.exit_code, stdout=out.stdout, stderr=out.stderr)
 
 
 def test_simulate_a_study_built_by_build_hits(empty_db):
@@ -32,11 +45,11 @@ def test_simulate_a_study_built_by_build_hits(empty_db):
         study.items_per_cell = 600
         study.per_annotator_cap = 20
     engine.dispose()
-    args = ("simulate", "sim", "--replications", "20", "--b", "199", "--seed", "3")
-    out = ebc(empty_db, *args, "--true-ebc", "1.1")
+    args = ("simulate", "sim", "--replications", "6", "--b", "199", "--seed", "3")
+    out = ebc_process(empty_db, *args, "--true-ebc", "1.1")
     assert out.returncode == 0, out.stdout + out.stderr
     text = out.stdout
-    assert "SIMULATED crowd (sampler), 20 replications" in text
+    assert "SIMULATED crowd (sampler), 6 replications" in text
     assert "2 lengths x 120 HITs" in text and "cap 20 HITs per annotator" in text
     assert "true EB-C 1.1" in text and "rejects EB-C = 1" in text
     rows = [line.split() for line in text.splitlines() if line.startswith("with exclusions")]
