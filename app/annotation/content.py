@@ -83,6 +83,7 @@ def hit_content(session: Session, hit_id: int) -> HitContent:
                 words=r.words,
                 source=r.source,
                 options=[words[rank] for rank in r.choice_order if rank != "none"],
+                continuation=r.continuation,
             )
         )
         slots[r.position] = Slot(r.item_id, tuple(r.choice_order), words)

@@ -27,8 +27,16 @@ from app.annotation.identities import (
     platform_id,
     study_by_slug,
 )
-from app.annotation.leases import next_assignment, return_assignment
+from app.annotation.leases import next_assignment, return_assignment, study_for
 from app.annotation.queries import SERVED, STORED_ANSWERS
+from app.annotation.ratings import (
+    RatingRefused,
+    point,
+    rate,
+    rating_from_form,
+    rating_step,
+    stored_ratings,
+)
 from app.annotation.schemas import (
     AnnotatorRef,
     HitPage,
@@ -36,6 +44,7 @@ from app.annotation.schemas import (
     Lease,
     MturkDone,
     PageData,
+    Rated,
     Sent,
     StudyRef,
     Submission,
@@ -43,7 +52,7 @@ from app.annotation.schemas import (
     WorkStatus,
 )
 from app.annotation.submissions import answers_from_form, submit
-from app.models import Channel, Study, utcnow
+from app.models import Channel, Study, StudyType, utcnow
 
 # -- invite and panel links -------------------------------------------------------------
 
@@ -58,9 +67,14 @@ def open_invite(session: Session, ref: InviteRef) -> PageData:
     return _page(session, annotator, work, now)
 
 
-def send_invite(session: Session, ref: InviteRef, form: Mapping[str, str]) -> Sent | PageData:
-    """A posted HIT of an invite link: stored, or (incomplete, a bad option) shown again."""
+def send_invite(
+    session: Session, ref: InviteRef, form: Mapping[str, str]
+) -> Sent | Rated | PageData:
+    """A posted HIT of an invite link: stored, or (incomplete, a bad option) shown again.
+    Ratings studies: one step's rating, stored (`Rated`) or refused with its step again."""
     annotator = annotator_for_invite(session, ref)
+    if _rates(annotator):
+        return _rate(session, annotator, form, external_session_id=ref.session_id)
     result = _submit(session, annotator, form, external_session_id=ref.session_id)
     if isinstance(result, PageData):
         return result
@@ -124,12 +138,22 @@ def open_mturk(
     return data
 
 
-def send_mturk(session: Session, slug: str, form: Mapping[str, str]) -> MturkDone | PageData:
-    """A posted MTurk HIT: stored (then posted on to MTurk by the browser), or shown again."""
+def send_mturk(
+    session: Session, slug: str, form: Mapping[str, str]
+) -> MturkDone | Rated | PageData:
+    """A posted MTurk HIT: stored (then posted on to MTurk by the browser), or shown again.
+    Ratings studies: one step's rating (`Rated`); the last one's assignment is done."""
     study = study_by_slug(session, slug)
     channel_settings(study, Channel.mturk)
     external = platform_id(form.get("assignmentId"), "assignment id")
     annotator = crowd_annotator(session, study, Channel.mturk, form.get("workerId", ""))
+    if _rates(annotator):
+        rated = _rate(session, annotator, form, mturk=study, external_assignment_id=external)
+        if isinstance(rated, PageData):
+            return rated
+        if rated.assignment.external_assignment_id != external:
+            raise AnnotationError("The MTurk assignment does not match this HIT.", 400)
+        return _mturk_done(session, study, rated.assignment) if rated.completed else rated
     result = _submit(session, annotator, form, mturk=study, external_assignment_id=external)
     if isinstance(result, PageData):
         return result
@@ -142,12 +166,40 @@ def _mturk_done(
     session: Session, study: Study, assignment: Lease, kept: HitPage | None = None
 ) -> MturkDone:
     origin = check_submit_to(study, assignment.submit_to or "")
+    if study.study_type is StudyType.ratings:
+        ratings = {
+            position: (point(r.quality), None if r.consistency is None else point(r.consistency))
+            for position, r in stored_ratings(session, assignment.id).items()
+        }
+        return MturkDone(assignment, origin, ratings=ratings)
     # Read back, not taken from the form: after a repeat that differed, the kept ones.
     slots = dict(session.execute(STORED_ANSWERS, {"assignment_id": assignment.id}).all())
     return MturkDone(assignment, origin, kept, slots)
 
 
 # -- the HIT as shown -------------------------------------------------------------------
+
+
+def _rates(annotator: AnnotatorRef) -> bool:
+    """Does the annotator's study collect ratings (read with the annotator's lock)?"""
+    return annotator.study.study_type is StudyType.ratings
+
+
+def _rate(
+    session: Session,
+    annotator: AnnotatorRef,
+    form: Mapping[str, str],
+    *,
+    mturk: Study | None = None,
+    **lease,
+) -> Rated | PageData:
+    """Store a posted step of a ratings HIT; a refused one gets the annotator's page again,
+    with the reason, under the refusal's 4xx (`lease`: as `next_assignment` finds it)."""
+    post = rating_from_form(form)
+    try:
+        return rate(session, annotator, post)
+    except RatingRefused as exc:
+        return _refused(session, annotator, exc, form, mturk, lease)
 
 
 def _submit(
@@ -164,16 +216,28 @@ def _submit(
     try:
         return submit(session, annotator, form.get("assignment", ""), answers, times)
     except InvalidAnswers as exc:
-        now = utcnow()
-        work = next_assignment(session, annotator, now=now, serve=True, **lease)
-        origin = None
-        if mturk is not None and work.assignment is not None:
-            # Its forms post to the assignment's turkSubmitTo, checked again. (No assignment:
-            # blocked, closed, not open: a message page, with no form to post.)
-            origin = check_submit_to(mturk, work.assignment.submit_to or "")
-        data = _page(session, annotator, work, now, refused=(exc, form))
-        data.origin = origin
-        return data
+        return _refused(session, annotator, exc, form, mturk, lease)
+
+
+def _refused(
+    session: Session,
+    annotator: AnnotatorRef,
+    exc: AnnotationError,
+    form: Mapping[str, str],
+    mturk: Study | None,
+    lease: dict,
+) -> PageData:
+    """The annotator's page again after a refused form, with the reason."""
+    now = utcnow()
+    work = next_assignment(session, annotator, now=now, serve=True, **lease)
+    origin = None
+    if mturk is not None and work.assignment is not None:
+        # Its forms post to the assignment's turkSubmitTo, checked again. (No assignment:
+        # blocked, closed, not open: a message page, with no form to post.)
+        origin = check_submit_to(mturk, work.assignment.submit_to or "")
+    data = _page(session, annotator, work, now, refused=(exc, form))
+    data.origin = origin
+    return data
 
 
 def _page(
@@ -182,7 +246,7 @@ def _page(
     work: Work,
     now: datetime,
     *,
-    refused: tuple[InvalidAnswers, Mapping[str, str]] | None = None,
+    refused: tuple[AnnotationError, Mapping[str, str]] | None = None,
 ) -> PageData:
     """`work`'s page: its HIT, recorded as served, when one is assigned. `refused`: the
     refused form, whose answers are shown again on the HIT they were given for only (a
@@ -191,20 +255,35 @@ def _page(
     data = PageData(annotator, work)
     lease = work.assignment
     if work.status is WorkStatus.assigned and lease is not None:
-        data.page = _hit_page(session, lease, annotator.study, now)
+        study = study_for(session, annotator)
+        if study.study_type is StudyType.ratings:
+            _served(session, lease, now)
+            data.rating = rating_step(session, lease, study, first_hit=work.done == 0)
+        else:
+            data.page = _hit_page(session, lease, study, now)
     if refused is not None:
         exc, form = refused
         data.error = exc.message
-        if data.page is not None and lease.public_id == form.get("assignment"):
+        data.status_code = exc.status_code
+        if (
+            isinstance(exc, InvalidAnswers)
+            and data.page is not None
+            and lease.public_id == form.get("assignment")
+        ):
             data.page.answers = exc.answers
     return data
 
 
-def _hit_page(session: Session, lease: Lease, study: StudyRef, now: datetime) -> HitPage:
-    """The HIT as shown: contexts and their words in the stored screen order."""
+def _served(session: Session, lease: Lease, now: datetime) -> None:
+    """Record when the HIT's page was first shown (the time check without JavaScript)."""
     if lease.page_served_at is None:
         lease.page_served_at = now
         session.execute(SERVED, {"assignment_id": lease.id, "now": now})
+
+
+def _hit_page(session: Session, lease: Lease, study: StudyRef, now: datetime) -> HitPage:
+    """The HIT as shown: contexts and their words in the stored screen order."""
+    _served(session, lease, now)
     return HitPage(
         public_id=lease.public_id,
         positions=list(hit_content(session, lease.hit_id).positions),

@@ -43,6 +43,7 @@ from app.models import (
     HitPosition,
     Item,
     Judgment,
+    Rating,
     Study,
 )
 from app.models.base import UTCDateTime
@@ -54,6 +55,7 @@ hits = Hit.__table__
 positions = HitPosition.__table__
 items = Item.__table__
 judgments = Judgment.__table__
+ratings = Rating.__table__
 TIME = UTCDateTime()
 NOW = bindparam("now", type_=TIME)
 
@@ -297,6 +299,7 @@ PAGE = (
         items.c.prompt,
         items.c.source,
         items.c.choices,
+        items.c.continuation,
     )
     .join(items, items.c.id == positions.c.item_id)
     .where(positions.c.hit_id == bindparam("hit_id"))
@@ -377,4 +380,39 @@ LATE_COUNTS = select(
     select(func.count())
     .where(_a.hit_id == bindparam("hit_id"), _a.id != bindparam("self"), ACTIVE)
     .scalar_subquery(),
+)
+
+# -- ratings (two steps per pair: the quality, then the consistency) --------------------
+
+_r = ratings.c
+RATINGS_OF = (
+    select(
+        _r.position,
+        _r.quality,
+        _r.consistency,
+        _r.quality_at,
+        _r.consistency_at,
+        _r.too_fast,
+        _r.late,
+    )
+    .where(_r.assignment_id == bindparam("assignment_id"))
+    .order_by(_r.position)
+)
+INSERT_RATING = insert(ratings)
+# Conditional on the consistency being open: a stored one is never overwritten. (Parameters
+# named unlike the columns: an UPDATE takes a column's name as one more value to SET.)
+SET_CONSISTENCY = (
+    update(ratings)
+    .where(
+        _r.assignment_id == bindparam("p_assignment"),
+        _r.position == bindparam("p_position"),
+        _r.consistency.is_(None),
+    )
+    .values(
+        consistency=bindparam("p_consistency"),
+        consistency_ms=bindparam("p_consistency_ms"),
+        consistency_at=NOW,
+        too_fast=bindparam("p_too_fast"),
+        late=bindparam("p_late"),
+    )
 )

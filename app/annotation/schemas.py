@@ -12,7 +12,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from app.models import AssignmentStatus, Channel, StudyStatus, Task
+from app.models import AssignmentStatus, Channel, StudyStatus, StudyType, Task
 
 
 class WorkStatus(StrEnum):
@@ -36,6 +36,8 @@ class StudyRef:
     lease_seconds: int
     min_ms_per_item: int
     channels: dict[str, Any]
+    study_type: StudyType
+    ratings: dict[str, Any] | None  # a ratings study's scale (`RatingsSection`); else {}/None
 
 
 @dataclass(slots=True)
@@ -93,6 +95,7 @@ class PositionView:
     words: str
     source: str | None
     options: list[str]  # words in screen order; "none" is added by the page
+    continuation: str | None = None  # ratings studies: the text to rate
 
 
 @dataclass
@@ -138,6 +141,8 @@ class PageData:
     page: HitPage | None = None  # the HIT as shown, when `work` is assigned
     error: str | None = None  # why a posted form was refused (its HIT is shown again)
     origin: str | None = None  # MTurk: the checked turkSubmitTo's origin, where forms post
+    rating: RatingStep | None = None  # ratings studies: the step shown instead of `page`
+    status_code: int = 200  # a refused rating's 4xx (its step is shown again)
 
 
 @dataclass(slots=True)
@@ -158,3 +163,39 @@ class MturkDone:
     # The stored answers (position -> screen slot; the kept ones after a repeat that
     # differed), posted on to MTurk so that its answer XML can restore ours.
     slots: dict[int, int] = field(default_factory=dict)
+    # Ratings studies: position -> (quality, consistency) as scale points, posted on likewise.
+    ratings: dict[int, tuple[str, str | None]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RatingStep:
+    """One step of a ratings HIT as shown: the pair at `number`, rated for `step`.
+
+    At the quality step it holds the continuation only: the context (`prompt`, `words`) is
+    filled in only at the consistency step, once the quality is stored, so a page cannot
+    show what its step does not hold. No item id, no kind.
+    """
+
+    public_id: str
+    number: int  # 0-based position in the HIT: the form's `position`
+    total: int  # pairs in the HIT
+    step: str  # "quality" or "consistency"
+    continuation: str
+    values: tuple[str, ...]  # the scale's points, as posted ("0", "0.5", ..., "5")
+    scale_max: int
+    expires_at_iso: str
+    first: bool  # the first step of the annotator's first HIT: instructions open
+    prompt: str | None = None  # consistency step only
+    words: str | None = None  # consistency step only
+    quality: str | None = None  # consistency step: the stored (locked) quality
+
+
+@dataclass(slots=True)
+class Rated:
+    """A stored (or repeated) rating; `completed`: it was the HIT's last, so the assignment
+    is submitted (`late` as a submission's)."""
+
+    assignment: Lease
+    completed: bool
+    late: bool
+    repeated: bool  # the same rating was already stored: nothing was written

@@ -24,8 +24,8 @@ from app.annotation.queries import (
     STORED_ANSWERS,
     SUBMITTED,
 )
-from app.annotation.schemas import AnnotatorRef, Lease, Submission
-from app.models import Annotator, AssignmentStatus, utcnow
+from app.annotation.schemas import AnnotatorRef, Lease, StudyRef, Submission
+from app.models import Annotator, AssignmentStatus, StudyType, utcnow
 
 MAX_CLIENT_MS = 3_600_000  # client-reported time per item is clipped to [0, 1 h]
 
@@ -134,6 +134,53 @@ def _late_flags(
     return mine >= cap, theirs >= replicas
 
 
+def _flags(
+    session: Session,
+    annotator: Annotator | AnnotatorRef,
+    assignment: Lease,
+    study: StudyRef,
+    now: datetime,
+    *,
+    late: bool,
+) -> _Flags:
+    """A submission's flags: late ones counted under the HIT's row lock, `after_block`."""
+    if not (late or annotator.blocked):
+        return _NO_FLAGS
+    over_cap = extra = False
+    if late:
+        over_cap, extra = _late_flags(
+            session, annotator, assignment, annotator_cap(annotator, study), now
+        )
+    return _Flags(over_cap, extra, bool(annotator.blocked))
+
+
+def mark_submitted(
+    session: Session, annotator: Annotator | AnnotatorRef, assignment: Lease, now: datetime
+) -> bool:
+    """Submit an assignment whose answers are already stored (a ratings HIT, rated pair by
+    pair): its status, `late` and flags and its HIT's counters, by `submit`'s rules. Returns
+    `late`. Call with the annotator and the assignment locked (`own_assignment(lock=True)`).
+    """
+    study = study_for(session, annotator)
+    was_leased = assignment.status is AssignmentStatus.leased
+    late = not was_leased or now > assignment.expires_at
+    flags = _flags(session, annotator, assignment, study, now, late=late)
+    params = {
+        "assignment_id": assignment.id,
+        "now": now,
+        "late": late,
+        "over_cap": flags.over_cap,
+        "extra_replica": flags.extra_replica,
+        "after_block": flags.after_block,
+    }
+    session.execute(SUBMITTED, params)
+    leave_slot(session, assignment.hit_id, was_leased=was_leased, submitted=True)
+    assignment.status = AssignmentStatus.submitted
+    assignment.submitted_at = now
+    assignment.late = late
+    return late
+
+
 def submit(
     session: Session,
     annotator: Annotator | AnnotatorRef,
@@ -166,6 +213,8 @@ def submit(
             409,
         )
     study = study_for(session, annotator)
+    if study.study_type is StudyType.ratings:  # its answers are ratings (app.annotation.ratings)
+        raise AnnotationError("This study collects ratings, not next-word answers.", 409)
     slots = hit_content(session, assignment.hit_id).slots
     if not slots:  # never built that way; refused rather than stored empty
         raise AnnotationError("This HIT has no texts to answer.", 409)
@@ -182,14 +231,7 @@ def submit(
 
     was_leased = assignment.status is AssignmentStatus.leased
     late = not was_leased or now > assignment.expires_at
-    flags = _NO_FLAGS
-    if late or annotator.blocked:
-        over_cap = extra = False
-        if late:
-            over_cap, extra = _late_flags(
-                session, annotator, assignment, annotator_cap(annotator, study), now
-            )
-        flags = _Flags(over_cap, extra, bool(annotator.blocked))
+    flags = _flags(session, annotator, assignment, study, now, late=late)
     # No client time (no JavaScript): the server's time since the page was
     # served, spread over the items, is the best evidence of haste.
     served = assignment.page_served_at or assignment.leased_at

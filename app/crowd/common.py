@@ -34,6 +34,7 @@ from app.models import (
     CrowdPosting,
     Hit,
     Study,
+    StudyType,
     User,
 )
 
@@ -48,6 +49,12 @@ DEFAULT_DESCRIPTION = (
     "About 10 texts per HIT; a research study on language models."
 )
 DEFAULT_KEYWORDS = ("language", "next word", "guess", "research")
+# A ratings study's defaults (the later paper's protocol): what its workers do instead.
+RATINGS_DESCRIPTION = (
+    "Rate short texts: first how well written each one is, then how well it fits the text "
+    "before it. About 10 texts per HIT; a research study on language models."
+)
+RATINGS_KEYWORDS = ("language", "rating", "text quality", "research")
 # Publish options that default from the study file's `channels.mturk`.
 STUDY_QUALIFICATIONS = ("min_approval_rate", "min_approved", "locales", "masters")
 # The panel URL parameters (`channels.panel`) and Prolific's placeholder for each.
@@ -331,6 +338,11 @@ def resolved_options(
         raise CrowdServiceError(
             f"study {study.slug!r} has no reward: set payment.reward_cents or give a reward"
         )
+    default_description, keywords = DEFAULT_DESCRIPTION, options.keywords
+    if study.study_type is StudyType.ratings:
+        default_description = RATINGS_DESCRIPTION
+        if keywords == DEFAULT_KEYWORDS:
+            keywords = RATINGS_KEYWORDS
     out = asdict(options)
     out.update(
         # "At least 0" asks nothing: no requirement (how an option drops the study's).
@@ -338,8 +350,8 @@ def resolved_options(
         min_approved=options.min_approved or None,
         reward_cents=int(reward or 0),
         title=(options.title or study.title)[:128],
-        description=(options.description or DEFAULT_DESCRIPTION)[:2000],
-        keywords=list(options.keywords),
+        description=(options.description or default_description)[:2000],
+        keywords=list(keywords),
         locales=list(options.locales or ()),
         masters=bool(options.masters),
         assignment_seconds=int(study.lease_seconds),

@@ -6,6 +6,12 @@ its own random screen order of the choices, with "none" last. Every item goes
 into at most one HIT; what does not fill a whole HIT is reported, not dropped.
 Everything is drawn from generators seeded by the study's seed, so the same
 items give the same HITs.
+
+Ratings studies (`type = "ratings"`) are built the same way from their pairs (items with
+a continuation): the mix of prefix kinds, the attention pairs the worker made
+(`is_attention`), replicas, the overlap subset; a position has no choices, so no screen
+order (`choice_order = []`), and no data item is promoted to an attention pair (an
+attention pair is made to be rated low, not picked from the data).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
 from app.hits.schemas import BuildReport, LengthReport
-from app.models import Hit, HitPosition, Item, Study
+from app.models import Hit, HitPosition, Item, Study, StudyType
 
 NONE_SLOT = "none"
 # An attention item must have an unambiguous next word: the true next word is
@@ -146,6 +152,7 @@ def _insert_hits(
     session.add_all(hits)
     session.flush()
     values = []
+    ratings = study.study_type is StudyType.ratings
     for hit, p in zip(hits, order, strict=True):
         rng = random.Random(f"{study.seed}:positions:{hit.index}")
         positions = list(planned[p][2])
@@ -158,7 +165,7 @@ def _insert_hits(
                     "hit_id": hit.id,
                     "position": pos,
                     "item_id": row.id,
-                    "choice_order": [*screen, NONE_SLOT],
+                    "choice_order": [] if ratings else [*screen, NONE_SLOT],
                 }
             )
     for start in range(0, len(values), 5000):
@@ -185,11 +192,17 @@ def _unplaced_items(session: Session, study: Study, min_prob: float) -> dict[int
     # Prefixes the worker marked as not to be shown (e.g. a special token was
     # the top-1 under the "skip" policy) never go into a HIT.
     query = query.where(Item.skip_reason.is_(None))
+    ratings = study.study_type is StudyType.ratings
+    if ratings:  # a pair is rated for its continuation: none yet, nothing to rate
+        query = query.where(Item.continuation.is_not(None))
     out: dict[int, list[_Row]] = defaultdict(list)
     for r in session.execute(query):
-        clear = (r.provenance or {}).get("source") == "attention_file" or is_clear_next_word(
-            r.choices, r.true_next_word, min_prob
-        )
+        if ratings:  # the worker's attention pairs qualify; nothing else is promoted
+            clear = bool(r.is_attention)
+        else:
+            clear = (r.provenance or {}).get("source") == "attention_file" or is_clear_next_word(
+                r.choices, r.true_next_word, min_prob
+            )
         out[r.length].append(
             _Row(r.id, r.length, r.kind, r.index, r.is_attention, len(r.choices), clear)
         )
@@ -213,7 +226,13 @@ def load_attention_items(
     study's prefix lengths), `answer` (the unambiguous next word) and
     `distractors` (top_k - 1 other words). The answer is stored as the top-1
     choice, so "chose the top-1" means "answered the attention item right".
+    Next-word studies only: a ratings study's attention pairs are made by the worker.
     """
+    if study.study_type is StudyType.ratings:
+        raise HitBuildError(
+            "attention files are for next-word studies; a ratings study's attention pairs "
+            "(shuffled continuations) are made by the worker"
+        )
     start = session.scalar(
         select(func.max(Item.index)).where(
             Item.study_id == study.id, Item.is_attention.is_(True), Item.kind == "attention"

@@ -15,7 +15,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
-from urllib.parse import parse_qsl, quote
+from urllib.parse import parse_qsl, quote, urlencode
 
 from anyio import to_thread
 from fastapi import APIRouter, Request, status
@@ -42,7 +42,14 @@ from app.annotation.pages import (
     send_invite,
     send_mturk,
 )
-from app.annotation.schemas import AnnotatorRef, MturkDone, PageData, Sent
+from app.annotation.schemas import (
+    AnnotatorRef,
+    MturkDone,
+    PageData,
+    Rated,
+    Sent,
+    WorkStatus,
+)
 from app.db import unit_of_work
 from app.models import Channel, Study
 from app.web.templating import templates
@@ -209,11 +216,21 @@ def _render(
     status_code: int = 200,
 ) -> HTMLResponse:
     work = data.work
+    if data.rating is not None:  # a ratings study: one step of one pair
+        return templates.TemplateResponse(
+            request,
+            "annotate/rate.html",
+            {"step": data.rating, "work": work, "ch": ch, "notice": notice, "error": data.error},
+            status_code=status_code,
+            headers=ch.headers,
+        )
     if data.page is None:
+        # Assigned yet nothing to show: a refused rating of a HIT whose pairs are all rated.
+        kind = "error" if data.error and work.status is WorkStatus.assigned else work.status.value
         return templates.TemplateResponse(
             request,
             "annotate/message.html",
-            {"kind": work.status.value, "work": work, "ch": ch, "notice": notice},
+            {"kind": kind, "work": work, "ch": ch, "notice": notice, "message": data.error},
             status_code=status_code,
             headers=ch.headers,
         )
@@ -347,10 +364,13 @@ async def invite_submit(request: Request):
     ref = read_invite_token(request.app.state.settings.secret_key, token)
     form = await _read_form(request)  # on the loop; then one hop: session, submit, commit
 
-    def render(outcome: Sent | PageData) -> Response:
+    def render(outcome: Sent | Rated | PageData) -> Response:
         if isinstance(outcome, PageData):  # refused: the HIT again, with the error
             ch = _invite_channel(token, outcome.annotator)
-            return _render(request, outcome, ch, status_code=400)
+            return _render(request, outcome, ch, status_code=outcome.status_code)
+        if isinstance(outcome, Rated):  # a ratings step: its page shows the next one
+            flag = ("?n=late" if outcome.late else "?n=ok") if outcome.completed else ""
+            return RedirectResponse(f"/a/{token}{flag}", status.HTTP_303_SEE_OTHER, LINK_HEADERS)
         if outcome.kept is not None:
             return templates.TemplateResponse(
                 request,
@@ -439,12 +459,23 @@ async def mturk_page(
 async def mturk_submit(request: Request, slug: str):
     form = await _read_form(request)
 
-    def render(outcome: MturkDone | PageData) -> Response:
+    def render(outcome: MturkDone | Rated | PageData) -> Response:
         if isinstance(outcome, MturkDone):
             return _mturk_done(request, outcome)
+        if isinstance(outcome, Rated):  # a ratings step: the assignment's page, next step
+            lease = outcome.assignment
+            query = urlencode(
+                {
+                    "assignmentId": lease.external_assignment_id or "",
+                    "workerId": form.get("workerId", ""),
+                    "turkSubmitTo": lease.submit_to or "",
+                }
+            )
+            url = f"/mturk/{quote(slug)}?{query}"
+            return RedirectResponse(url, status.HTTP_303_SEE_OTHER, mturk_headers())
         worker_id = outcome.annotator.external_id or ""
         ch = _mturk_channel(slug, outcome.origin, form.get("assignmentId", ""), worker_id)
-        return _render(request, outcome, ch, status_code=400)
+        return _render(request, outcome, ch, status_code=outcome.status_code)
 
     return await _transaction(request, send_mturk, (slug, form), render, resend=form)
 
@@ -465,7 +496,8 @@ def _mturk_done(request: Request, done: MturkDone) -> HTMLResponse:
             "late": assignment.late,
             "page": done.kept,
             "notice": KEPT if done.kept else None,
-            "stored": {"assignment": assignment.public_id, "slots": done.slots},
+            "stored": {"assignment": assignment.public_id, "slots": done.slots}
+            | ({"ratings": done.ratings} if done.ratings else {}),
         },
         headers=mturk_headers(done.origin),
     )
