@@ -1,5 +1,7 @@
 """`ebc results STUDY`: the API's results in the terminal; `ebc results diagnostics STUDY`:
-the diagnostics table (CGD per prefix kind from people and a reference model)."""
+the diagnostics table (CGD per prefix kind from people and a reference model); `ebc results
+score STUDY`: a ratings study's EB-M scores computed and stored (a results job), `ebc results
+ebm STUDY`: the stored ones."""
 
 from __future__ import annotations
 
@@ -28,7 +30,8 @@ results_cli = typer.Typer(
     cls=_ResultsGroup,
     no_args_is_help=True,
     help="A study's results: `ebc results STUDY` (options: `ebc results show --help`); "
-    "its diagnostics: `ebc results diagnostics STUDY`.",
+    "its diagnostics: `ebc results diagnostics STUDY`; a ratings study's EB-M: `ebc results "
+    "score STUDY` (compute and store), `ebc results ebm STUDY` (show).",
 )
 
 
@@ -122,3 +125,68 @@ def diagnostics(
         typer.echo(diagnostics_csv(diag), nl=False)
     else:
         typer.echo(diagnostics_table(diag), nl=False)
+
+
+EBM_FORMATS = ("table", "csv", "json", "latex")
+EbmFormat = Annotated[str, typer.Option("--format", "-f", help="table | csv | json | latex")]
+
+
+def _print_ebm(slug: str, stored, label: str, format_: str) -> None:
+    from app.results import ebm_exports
+
+    if format_ == "json":
+        typer.echo(stored.model_dump_json(indent=2) if stored else "null")
+    elif format_ == "csv":
+        typer.echo(ebm_exports.ebm_csv(slug, stored), nl=False)
+    elif format_ == "latex":
+        typer.echo(ebm_exports.ebm_latex(slug, stored, label), nl=False)
+    else:
+        typer.echo(ebm_exports.ebm_table(slug, stored), nl=False)
+
+
+@results_cli.command("score")
+def score(
+    study: Annotated[str, typer.Argument(help="the study's slug (a ratings study)")],
+    b: Annotated[int, typer.Option("--b", help="bootstrap resamples over prompts")] = 1000,
+    seed: Seed = 0,
+    format_: EbmFormat = "table",
+) -> None:
+    """Compute a ratings study's EB-M scores (BLEU, NIST, METEOR, backward-BLEU, n-gram
+    entropy, EB-bleu) from its continuations and the dataset, store them as its current
+    scores, and print them. The worker runs this when a ratings study's precompute ends."""
+    from app.audit.service import CLI
+    from app.cli.common import fail, load_settings, session_scope, study_named
+    from app.results.catalog import task_label
+    from app.results.ebm import ScoreError, score_study, stored_ebm
+
+    if format_ not in EBM_FORMATS:
+        fail(f"unknown format {format_!r}: use {', '.join(EBM_FORMATS)}")
+    with session_scope(load_settings()) as session:
+        found = study_named(session, study)
+        try:
+            score_study(session, found, b=b, seed=seed, by=CLI)
+        except ScoreError as exc:
+            fail(str(exc))
+        stored, label = stored_ebm(session, found), task_label(found)
+    _print_ebm(study, stored, label, format_)
+
+
+@results_cli.command("ebm")
+def ebm(
+    study: Annotated[str, typer.Argument(help="the study's slug (a ratings study)")],
+    format_: EbmFormat = "table",
+) -> None:
+    """Print a ratings study's stored EB-M scores (as the last `ebc results score` or the
+    worker computed them; the same as the `ebm` of GET /api/v1/studies/{slug}/results)."""
+    from app.cli.common import fail, load_settings, session_scope, study_named
+    from app.results.catalog import task_label
+    from app.results.ebm import is_ratings, stored_ebm
+
+    if format_ not in EBM_FORMATS:
+        fail(f"unknown format {format_!r}: use {', '.join(EBM_FORMATS)}")
+    with session_scope(load_settings()) as session:
+        found = study_named(session, study)
+        if not is_ratings(found):
+            fail(f"{study} is a next-word study: EB-M scores ratings studies")
+        stored, label = stored_ebm(session, found), task_label(found)
+    _print_ebm(study, stored, label, format_)

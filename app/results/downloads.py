@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from app.audit.service import Actor, record_by
 from app.models import Study
-from app.results import catalog, diagnostics, exports, service
+from app.results import catalog, diagnostics, ebm, ebm_exports, exports, service
 from app.results.plot import diagnostics_plot, results_plot
 from app.results.schemas import ResultQuery
 
@@ -34,13 +34,29 @@ MEDIA_TYPES = {
     "judgments.jsonl": "application/x-ndjson",
     "items.csv": "text/csv",
     "items.jsonl": "application/x-ndjson",
+    # Ratings studies (RATINGS_ONLY): the stored EB-M scores and the prefix-switching samples
+    # (a next-word study's are empty).
+    "ebm.csv": "text/csv",
+    "ebm.tex": "application/x-tex",
+    "samples.csv": "text/csv",
+    "samples.jsonl": "application/x-ndjson",
 }
 STREAMED: dict[str, Chunks] = {
     "judgments.csv": exports.judgments_csv,
     "judgments.jsonl": exports.judgments_jsonl,
     "items.csv": exports.items_csv,
     "items.jsonl": exports.items_jsonl,
+    "samples.csv": ebm_exports.samples_csv,
+    "samples.jsonl": ebm_exports.samples_jsonl,
 }
+RATINGS_ONLY_ORDER = ("ebm.csv", "ebm.tex", "samples.csv", "samples.jsonl")
+RATINGS_ONLY = frozenset(RATINGS_ONLY_ORDER)
+
+
+def catalogue(study: Study) -> list[str]:
+    """The downloads a page of `study` lists (the ratings ones for ratings studies)."""
+    ratings = ebm.is_ratings(study)
+    return [n for n in MEDIA_TYPES if ratings or n not in RATINGS_ONLY]
 
 
 class NoSuchDownload(LookupError):
@@ -74,6 +90,11 @@ def download(
         return Download(spec.name, spec.media_type, spec.filename, chunks=STREAMED[name])
     if name == "manifest.json":
         body: str | bytes = catalog.manifest(session, study).model_dump_json(indent=2)
+    elif name == "ebm.csv":
+        body = ebm_exports.ebm_csv(study.slug, ebm.stored_ebm(session, study))
+    elif name == "ebm.tex":
+        stored = ebm.stored_ebm(session, study)
+        body = ebm_exports.ebm_latex(study.slug, stored, catalog.task_label(study))
     elif name.startswith("diagnostics."):
         diag = diagnostics.study_diagnostics(session, study, query)
         if name == "diagnostics.csv":

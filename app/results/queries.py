@@ -14,6 +14,8 @@
   runs in constant memory.
 - :func:`study_counts`, :func:`provenance_examples`: small figures for the study page and
   the provenance manifest.
+- :func:`load_continuations`, :func:`latest_score`, :func:`iter_sample_rows`: a ratings
+  study's continuations (EB-M's input), its stored scores, and the samples' export.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from app.models import (
     Item,
     Judgment,
     Study,
+    StudyScore,
 )
 
 # Kind codes: data and model first (the stats module's DATA_KIND, MODEL_KIND).
@@ -732,3 +735,84 @@ def provenance_examples(session: Session, study: Study) -> dict[str, dict[str, A
         .order_by(Item.id)
     ).all()
     return {(f"{k} (attention)" if att and k != ATTENTION_KIND else k): p for k, att, p in rows}
+
+
+# --------------------------------------------------------------------------- continuations
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """A shown item of a ratings study with its continuation (EB-M's input): ``line`` is
+    the dataset line its prompt (and a data kind's prefix) came from, from its provenance."""
+
+    item_id: int
+    length: int
+    kind: str
+    index: int
+    prompt: str | None
+    words: str
+    true_next_word: str | None
+    continuation: str
+    line: int | None
+    data_continuation: str | None  # data-line kinds: the worker's record of the line's words
+
+
+def load_continuations(session: Session, study: Study) -> list[Continuation]:
+    """Every shown (not skipped), non-attention item of `study` that has a continuation,
+    by length, kind and index."""
+    line = Item.provenance["line"].as_integer()
+    recorded = Item.provenance["data_continuation"].as_string()
+    rows = session.execute(
+        select(
+            Item.id,
+            Item.length,
+            Item.kind,
+            Item.index,
+            Item.prompt,
+            Item.words,
+            Item.true_next_word,
+            Item.continuation,
+            line,
+            recorded,
+        )
+        .where(
+            Item.study_id == study.id,
+            Item.skip_reason.is_(None),
+            Item.is_attention.is_(False),
+            Item.continuation.is_not(None),
+        )
+        .order_by(Item.length, Item.kind, Item.index)
+    ).all()
+    return [Continuation(*row) for row in rows]
+
+
+def latest_score(session: Session, study: Study, name: str) -> StudyScore | None:
+    """The newest stored scores `name` of `study` (the current ones), or None."""
+    return session.scalars(
+        select(StudyScore)
+        .where(StudyScore.study_id == study.id, StudyScore.name == name)
+        .order_by(StudyScore.computed_at.desc(), StudyScore.id.desc())
+        .limit(1)
+    ).first()
+
+
+def iter_sample_rows(session: Session, study: Study) -> Iterator[tuple[list[str], list[tuple]]]:
+    """Every item of `study` with a continuation (skipped and attention ones flagged):
+    the prefix-switching samples, streamed like :func:`iter_item_rows`."""
+    spec = [
+        (Item.id.label("item_id"), None),
+        (Item.kind, None),
+        (Item.length, None),
+        (Item.index, None),
+        (Item.is_attention, "bool"),
+        (Item.skip_reason, None),
+        (Item.prompt, None),
+        (Item.words, None),
+        (Item.continuation, None),
+    ]
+    stmt = (
+        select(*_raw_columns(spec))
+        .where(Item.study_id == study.id, Item.continuation.is_not(None))
+        .order_by(Item.id)
+    )
+    yield from _stream(session, stmt)

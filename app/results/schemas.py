@@ -29,6 +29,7 @@ from app.results.stats import (
     SyntheticFigure,
 )
 from app.results.stats.ebc import CiMethod, Estimator, Unit
+from app.results.stats.ebm import EBMScores
 
 OnOff = Literal["on", "off"]
 
@@ -210,6 +211,18 @@ def simulated_label(n: int) -> str | None:
     return f"includes {n:,} judgment{'s' if n != 1 else ''} from a simulated crowd"
 
 
+class EBMOut(_Out):
+    """A ratings study's stored EB-M scores (``study_scores``, name "ebm"): computed by a
+    results job (``ebc results score``, or the worker when precompute ends), never in a
+    request."""
+
+    computed_at: datetime
+    provenance: dict[str, Any] = Field(
+        description="libraries and versions, seed, B, settings, dataset, counts"
+    )
+    scores: EBMScores
+
+
 class ResultsOut(_Out):
     study: str
     kinds: list[str]
@@ -229,6 +242,11 @@ class ResultsOut(_Out):
     )
     synthetic: SyntheticOut | None = Field(
         None, description="synthetic CGD and EB-C (null: the study has no reference model)"
+    )
+    ebm: EBMOut | None = Field(
+        None,
+        description="ratings studies: the stored EB-M scores (null: none computed yet, or a "
+        "next-word study)",
     )
     messages: list[str]
 

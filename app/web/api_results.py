@@ -258,6 +258,50 @@ def items(
 
 
 @router.get(
+    "/studies/{slug}/results/ebm.{fmt}",
+    response_class=Response,
+    responses={
+        200: {
+            "content": {"text/csv": {}, "application/x-tex": {}},
+            "description": "a ratings study's stored EB-M scores: CSV (one row per figure) or "
+            "a booktabs table (one row per prefix length, EB-M per score, EB-bleu); none "
+            "stored yet, or a next-word study: the header or an empty table",
+        },
+        **_404,
+    },
+    summary="EB-M scores as CSV or a LaTeX table (ratings studies)",
+)
+def results_ebm_file(
+    study: StudyDep, session: SessionDep, user: ApiUserDep, fmt: Literal["csv", "tex"]
+) -> Response:
+    d = downloads.download(session, study, f"ebm.{fmt}", ResultQuery(), by=user)
+    return _file_response(d)
+
+
+@router.get(
+    "/studies/{slug}/samples.{fmt}",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "content": {"text/csv": {}, "application/x-ndjson": {}},
+            "description": "every continuation with its kind, prompt and prefix (streamed; "
+            "a next-word study has none)",
+        },
+        **_404,
+    },
+    summary="Prefix-switching samples as CSV or JSON lines (ratings studies; streamed)",
+)
+def samples(
+    request: Request,
+    study: StudyDep,
+    session: SessionDep,
+    user: ApiUserDep,
+    fmt: Literal["csv", "jsonl"],
+) -> Response:
+    return _streamed(request, study, session, user, f"samples.{fmt}")
+
+
+@router.get(
     "/studies/{slug}/manifest.json",
     response_model=ManifestOut,
     responses=_404,

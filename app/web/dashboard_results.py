@@ -11,12 +11,16 @@ from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse, Response
 from pydantic import Field
 
+from app.models import StudyType
 from app.results import downloads
 from app.results.diagnostics import results_with_diagnostics
+from app.results.ebm import stored_ebm
+from app.results.ebm_exports import ebm_view
 from app.results.planning import study_plan
 from app.results.plot import diagnostics_plot, results_plot
 from app.results.schemas import ResultQuery
 from app.results.stats import PlanTarget
+from app.results.stats.ebm import SCORE_LABELS, SCORES
 from app.web.deps import SessionDep
 from app.web.downloads import export_response
 from app.web.pages import LOGIN, StudyDep, render
@@ -55,6 +59,22 @@ def results_page(
     study: StudyDep,
     options: PageQueryDep,
 ) -> HTMLResponse:
+    if study.study_type is StudyType.ratings:
+        ebm = stored_ebm(session, study)
+        # Its results (quality and consistency per length and kind, EB-M) are not built yet:
+        # say so, rather than show next-word figures of a study that has no judgments. Its
+        # EB-M scores are shown as a results job stored them (app.results.ebm).
+        return render(
+            request,
+            "results_ratings.html",
+            {
+                "study": study,
+                "ebm": ebm,
+                "ebm_rows": ebm_view(ebm) if ebm else [],
+                "score_labels": [SCORE_LABELS[n] for n in SCORES],
+                "downloads": downloads.RATINGS_ONLY_ORDER,
+            },
+        )
     query = options.results_query()
     # One load of the judgments for the figures and the diagnostics (None: no section, and
     # no diagnostics downloads).
@@ -82,7 +102,7 @@ def results_page(
             "diagnostics": diag,
             "diagnostics_plot": diag_plot,
             "downloads": [
-                n for n in downloads.MEDIA_TYPES if diag or not n.startswith("diagnostics.")
+                n for n in downloads.catalogue(study) if diag or not n.startswith("diagnostics.")
             ],
         },
     )

@@ -97,6 +97,8 @@ EXPECTED: dict[tuple[str, str], dict[str, int] | str] = {
     ("GET", "/api/v1/studies/{slug}/plot.{fmt}"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/judgments.{fmt}"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/items.{fmt}"): API_STUDY,
+    ("GET", "/api/v1/studies/{slug}/results/ebm.{fmt}"): API_STUDY,
+    ("GET", "/api/v1/studies/{slug}/samples.{fmt}"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/manifest.json"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/plan"): API_STUDY,
     ("GET", "/dashboard"): SIGNED_IN,
