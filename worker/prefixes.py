@@ -30,6 +30,11 @@ re-samples the prefix (``eos_policy="resample"``, up to ``max_attempts``) or mar
 Translation: a data prefix is the first l words of the reference, a model prefix the first l
 words of a beam search of the source (``num_beams``, default 10); the source is kept.
 
+Ratings studies (``spec.continuation_words`` = l_gen): every item gets a continuation of l_gen
+words sampled from the model after its prompt and prefix instead of next-word choices;
+`worker.continuations` says how.  Their data-line kinds need l_gen words after the prefix (the
+real continuation, recorded).
+
 Every made item keeps the token ids its choices were computed from (``context_ids``, and
 ``source_ids`` for translation) and, with ``keep_roots``, the model's next-token log-probabilities
 there (``root``), so that `worker.synthetic` compares P_D with P_M without a second forward of P_M.
@@ -38,7 +43,6 @@ there (``root``), so that `worker.synthetic` compares P_D with P_M without a sec
 from __future__ import annotations
 
 import bisect
-import hashlib
 import weakref
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -52,8 +56,10 @@ from app.precompute.datasets import Dataset, DatasetError
 # place for the study settings' defaults.
 from app.studies.schemas import WORKER_DEFAULTS as _STUDY
 from app.studies.schemas import parse_kind
+from worker.continuations import continuation, continue_texts
 from worker.models import DEFAULT_BATCH_SIZE
 from worker.sampler import ContinuousSampler
+from worker.seeds import item_seed, stable_seed
 from worker.words import (
     NextWords,
     TokenClasses,
@@ -62,17 +68,6 @@ from worker.words import (
     token_classes,
     top_words,
 )
-
-
-def stable_seed(*parts: object) -> int:
-    """A 63-bit seed from the parts' text, stable across processes and machines."""
-    text = "\x1f".join(str(p) for p in parts)
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") >> 1
-
-
-def item_seed(study_seed: int, length: int, kind: str, index: int, attempt: int = 0) -> int:
-    """Seed of one item (and one attempt at it) of a cell; shards use these."""
-    return stable_seed("item", study_seed, length, kind, index, attempt)
 
 
 @dataclass(frozen=True)
@@ -92,6 +87,9 @@ class PrefixSpec:
     an item where a longer word could have been among the choices is flagged inexact.
     ``prefix_tokens_per_word``: a model prefix of l words may take at most this many tokens per
     word, ``prefix_tokens_per_word * (l + 1)`` in all (longer: skipped as ``too_long``).
+    ``continuation_words``: ratings studies' l_gen, the words of the model's continuation after
+    every prefix (0: none, a next-word study's items); ``continuation_top_k``: its sampling's
+    top-k (None: ancestral over the full vocabulary).
     """
 
     # The study settings among these (`app.studies.schemas.worker_settings`) default to a
@@ -111,6 +109,9 @@ class PrefixSpec:
     punctuation_splits: bool = True
     prefix_tokens_per_word: int = 8
     max_word_tokens: int | None = _STUDY["max_word_tokens"]
+    # Ratings studies only (`app.studies.schemas.WORKER_SETTINGS` reads them for those).
+    continuation_words: int = 0
+    continuation_top_k: int | None = None
 
     def __post_init__(self) -> None:
         if self.temperature <= 0:
@@ -121,15 +122,23 @@ class PrefixSpec:
             raise ValueError("special_policy must be 'renormalise' or 'skip'")
         if self.sample_top_p is not None and not 0 < self.sample_top_p <= 1:
             raise ValueError("sample_top_p must lie in (0, 1]")
+        if self.continuation_words < 0:
+            raise ValueError("continuation_words must be 0 (none) or positive")
+        if self.continuation_top_k is not None and self.continuation_top_k < 1:
+            raise ValueError("continuation_top_k must be positive (None: the full vocabulary)")
 
 
 @dataclass
 class PrefixItem:
-    """One prefix with its next-word choices, ready for the database.
+    """One prefix with its next-word choices (or, for a ratings study, its continuation), ready
+    for the database.
 
-    ``choices``: (word, probability) ordered by model rank, at most ``top_k``.  ``skipped`` with
-    ``skip_reason`` (``"special_top1"``, ``"eos_before_l"``, ``"too_long"``, ``"beam_too_short"``)
-    marks an item the study should not show; it is still returned so the caller can record it.
+    ``choices``: (word, probability) ordered by model rank, at most ``top_k``.  ``continuation``:
+    the model's l_gen words after prompt and prefix (ratings studies; None otherwise).
+    ``skipped`` with ``skip_reason`` (``"special_top1"``, ``"eos_before_l"``, ``"too_long"``,
+    ``"beam_too_short"``; ratings: ``"eos_before_l_gen"``, ``"continuation_too_long"``,
+    ``"attention_unshuffled"``) marks an item the study should not show; it is still returned so
+    the caller can record it.
 
     Not stored (the worker's own use, `worker.synthetic`): ``context_ids``, the model's token ids
     the choices were computed after (a language model's whole context with its start token and
@@ -146,6 +155,7 @@ class PrefixItem:
     source: str | None = None
     true_next_word: str | None = None
     choices: list[tuple[str, float]] = field(default_factory=list)
+    continuation: list[str] | None = None
     skipped: bool = False
     skip_reason: str | None = None
     provenance: dict = field(default_factory=dict)
@@ -189,6 +199,7 @@ class _Draft:
     info: dict = field(default_factory=dict)
     context: list[int] | None = None  # target/context token ids, when not re-encoded
     skip: str | None = None
+    continuation: list[str] | None = None  # ratings studies: set by the sampler
     # What the choices were computed from (set where they are): see `PrefixItem`.
     ids: list[int] | None = None
     source_ids: list[int] | None = None
@@ -233,6 +244,7 @@ def make_items(
     *,
     data_from=None,
     keep_roots: bool = False,
+    prefixes_only: bool = False,
 ) -> list[PrefixItem]:
     """Items ``start``..``stop - 1`` of cell (``length``, ``kind``) with their top-k words.
 
@@ -242,7 +254,9 @@ def make_items(
     `DatasetError` when the dataset has too few long-enough lines for index ``stop - 1``.
     ``data_from`` (a `CausalLM`, language modelling only): the data kinds sample their prefix
     from it instead of reading a dataset line.  ``keep_roots``: keep each item's next-token
-    log-probabilities (`PrefixItem.root`).
+    log-probabilities (`PrefixItem.root`).  With ``spec.continuation_words`` (ratings) the items
+    get continuations instead of choices, unless ``prefixes_only`` (the prefixes alone: a ratings
+    study's attention pairs, `worker.continuations.attention_pairs`).
     """
     base, rate = parse_kind(kind)
     if length < 1:
@@ -259,10 +273,15 @@ def make_items(
         raise DatasetError(f"{dataset.path}: a {model.task} model needs a {model.task} dataset")
     classes = get_token_classes(model, spec.punctuation_splits)
     kind_key = kind
+    ratings = bool(spec.continuation_words)
+    if ratings and (seq2seq or data_from is not None):
+        raise ValueError("continuations are for language models without a reference model")
+    # Words a data prefix's line holds after it: the true next word, or the real continuation.
+    following = spec.continuation_words or 1
 
     # Which dataset line each item uses, if any.
     if seq2seq or (base.startswith("data") and not sampled_data):
-        min_words = spec.prompt_words + length + 1
+        min_words = spec.prompt_words + length + following
     elif spec.prompt_words:
         min_words = spec.prompt_words
     else:
@@ -293,8 +312,11 @@ def make_items(
             d.source = row.source
             d.prompt = list(row.words[: spec.prompt_words])
             if base.startswith("data") and not sampled_data:
-                d.words = list(row.words[spec.prompt_words : spec.prompt_words + length])
-                d.true_next = row.words[spec.prompt_words + length]
+                end = spec.prompt_words + length
+                d.words = list(row.words[spec.prompt_words : end])
+                d.true_next = row.words[end]
+                if ratings:
+                    d.info["data_continuation"] = " ".join(row.words[end : end + following])
         drafts.append(d)
 
     batch = spec.batch_size or DEFAULT_BATCH_SIZE
@@ -325,6 +347,22 @@ def make_items(
                     d.words, d.info["corrupted_positions"] = _corrupt(d.words, rate, vocab, d.rng)
                     d.context = None
         results = _choices_seq2seq(model, classes, drafts, spec, batch, keep_roots)
+    elif base == "model" and ratings:
+        # The continuation goes on from the prefix's own row and cache.
+        phase = None if prefixes_only else continuation(spec, seed, length, kind_key)
+        _sample_lm(
+            model,
+            classes,
+            drafts,
+            length,
+            spec,
+            seed,
+            kind_key,
+            batch,
+            search=False,
+            continuation=phase,
+        )
+        results = [None] * len(drafts)
     elif base == "model":
         results = _sample_lm(
             model, classes, drafts, length, spec, seed, kind_key, batch, keep_roots=keep_roots
@@ -336,7 +374,12 @@ def make_items(
             for d in drafts:
                 if d.skip is None:
                     d.words, d.info["corrupted_positions"] = _corrupt(d.words, rate, vocab, d.rng)
-        results = _choices_lm_text(model, classes, drafts, spec, batch, keep_roots)
+        if not ratings:
+            results = _choices_lm_text(model, classes, drafts, spec, batch, keep_roots)
+        else:
+            results = [None] * len(drafts)
+            if not prefixes_only:
+                continue_texts(model, classes, drafts, spec, seed, length, kind_key, batch)
 
     common = {
         "model": model.name,
@@ -363,6 +406,7 @@ def make_items(
             context_ids=d.ids,
             source_ids=d.source_ids,
             root=d.root,
+            continuation=d.continuation,
         )
         if res is not None:
             prov["choices"] = res.info()
@@ -402,9 +446,11 @@ def _sample_lm(
     *,
     search: bool = True,
     keep_roots: bool = False,
+    continuation=None,
 ) -> list[NextWords | None]:
     """Model prefixes for a causal LM (`ContinuousSampler`), with their next words when
-    ``search``; a re-sampled attempt draws from its own item seed."""
+    ``search`` or their ``continuation`` (a `worker.sampler.Continuation`); a re-sampled attempt
+    draws from its own item seed."""
 
     def reseed(d: _Draft, attempt: int) -> np.random.Generator:
         return np.random.default_rng(item_seed(seed, length, kind, d.index, attempt))
@@ -421,6 +467,7 @@ def _sample_lm(
         reseed,
         next_words if search else None,
         keep_roots=keep_roots,
+        continuation=continuation,
     )
     return sampler.run(drafts)
 

@@ -24,11 +24,12 @@ from sqlalchemy import Engine
 
 from app.config import Settings
 from app.db import build_engine, make_sessionmaker, unit_of_work
-from app.models import PrecomputeShard, Study
+from app.models import JobStatus, PrecomputeShard, Study, StudyType
 from app.precompute import service
 from app.precompute.datasets import Dataset, DatasetError, load_dataset
 from app.software import software
 from app.studies.schemas import config_from_columns, worker_settings
+from worker.continuations import attention_pairs
 from worker.prefixes import PrefixItem, PrefixSpec, make_items
 from worker.synthetic import check_pair, reference_records
 
@@ -56,7 +57,8 @@ def item_row(
     item: PrefixItem, *, attention: bool, spec: PrefixSpec, reference: dict | None = None
 ) -> dict:
     """A `PrefixItem` as the columns of `app.models.Item` (``reference``: its synthetic EB-C
-    record, `worker.synthetic`; None without a reference model or for a skipped item)."""
+    record, `worker.synthetic`; None without a reference model or for a skipped item;
+    ``continuation``: a ratings item's words, space-joined)."""
     return {
         "length": item.length,
         "kind": item.kind,
@@ -70,6 +72,7 @@ def item_row(
         "skip_reason": item.skip_reason if item.skipped else None,
         "provenance": {**item.provenance, "spec": _spec_record(spec), "software": _SOFTWARE()},
         "reference": reference,
+        "continuation": None if item.continuation is None else " ".join(item.continuation),
     }
 
 
@@ -222,9 +225,31 @@ class Worker:
                 fresh = session.get(Study, study.id)
                 fresh.dataset_sha256 = fresh.dataset_sha256 or self.dataset_for(study).sha256
             service.complete_shard(session, shard.id, self.worker_id, rows, seconds=seconds)
+        if study.study_type is StudyType.ratings:
+            self._score_when_done(study, shard.job_id)
         if on_shard is not None:
             on_shard(shard, len(rows))
         return 1
+
+    def _score_when_done(self, study: Study, job_id: int) -> None:
+        """A ratings study's EB-M scores, once its precompute job is done: the results job
+        (`app.results.ebm`) run here, where the dataset is. Its failure is logged and leaves
+        the items as they are; `ebc results score STUDY` computes the scores again."""
+        from app.results.ebm import NAME, score_study
+        from app.results.queries import latest_score
+
+        try:
+            with unit_of_work(self.sessionmaker) as session:
+                job = session.get(service.PrecomputeJob, job_id)
+                if job is None or job.status is not JobStatus.done:
+                    return
+                fresh = session.get(Study, study.id)
+                last = latest_score(session, fresh, NAME)
+                if last is not None and last.computed_at >= job.finished_at:
+                    return  # another worker's last shard already scored this job
+                score_study(session, fresh, by="worker", dataset=self.dataset_for(fresh))
+        except Exception:
+            log.exception("EB-M scores of %s failed (ebc results score computes them)", study.slug)
 
     def _make(self, study: Study, shard: PrecomputeShard) -> list[dict]:
         model = self.model_for(study)
@@ -234,6 +259,23 @@ class Worker:
         dataset = self.dataset_for(study)
         spec = spec_for(study, self.options.batch_size)
         attention = service.is_attention_shard(study, shard)
+        if study.study_type is StudyType.ratings and attention:
+            # Attention pairs: data prefixes with their real continuation's words shuffled.
+            items = make_items(
+                model,
+                dataset,
+                spec,
+                shard.length,
+                shard.kind,
+                shard.start_index,
+                shard.stop_index,
+                study.seed,
+                prefixes_only=True,
+            )
+            return [
+                item_row(item, attention=True, spec=spec)
+                for item in attention_pairs(items, study.seed)
+            ]
         # Attention candidates need a true next word: they stay dataset lines.
         sampled = config_from_columns(study).reference.data_prefixes == "reference"
         items = make_items(

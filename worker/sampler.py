@@ -9,6 +9,14 @@ the queue is empty.  Finished prefixes keep their cache and root distribution; t
 runs on them once ``batch`` have gathered (and on the rest at the end).  Each prefix draws its
 uniforms from its own generator, only while it is sampling, so an item does not depend on the
 batch size or on which prefixes share its batch.
+
+Continuations (ratings studies, `worker.continuations`): with a `Continuation` a row that has
+its l words goes on in the same batch, on its own KV cache, to sample l_gen more words with the
+continuation's settings; ``run(drafts, from_context=True)`` starts rows at their context's end
+(data prefixes: prompt + prefix encoded) and samples the continuation only.  The first token of
+a continuation must start a new word (as after a prompt), so the prefix's last word is never
+extended.  An end of text before l_gen words re-samples the continuation alone from its
+context (the prefix stays as it was) or skips the item, by the continuation's ``eos_policy``.
 """
 
 from __future__ import annotations
@@ -78,17 +86,45 @@ def width_bands(model, groups: list[tuple[list, Any, torch.Tensor]]) -> list[lis
     return [band for band in (short, long) if band]
 
 
+@dataclass(frozen=True)
+class Continuation:
+    """What a row samples after its prefix: ``words`` more words (l_gen) with ``spec``'s
+    sampling (``temperature``, ``sample_top_k``, ``sample_top_p``), end-of-text policy
+    (``eos_policy``, ``max_attempts``) and token budget (``prefix_tokens_per_word`` per word,
+    plus one); ``reseed(draft, attempt)`` gives each attempt's generator (attempt 0 included:
+    a continuation never draws from its prefix's stream)."""
+
+    words: int
+    spec: Any
+    reseed: Callable[[Any, int], np.random.Generator]
+
+
+def sampling_record(spec) -> dict:
+    """The sampling settings of ``spec`` as recorded in an item's provenance."""
+    return {
+        "temperature": spec.temperature,
+        "top_k": spec.sample_top_k,
+        "top_p": spec.sample_top_p,
+        "eos_policy": spec.eos_policy,
+    }
+
+
 @dataclass
 class _Row:
-    """One prefix being sampled: its draft, attempt, random stream and tokens so far."""
+    """One text being sampled: its draft, phase (0: the prefix, 1: the continuation), attempt
+    at that phase, random stream and tokens so far (``start`` of them, and ``split`` of their
+    word groups, before the phase began)."""
 
     draft: Any
     attempt: int
     rng: np.random.Generator
     context: list[int]
-    cap: int  # most tokens it may sample
+    cap: int  # most tokens it may have sampled when its phase ends
     tokens: list[int] = field(default_factory=list)
     groups: list[list[int]] = field(default_factory=list)
+    phase: int = 0
+    start: int = 0
+    split: int = 0
 
 
 Search = Callable[[Any, torch.Tensor], list[NextWords]]
@@ -103,6 +139,9 @@ class ContinuousSampler:
     generator of a re-sampled attempt; ``search`` (None: prefixes only) the next words.  A
     finished draft gets ``ids`` (its context tokens, without the token that starts word l + 1)
     and, with ``keep_roots`` and a search, ``root`` (the log-probabilities its words came from).
+    With a ``continuation`` (no search) a finished prefix goes on: the draft gets
+    ``continuation`` (its words) and ``info["continuation"]``, and ``skip`` when the
+    continuation fails (``"eos_before_l_gen"``, ``"continuation_too_long"``).
     """
 
     def __init__(
@@ -116,14 +155,20 @@ class ContinuousSampler:
         search: Search | None,
         *,
         keep_roots: bool = False,
+        continuation: Continuation | None = None,
     ):
+        if continuation is not None and search is not None:
+            raise ValueError("a continuation follows a prefix without a word search")
         self.model, self.classes, self.spec, self.batch = model, classes, spec, batch
         self.reseed, self.search, self.keep_roots = reseed, search, keep_roots
-        self.sampling = {
-            "temperature": spec.temperature,
-            "top_k": spec.sample_top_k,
-            "top_p": spec.sample_top_p,
-            "eos_policy": spec.eos_policy,
+        self.continuation = continuation
+        self.sampling = sampling_record(spec)
+        cont_spec = continuation.spec if continuation is not None else spec
+        self.specs = (spec, cont_spec)
+        self.cont_sampling = sampling_record(cont_spec)
+        same = {k: v for k, v in self.sampling.items() if k != "eos_policy"}
+        self.same_sampling = same == {
+            k: v for k, v in self.cont_sampling.items() if k != "eos_policy"
         }
         # Special tokens other than the end of text are not text and are never sampled, except
         # the unknown word of a word-level vocabulary (wiki-103 text contains "<unk>").
@@ -134,28 +179,42 @@ class ContinuousSampler:
         self.allowed = allowed
         self.blank_l = classes.blank.tolist()
         self.every_allowed = bool(allowed.all())  # GPT-2: its one special token is end of text
-        # After a prompt the first sampled token must start a new word.
+        # After a prompt, and at a continuation's start, the first token must start a new word.
         self.first_allowed = allowed & (classes.starts | classes.ends)
         self.length = length
+        self.goals = (length, continuation.words if continuation is not None else 0)
         self.max_new = spec.prefix_tokens_per_word * (length + 1)
+        self.cont_max = (
+            cont_spec.prefix_tokens_per_word * (continuation.words + 1) if continuation else 0
+        )
         self.results: dict[int, NextWords] = {}
-        self.queue: deque = deque()
+        self.queue: deque = deque()  # (draft, attempt) of prefixes to sample
+        self.cont_queue: deque = deque()  # (draft, attempt) of continuations from a context
+        self.after_prompt = False
         self.live: list[_Row] = []
         self.active: list[bool] = []
-        self.state = self.logprobs = self.count = self.in_word = None
+        self.state = self.logprobs = self.count = self.in_word = self.goal = None
         self.finished: list[tuple[list[_Row], Any, torch.Tensor]] = []  # (rows, state, root)
         self.n_finished = 0
 
-    def run(self, drafts: list) -> list[NextWords | None]:
-        self.queue.extend((d, 0) for d in drafts)
-        after_prompt = bool(drafts and drafts[0].prompt)
+    def run(self, drafts: list, *, from_context: bool = False) -> list[NextWords | None]:
+        """Sample the drafts' prefixes (and continuations); with ``from_context`` the drafts
+        bring their context as ``ids`` and only continuations are sampled."""
+        if from_context:
+            if self.continuation is None:
+                raise ValueError("sampling from a context needs a continuation")
+            self.cont_queue.extend((d, 0) for d in drafts)
+        else:
+            self.queue.extend((d, 0) for d in drafts)
+        self.after_prompt = bool(not from_context and drafts and drafts[0].prompt)
         # Without a prompt a new prefix's context is the start token alone: it takes a free
         # place in the running batch and the start token goes through the next step with the
         # others (no forward of its own, no copy of the batch's cache).
-        in_place = not after_prompt and isinstance(self.model, RowReset)
+        in_place = not from_context and not self.after_prompt
+        in_place = in_place and isinstance(self.model, RowReset)
         self._admit()
         while self.live:
-            tok = self._step_tokens(after_prompt)
+            tok = self._step_tokens()
             if in_place and self.queue and not all(self.active):
                 tok = self._refill(tok)
             n_active = sum(self.active)
@@ -173,24 +232,68 @@ class ContinuousSampler:
             self._run_search()
         return [self.results.get(d.index) for d in drafts]
 
-    def _step_tokens(self, after_prompt: bool) -> torch.Tensor:
-        """Sample every live row's next token and settle the rows it ends; returns the tokens."""
-        spec, device, cl = self.spec, self.model.device, self.classes
-        live, active = self.live, self.active
-        u = torch.tensor(
-            [r.rng.random() if a else 0.0 for r, a in zip(live, active, strict=True)],
-            dtype=torch.float32,
-        ).to(device)
-        if after_prompt:
-            fresh = torch.tensor([not r.tokens for r in live], device=device)[:, None]
-            mask = torch.where(fresh, self.first_allowed, self.allowed)
+    def _fresh(self, r: _Row) -> bool:
+        """Whether the row's next token must start a new word (its phase's first token, after
+        a prompt or a prefix)."""
+        return len(r.tokens) == r.start and (r.phase == 1 or self.after_prompt)
+
+    def _sample(self, logprobs: torch.Tensor, u: torch.Tensor, rows: list[_Row]) -> torch.Tensor:
+        """One token per row, each by its phase's settings."""
+        fresh = [self._fresh(r) for r in rows]
+        if any(fresh):
+            where = torch.tensor(fresh, device=self.model.device)[:, None]
+            mask = torch.where(where, self.first_allowed, self.allowed)
         else:
             mask = None if self.every_allowed else self.allowed[None, :]
-        tok = sample_tokens(self.logprobs, u, spec, mask)
-        act = torch.tensor(active, device=device)
+        phases = [r.phase for r in rows]
+        if self.same_sampling or len(set(phases)) == 1:
+            return sample_tokens(logprobs, u, self.specs[phases[0]], mask)
+        tok = torch.empty(len(rows), dtype=torch.long, device=self.model.device)
+        for phase in (0, 1):
+            index = torch.tensor(
+                [i for i, p in enumerate(phases) if p == phase],
+                dtype=torch.long,
+                device=self.model.device,
+            )
+            part = mask if mask is None or mask.shape[0] == 1 else mask[index]
+            tok[index] = sample_tokens(logprobs[index], u[index], self.specs[phase], part)
+        return tok
+
+    def _uniforms(self, rows: list[_Row], draw: list[bool]) -> torch.Tensor:
+        return torch.tensor(
+            [r.rng.random() if d else 0.0 for r, d in zip(rows, draw, strict=True)],
+            dtype=torch.float32,
+        ).to(self.model.device)
+
+    def _step_tokens(self) -> torch.Tensor:
+        """Sample every live row's next token and settle the rows it ends; returns the tokens."""
+        live, device = self.live, self.model.device
+        tok = self._sample(self.logprobs, self._uniforms(live, self.active), live)
+        switched = self._settle(tok, list(self.active))
+        if switched:
+            # Rows whose prefix just ended: their token is drawn again, from the continuation's
+            # settings and stream, as the continuation's first token (a new word).
+            index = torch.tensor(switched, dtype=torch.long, device=device)
+            self.count, self.in_word = self.count.clone(), self.in_word.clone()
+            self.goal = self.goal.clone()
+            self.count[index], self.in_word[index] = 0, False
+            self.goal[index] = self.goals[1]
+            rows = [live[i] for i in switched]
+            u = self._uniforms(rows, [True] * len(rows))
+            tok = tok.clone()
+            tok[index] = self._sample(self.logprobs[index], u, rows)
+            chosen = set(switched)
+            self._settle(tok, [i in chosen for i in range(len(live))])
+        return tok
+
+    def _settle(self, tok: torch.Tensor, act_l: list[bool]) -> list[int]:
+        """Apply ``tok`` to the rows of ``act_l``: extend, end or re-queue each.  Returns the
+        rows whose prefix ended and whose continuation begins (they stay active)."""
+        live, active, cl = self.live, self.active, self.classes
+        act = torch.tensor(act_l, device=self.model.device)
         starts, blank, ends = cl.starts, cl.blank, cl.ends
         new_word = ~blank[tok] & (starts[tok] | ~self.in_word)
-        full = self.count == self.length
+        full = self.count == self.goal
         stop_ok = act & full & (new_word | ends[tok])
         fail = act & ends[tok] & ~full
         cont = act & ~stop_ok & ~fail
@@ -206,27 +309,35 @@ class ContinuousSampler:
         )
         blank_l = self.blank_l
         ok_rows: list[int] = []
+        switched: list[int] = []
         for i, (s_ok, f, c, t, nw) in enumerate(flags):
+            if not act_l[i]:
+                continue
             r = live[i]
             if s_ok:
+                if self.continuation is not None and r.phase == 0:
+                    self._begin_continuation(r)
+                    switched.append(i)
+                    continue
                 self._end(r, None)
                 ok_rows.append(i)
             elif f:
+                spec = self.specs[r.phase]
                 if spec.eos_policy == "resample" and r.attempt + 1 < spec.max_attempts:
-                    self.queue.append((r.draft, r.attempt + 1))
+                    (self.cont_queue if r.phase else self.queue).append((r.draft, r.attempt + 1))
                 else:
-                    self._end(r, "eos_before_l")
+                    self._end(r, "eos_before_l_gen" if r.phase else "eos_before_l")
             elif c:
                 r.tokens.append(t)
                 if not blank_l[t]:
-                    if nw or not r.groups:
+                    if nw or len(r.groups) == r.split:
                         r.groups.append([t])
                     else:
                         r.groups[-1].append(t)
                 if len(r.tokens) >= r.cap:
-                    self._end(r, "too_long")
+                    self._end(r, "continuation_too_long" if r.phase else "too_long")
                     c = False
-            if active[i] and not c:
+            if not c:
                 active[i] = False
         if ok_rows and self.search is not None:
             # Before the step: the search's context ends before the token that starts word l+1.
@@ -238,23 +349,25 @@ class ContinuousSampler:
                 )
             )
             self.n_finished += len(ok_rows)
-        return tok
+        return switched
 
     def _refill(self, tok: torch.Tensor) -> torch.Tensor:
         """Waiting prefixes take the stopped rows' places in the running batch."""
         fill = []
         for i, a in enumerate(self.active):
             if not a and self.queue:
-                self.live[i], self.active[i] = self._next_row(), True
+                self.live[i], self.active[i] = self._next_row(*self.queue.popleft(), 0), True
                 fill.append(i)
         self.model.reset_rows(self.state, fill)
         index = torch.tensor(fill, dtype=torch.long, device=self.model.device)
         tok = tok.clone()
         tok[index] = self.model.start_token_id
-        self.count = self.count.clone()
-        self.count[index] = 0
-        self.in_word = self.in_word.clone()
-        self.in_word[index] = False
+        self.count, self.in_word, self.goal = (
+            self.count.clone(),
+            self.in_word.clone(),
+            self.goal.clone(),
+        )
+        self.count[index], self.in_word[index], self.goal[index] = 0, False, self.goals[0]
         return tok
 
     def _compact(self) -> None:
@@ -265,48 +378,85 @@ class ContinuousSampler:
             self.state = self.model.select(self.state, keep)
             self.logprobs = self.logprobs[keep]
             self.count, self.in_word = self.count[keep], self.in_word[keep]
+            self.goal = self.goal[keep]
         else:
-            self.state = self.logprobs = self.count = self.in_word = None
+            self.state = self.logprobs = self.count = self.in_word = self.goal = None
 
-    def _next_row(self) -> _Row:
-        d, attempt = self.queue.popleft()
-        rng = d.rng if attempt == 0 else self.reseed(d, attempt)
-        ctx = [self.model.start_token_id]
-        if d.prompt:
-            ctx += self.model.encode(" ".join(d.prompt))
-        cap = self.max_new
+    def _next_row(self, d, attempt: int, phase: int) -> _Row:
+        """A row for attempt ``attempt`` at the draft's prefix (phase 0: from the start token
+        and its prompt) or continuation (phase 1: from its context ``ids``)."""
+        if phase == 0:
+            rng = d.rng if attempt == 0 else self.reseed(d, attempt)
+            ctx = [self.model.start_token_id]
+            if d.prompt:
+                ctx += self.model.encode(" ".join(d.prompt))
+            cap, what = self.max_new, "prompts"
+        else:
+            rng = self.continuation.reseed(d, attempt)
+            ctx, cap, what = list(d.ids), self.cont_max, "contexts"
         if self.model.max_positions:
             cap = min(cap, self.model.max_positions - len(ctx))
             if cap <= 0:
                 raise ValueError(
-                    f"prompts of {len(ctx)} tokens leave no room in the model's context"
+                    f"{what} of {len(ctx)} tokens leave no room in the model's context"
                 )
-        return _Row(d, attempt, rng, ctx, cap)
+        return _Row(d, attempt, rng, ctx, cap, phase=phase)
 
     def _admit(self) -> None:
         new: list[_Row] = []
-        while self.queue and len(self.live) + len(new) < self.batch:
-            new.append(self._next_row())
+        while (self.cont_queue or self.queue) and len(self.live) + len(new) < self.batch:
+            if self.cont_queue:
+                new.append(self._next_row(*self.cont_queue.popleft(), 1))
+            else:
+                new.append(self._next_row(*self.queue.popleft(), 0))
         if not new:
             return
         lp_new, st_new = self.model.start([r.context for r in new])
-        zeros = torch.zeros(len(new), dtype=torch.long, device=self.model.device)
+        device = self.model.device
+        zeros = torch.zeros(len(new), dtype=torch.long, device=device)
+        goal = torch.tensor([self.goals[r.phase] for r in new], dtype=torch.long, device=device)
         if self.state is None:
             self.state, self.logprobs = st_new, lp_new
-            self.count, self.in_word = zeros, zeros.bool()
+            self.count, self.in_word, self.goal = zeros, zeros.bool(), goal
         else:
             self.state = self.model.concat([self.state, st_new])
             self.logprobs = torch.cat([self.logprobs, lp_new])
             self.count = torch.cat([self.count, zeros])
             self.in_word = torch.cat([self.in_word, zeros.bool()])
+            self.goal = torch.cat([self.goal, goal])
         self.live.extend(new)
         self.active.extend([True] * len(new))
 
+    def _begin_continuation(self, r: _Row) -> None:
+        """The row's prefix is done (recorded as such); it goes on as its continuation's first
+        attempt, on the same cache."""
+        self._end(r, None)
+        r.phase, r.attempt = 1, 0
+        r.rng = self.continuation.reseed(r.draft, 0)
+        r.start, r.split = len(r.tokens), len(r.groups)
+        room = self.cont_max
+        if self.model.max_positions:
+            room = min(room, self.model.max_positions - len(r.context) - len(r.tokens))
+        r.cap = len(r.tokens) + max(room, 1)
+
     def _end(self, r: _Row, skip: str | None) -> None:
         d = r.draft
+        words = [decode_word(self.model.tokenizer, g) for g in r.groups[r.split :]]
+        if r.phase == 1:
+            d.continuation = words
+            d.info["continuation"] = {
+                "words": self.continuation.words,
+                "attempts": r.attempt + 1,
+                "sampling": self.cont_sampling,
+                "context_tokens": len(r.context) + r.start,
+                "tokens": len(r.tokens) - r.start,
+            }
+            if skip is not None:
+                d.skip = skip
+            return
         d.info["attempts"] = r.attempt + 1
         d.info["sampling"] = self.sampling
-        d.words = [decode_word(self.model.tokenizer, g) for g in r.groups]
+        d.words = words
         d.skip = skip
         if skip is None:
             d.info["context_tokens"] = len(r.context) + len(r.tokens)

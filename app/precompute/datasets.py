@@ -145,11 +145,13 @@ def check_dataset(
     *,
     prompt_words: int = 0,
     task: str | None = None,
+    following: int = 1,
 ) -> None:
     """Raise `DatasetError` unless every prefix length has ``count`` lines long enough.
 
-    A data prefix of length l needs a line of at least ``prompt_words + l + 1`` words (the true
-    next word is kept).  Call it when a study is created, before anything is written.
+    A data prefix of length l needs a line of at least ``prompt_words + l + following`` words:
+    the true next word is kept (``following`` 1), or a ratings study's real continuation
+    (``following`` = l_gen).  Call it when a study is created, before anything is written.
     """
     if task is not None and task != dataset.task:
         raise DatasetError(
@@ -157,7 +159,7 @@ def check_dataset(
             + ("source/target rows" if task == "seq2seq" else "text rows")
         )
     for length in lengths:
-        need = prompt_words + length + 1
+        need = prompt_words + length + following
         have = len(dataset.eligible(need))
         if have < count:
             raise DatasetError(

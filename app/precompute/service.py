@@ -29,9 +29,11 @@ from app.models import (
     ShardStatus,
     Study,
     StudyStatus,
+    StudyType,
     utcnow,
 )
 from app.precompute.datasets import check_dataset, load_dataset
+from app.studies.schemas import config_from_columns
 
 # Items per shard: the worker's default batch (256 rows, GPU and CPU), so that one shard fills
 # a batch.  Four shards of 64 made 256 items 10-25 % slower on the 2-core CPU (each shard ends
@@ -84,7 +86,18 @@ def cells(study: Study, max_attention: int | None = None) -> list[Cell]:
 
 
 def is_attention_shard(study: Study, shard: PrecomputeShard) -> bool:
+    """Whether the shard makes attention candidates: next-word items with an unambiguous next
+    word, or a ratings study's attention pairs (their real continuation shuffled)."""
     return shard.kind == ATTENTION_KIND and shard.start_index >= study.items_per_cell
+
+
+def words_after_prefix(study: Study) -> int:
+    """Words a data prefix's dataset line must hold after it: the true next word (1), or a
+    ratings study's real continuation (l_gen words: EB-M's references and the attention
+    pairs' words)."""
+    if study.study_type is StudyType.ratings:
+        return config_from_columns(study).ratings.continuation_words
+    return 1
 
 
 def active_job(session: Session, study: Study) -> PrecomputeJob | None:
@@ -164,15 +177,17 @@ def plan_precompute(
             f"the study is {study.status.value}: precompute is planned for draft studies"
         )
     dataset = load_dataset(study.dataset_path, study.dataset_format)
+    following = words_after_prefix(study)
     check_dataset(
         dataset,
         study.prefix_lengths,
         study.items_per_cell,
         prompt_words=study.prompt_words,
         task=study.task.value,
+        following=following,
     )
     spare = min(
-        len(dataset.eligible(study.prompt_words + length + 1)) - study.items_per_cell
+        len(dataset.eligible(study.prompt_words + length + following)) - study.items_per_cell
         for length in study.prefix_lengths
     )
     job = plan_job(session, study, shard_size=shard_size, max_attention=spare)

@@ -485,11 +485,14 @@ def config_from_columns(row: Any) -> StudyConfig:
 
 @dataclass(frozen=True)
 class WorkerSetting:
-    """A setting of the precompute worker (`worker.prefixes.PrefixSpec`) and its source."""
+    """A setting of the precompute worker (`worker.prefixes.PrefixSpec`) and its source;
+    with `study_type`, read for studies of that type only (the others keep the worker's
+    default: a next-word study's items have no continuation)."""
 
     name: str
     setting: str
     convert: Callable[[Any], Any] = _same
+    study_type: StudyType | None = None
 
 
 WORKER_SETTINGS = (
@@ -502,12 +505,18 @@ WORKER_SETTINGS = (
     WorkerSetting("num_beams", "decoding.beam_width"),
     WorkerSetting("max_word_tokens", "decoding.max_word_tokens", lambda n: n or None),  # 0: none
     WorkerSetting("special_policy", "special_top1", lambda policy: policy.value),
+    WorkerSetting("continuation_words", "ratings.continuation_words", study_type=StudyType.ratings),
+    WorkerSetting("continuation_top_k", "ratings.continuation_top_k", study_type=StudyType.ratings),
 )
 
 
 def worker_settings(config: StudyConfig) -> dict[str, Any]:
     """The settings the worker makes `config`'s items with, by the worker's names."""
-    return {s.name: s.convert(setting(config, s.setting)) for s in WORKER_SETTINGS}
+    return {
+        s.name: s.convert(setting(config, s.setting))
+        for s in WORKER_SETTINGS
+        if s.study_type in (None, config.type)
+    }
 
 
 WORKER_DEFAULTS: dict[str, Any] = worker_settings(StudyConfig.model_construct())
