@@ -279,8 +279,14 @@ def make_items(
     # Words a data prefix's line holds after it: the true next word, or the real continuation.
     following = spec.continuation_words or 1
 
-    # Which dataset line each item uses, if any.
-    if seq2seq or (base.startswith("data") and not sampled_data):
+    # Which dataset line each item uses, if any.  In a ratings study every kind's item i of a
+    # length takes the same line as the data item i (the paper's generation process: one
+    # prompt C, a prefix from P_D or from P_M), a line long enough to hold the data
+    # continuation that EB-M scores every kind's continuation against.
+    # (Without a dataset, model prefixes without a prompt still need none: tests, benchmarks.)
+    paired = ratings and dataset is not None
+    line_key = "data" if paired else kind_key
+    if seq2seq or paired or (base.startswith("data") and not sampled_data):
         min_words = spec.prompt_words + length + following
     elif spec.prompt_words:
         min_words = spec.prompt_words
@@ -290,7 +296,7 @@ def make_items(
     if min_words:
         if dataset is None:
             raise DatasetError(f"kind {kind!r} needs a dataset")
-        order = _line_order(dataset, seed, length, kind_key, min_words)
+        order = _line_order(dataset, seed, length, line_key, min_words)
         if stop > len(order):
             raise DatasetError(
                 f"{dataset.path}: item {stop - 1} of length {length} ({kind}) needs {stop} lines "

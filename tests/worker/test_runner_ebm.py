@@ -110,3 +110,24 @@ def test_a_failed_score_is_logged_and_leaves_the_job_done(db, tmp_path, monkeypa
         assert session.scalars(select(StudyScore)).all() == []
         n = len(session.scalars(select(Item).where(Item.study_id == study_id)).all())
         assert n == 32
+
+
+def test_every_kind_shares_the_data_items_prompts_so_every_continuation_has_a_reference(
+    db, tmp_path
+):
+    """Item i of every kind of a length takes data item i's line (one prompt C, a prefix
+    from the data or from the model), long enough for the data continuation: EB-M scores
+    every continuation, and resamples the kinds' prompts together."""
+    _, _, sessionmaker = db
+    study_id, _ = _ratings_study(sessionmaker, tmp_path)
+    _run(db)
+    with sessionmaker() as session:
+        items = session.scalars(select(Item).where(Item.study_id == study_id)).all()
+        line = {(i.length, i.kind, i.index): i.provenance["line"] for i in items}
+        prompt = {(i.length, i.kind, i.index): i.prompt for i in items}
+        for (length, kind, index), value in line.items():
+            assert value is not None and value == line[(length, "data", index)]
+            assert prompt[(length, kind, index)] == prompt[(length, "data", index)]
+        stored = stored_ebm(session, session.get(Study, study_id))
+        assert stored.scores.paired_lengths == [2, 4]
+        assert not [w for w in stored.scores.warnings if "reference" in w]
