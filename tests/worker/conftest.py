@@ -25,6 +25,8 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from app.db import build_engine, make_sessionmaker
+from app.migrate import upgrade
 from worker.hf import HFCausalLM, HFSeq2SeqLM
 
 # Tiny models run fastest on one thread; several threads spin badly on a shared 2-core machine.
@@ -180,3 +182,31 @@ def pair_dataset(tmp_path: Path):
     rows = [f"{line}\t{corpus_lines()[(i + 3) % 80]}" for i, line in enumerate(corpus_lines(40))]
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
     return load_dataset(path)
+
+
+# The runner tests' shared set-up: a migrated database with its engine and sessions, a tiny
+# word-level GPT-2 on disk, and a dataset file.
+@pytest.fixture
+def db(empty_db):
+    engine = build_engine(empty_db.settings())
+    with engine.begin() as conn:
+        upgrade(conn)
+    yield empty_db, engine, make_sessionmaker(engine)
+    engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    """A tiny word-level GPT-2 saved like any Hugging Face model, loaded by path."""
+    path = tmp_path_factory.mktemp("model")
+    tok = word_tokenizer()
+    tiny_gpt2(tok, seed=1, init=0.2).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture
+def dataset_file(tmp_path) -> Path:
+    path = tmp_path / "lines.txt"
+    path.write_text("\n".join(corpus_lines(400)) + "\n", encoding="utf-8")
+    return path

@@ -14,42 +14,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import delete, func, select, update
 
-from app.db import build_engine, make_sessionmaker
-from app.migrate import upgrade
 from app.models import Item, JobStatus, PrecomputeJob, PrecomputeShard, ShardStatus, Study
 from app.precompute import service
 from app.studies.schemas import StudyConfig
 from app.studies.service import create_study
-from tests.worker.conftest import corpus_lines, tiny_gpt2, word_tokenizer
+from tests.worker.conftest import corpus_lines
 from worker.runner import Worker, WorkerOptions, spec_for
 
 EBC = str(Path(sys.executable).with_name("ebc"))
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    """A tiny word-level GPT-2 saved like any Hugging Face model, loaded by path."""
-    path = tmp_path_factory.mktemp("model")
-    tok = word_tokenizer()
-    tiny_gpt2(tok, seed=1, init=0.2).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
-
-
-@pytest.fixture
-def dataset_file(tmp_path) -> Path:
-    path = tmp_path / "lines.txt"
-    path.write_text("\n".join(corpus_lines(400)) + "\n", encoding="utf-8")
-    return path
-
-
-@pytest.fixture
-def db(empty_db):
-    engine = build_engine(empty_db.settings())
-    with engine.begin() as conn:
-        upgrade(conn)
-    yield empty_db, engine, make_sessionmaker(engine)
-    engine.dispose()
 
 
 def _study(sessionmaker, model_dir, dataset_file, *, per_cell=10, lengths=(3, 5), shard=4, **kw):

@@ -10,8 +10,6 @@ import pytest
 import sacrebleu
 from sqlalchemy import select
 
-from app.db import build_engine, make_sessionmaker
-from app.migrate import upgrade
 from app.models import AuditEvent, Item, JobStatus, PrecomputeJob, Study, StudyScore
 from app.precompute import service
 from app.results.ebm import stored_ebm
@@ -21,15 +19,6 @@ from tests.worker.conftest import corpus_lines
 from worker.runner import Worker, WorkerOptions
 
 L_GEN, PROMPT = 4, 3
-
-
-@pytest.fixture
-def db(empty_db):
-    engine = build_engine(empty_db.settings())
-    with engine.begin() as conn:
-        upgrade(conn)
-    yield empty_db, engine, make_sessionmaker(engine)
-    engine.dispose()
 
 
 def _ratings_study(sessionmaker, tmp_path: Path, kind: str = "ratings") -> tuple[int, int]:

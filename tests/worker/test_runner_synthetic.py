@@ -9,8 +9,6 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select, text
 
-from app.db import build_engine, make_sessionmaker
-from app.migrate import upgrade
 from app.models import Item, JobStatus, PrecomputeJob, PrecomputeShard, ShardStatus
 from app.precompute import service
 from app.studies.schemas import StudyConfig
@@ -41,15 +39,6 @@ def dataset_file(tmp_path) -> Path:
     path = tmp_path / "lines.txt"
     path.write_text("\n".join(corpus_lines(200)) + "\n", encoding="utf-8")
     return path
-
-
-@pytest.fixture
-def db(empty_db):
-    engine = build_engine(empty_db.settings())
-    with engine.begin() as conn:
-        upgrade(conn)
-    yield empty_db, engine, make_sessionmaker(engine)
-    engine.dispose()
 
 
 def _study(sm, model: Path, dataset: Path, *, reference: dict | None, slug="s", **kw) -> int:
