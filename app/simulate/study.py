@@ -112,7 +112,7 @@ class Design:
             raise ValueError("the HIT mix needs data and model items to estimate EB-C")
 
 
-def _assign(
+def assign_slots(
     rng: np.random.Generator,
     design: Design,
     hetero: Heterogeneity,
@@ -219,7 +219,7 @@ def simulate_judgments(
     for li in range(n_len):
         chosen = rng.choice(n_per, size=n_overlap, replace=False) + li * n_per
         replicas[chosen] = max(design.overlap_replicas, design.replicas)
-    a_annot, a_hit, _looked = _assign(rng, design, hetero, hit_length, replicas)
+    a_annot, a_hit, _looked = assign_slots(rng, design, hetero, hit_length, replicas)
     n_annot = int(a_annot.max()) + 1
 
     annotator = np.repeat(a_annot, per_hit)

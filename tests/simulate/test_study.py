@@ -15,7 +15,7 @@ from app.results.schemas import ResultQuery
 from app.results.service import compute_results
 from app.results.stats import PlanTarget
 from app.simulate.crowd import Crowd, Heterogeneity, StandIn, expected_with_random_clicks
-from app.simulate.study import Design, _assign, estimate, simulate_judgments, simulate_study
+from app.simulate.study import Design, assign_slots, estimate, simulate_judgments, simulate_study
 
 pytestmark = pytest.mark.sqlite  # pure: one run is enough
 
@@ -93,7 +93,7 @@ def test_layout_cap_overlap_and_determinism():
 
 
 def _one_queue(rng, design, hetero, hit_length, replicas):
-    """The assignment as ``_assign``'s docstring states it, scanning one queue: each
+    """The assignment as ``assign_slots``'s docstring states it, scanning one queue: each
     annotator takes, in queue order, every slot it may until it has what it wants."""
     rounds = [rng.permutation(np.flatnonzero(replicas > r)) for r in range(int(replicas.max()))]
     pending = deque(int(x) for x in np.concatenate(rounds))
@@ -154,7 +154,7 @@ def test_the_assignment_is_the_one_queue_s_order():
         hit_length, replicas = _layout(design, rs)
         seed = int(rs.integers(2**31))
         want = _one_queue(np.random.default_rng(seed), design, hetero, hit_length, replicas)
-        got = _assign(np.random.default_rng(seed), design, hetero, hit_length, replicas)
+        got = assign_slots(np.random.default_rng(seed), design, hetero, hit_length, replicas)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
 
 
@@ -172,7 +172,7 @@ def test_a_small_cell_share_keeps_the_assignment_linear():
         max_cell_share=0.0001,
     )
     hit_length, replicas = _layout(design, np.random.default_rng(0))
-    annot, hits, looked = _assign(
+    annot, hits, looked = assign_slots(
         np.random.default_rng(1), design, Heterogeneity(), hit_length, replicas
     )
     assert hits.size == replicas.sum() == 4_400 and annot.max() + 1 == 4_400
@@ -183,7 +183,7 @@ def test_a_small_cell_share_keeps_the_assignment_linear():
         overlap_share=0.25, overlap_replicas=3,
     )  # fmt: skip
     hit_length, replicas = _layout(wide, np.random.default_rng(0))
-    annot, hits, looked = _assign(
+    annot, hits, looked = assign_slots(
         np.random.default_rng(2), wide, Heterogeneity(), hit_length, replicas
     )
     pairs = np.unique(np.stack([annot, hits]), axis=1)
