@@ -16,9 +16,11 @@ __all__ = [
     "CellMean",
     "Contrast",
     "PaperRow",
+    "RaterQuality",
     "RatingColumns",
     "RatingsStats",
     "Trend",
+    "rater_quality",
     "ratings_results",
 ]
 
@@ -109,6 +111,23 @@ class AgreementRow:
 
 
 @dataclass(frozen=True)
+class RaterQuality:
+    """Quality-control figures of one annotator (``annotator`` is the columns' id):
+    ratings given, attention pairs rated and the share rated at most 1 (their expected
+    rating), the share of the annotator's most frequent value (straight-lining), the mean
+    deviation from the other raters' mean of the same pair (leniency; NaN when no pair is
+    shared), and the share of ratings flagged too fast."""
+
+    annotator: int
+    n_ratings: int
+    n_attention: int
+    attention_pass: float
+    top_value_share: float
+    leniency: float
+    too_fast_share: float
+
+
+@dataclass(frozen=True)
 class RatingsStats:
     cells: list[CellMean]
     contrasts: list[Contrast]
@@ -134,4 +153,10 @@ def ratings_results(
 ) -> RatingsStats:
     """Every figure of a ratings study from its columns (attention pairs are left out of
     the means; `cols` is already filtered by any exclusion rule)."""
+    raise NotImplementedError("filled in by the statistics work of issue 15")
+
+
+def rater_quality(cols: RatingColumns) -> list[RaterQuality]:
+    """Per-annotator quality control figures (:class:`RaterQuality`), attention pairs
+    included (they are what the attention figures read)."""
     raise NotImplementedError("filled in by the statistics work of issue 15")
