@@ -157,6 +157,8 @@ def publish(
         )
     for warning in report.warnings:
         typer.echo(f"warning: {warning}")
+    if report.reopened:
+        typer.echo(f"reopened {report.reopened} expired HITs: they take new work again")
     typer.echo(
         f"published {report.published} now; {report.total} on {made.name} in all, "
         f"{report.pending} still to publish (HIT type {report.external_id})"

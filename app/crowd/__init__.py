@@ -11,14 +11,17 @@ Where things live:
   `work_of` and `confirmed` (whose work an assignment is: a posting reviews and pays only
   its own, never another environment's);
 - `postings`, `publishing`: the checks before publishing, the posting and the cost
-  estimate; the posting's units and `publish`;
-- `sync`: reconciling the platform's submissions with ours, recovery, flags, `sync`;
+  estimate; the posting's units and `publish` (which reopens an expired posting);
+- `sync`: reconciling the platform's submissions with ours, flags, `sync`; `recovery`:
+  a lost MTurk submission read from its answer XML (next-word slots or ratings) and
+  stored through the annotation services, one savepoint per assignment;
 - `ledger`, `calls`: one money or standing call (`ledger.CallRequest`), ledgered
   (`begin_call` ... the driver `calls.money_call`), with `guards` (what is refused
   before a call; proof that an uncertain bonus was paid or not);
 - `claims`: writer units of work, row locks and the claims of a publish run;
 - `flagged`: the submissions a sync flagged that we never stored (rejectable by id);
-- `payments`: approve, reject, bonus, block, unblock, expire, balance, bulk approval;
+- `payments`: approve, reject, bonus, block, unblock, expire, balance, bulk approval
+  (reopen is made by `publish`);
 - `bonuses`, `overview`: bulk bonuses with a preview, and what the Crowd page shows;
 - `batch`, `imports`: the offline MTurk-format batch export and results import.
 

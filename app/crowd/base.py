@@ -202,6 +202,20 @@ class CapQualifying(Protocol):
 
 
 @runtime_checkable
+class Reopening(Protocol):
+    """Optional: list again the units that `expire` took down (MTurk: a future expiry
+    for each HIT; the local channel: its invite links take new work again). A platform
+    without it (Prolific stops a study for good) cannot take an expired posting live
+    again: publishing it again is refused."""
+
+    def reopen(
+        self, external_id: str, unit_external_ids: Sequence[str], lifetime_seconds: int
+    ) -> None:
+        """Make every listed unit take new work for `lifetime_seconds` from now."""
+        ...
+
+
+@runtime_checkable
 class UnitLookup(Protocol):
     """Optional: find a unit that a call may have made before it was interrupted.
 

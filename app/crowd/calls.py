@@ -16,10 +16,11 @@ from app.crowd.base import (
     CrowdError,
     CrowdProvider,
     PaidBonuses,
+    Reopening,
     Unsupported,
 )
 from app.crowd.claims import writing
-from app.crowd.common import CrowdServiceError, SessionFactory, platform_ref
+from app.crowd.common import CrowdServiceError, SessionFactory, lifetime_seconds, platform_ref
 from app.crowd.guards import check_bonus_paid
 from app.crowd.ledger import CallRequest, begin_call, fail_call, finish_call
 from app.models import Annotator, Assignment, CrowdHit, CrowdPosting
@@ -73,17 +74,19 @@ def money_call(
         if assignment is not None and worker is None:
             worker = session.get(Annotator, assignment.annotator_id)
         worker_id = worker.external_id if worker else None
+        # Expire takes the live units down; reopen lists the expired ones again.
         units = list(
             session.scalars(
                 select(CrowdHit.external_hit_id).where(
                     CrowdHit.posting_id == posting.id,
-                    CrowdHit.status == "published",
+                    CrowdHit.status == ("expired" if kind == "reopen" else "published"),
                     CrowdHit.external_hit_id.is_not(None),
                 )
             )
         )
         external_id = posting.external_id or ""
         cap_id = posting.settings.get("cap_qualification_id")
+        lifetime = lifetime_seconds(posting.settings) if kind == "reopen" else 0
     if kind == "bonus" and retrying and isinstance(provider, PaidBonuses):
         paid = provider.submission_bonuses_cents(external_assignment)
         with writing(make_session) as session:
@@ -119,6 +122,10 @@ def money_call(
             provider.grant_cap(cap_id, worker_id)
         elif kind == "expire":
             provider.expire(external_id, units)
+        elif kind == "reopen":
+            if not isinstance(provider, Reopening):
+                raise Unsupported(f"{provider.name} cannot list expired work again")
+            provider.reopen(external_id, units, lifetime)
     except AlreadyDone:
         already = True
     except Unsupported as exc:

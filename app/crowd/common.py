@@ -42,7 +42,7 @@ PROVIDERS = ("mturk", "prolific", "local")
 ENVIRONMENTS = ("sandbox", "production")
 # The local channel (invite links) has one environment of its own: no platform, no sandbox.
 LOCAL = "local"
-CALL_KINDS = ("approve", "reject", "bonus", "block", "unblock", "qualify", "expire")
+CALL_KINDS = ("approve", "reject", "bonus", "block", "unblock", "qualify", "expire", "reopen")
 CHANNEL_OF = {"mturk": Channel.mturk, "prolific": Channel.panel, "local": Channel.local}
 DEFAULT_DESCRIPTION = (
     "Read the start of a short text and pick the word you think comes next. "
@@ -358,8 +358,7 @@ def resolved_options(
         hits_per_participant=int(getattr(provider, "hits_per_participant", 1)),
         # Only a platform that can hide a study at the cap has the option: elsewhere it is
         # always off, so the CLI (on by default) and the dashboard (no checkbox) agree.
-        cap_qualification=bool(options.cap_qualification)
-        and isinstance(provider, CapQualifying),
+        cap_qualification=bool(options.cap_qualification) and isinstance(provider, CapQualifying),
     )
     return out
 
@@ -395,6 +394,11 @@ def wanted_assignments(session: Session, study: Study) -> int:
     )
 
 
+def lifetime_seconds(posting_settings: dict[str, Any]) -> int:
+    """How long a posting's units stay listed (its `lifetime_days`), at least 30 s."""
+    return max(30, round(float(posting_settings["lifetime_days"]) * 86400))
+
+
 def posting_spec(
     session: Session, settings: Settings, study: Study, posting: CrowdPosting
 ) -> PostingSpec:
@@ -420,7 +424,7 @@ def posting_spec(
         description=s["description"],
         reward_cents=int(s["reward_cents"]),
         assignment_seconds=int(s["assignment_seconds"]),
-        lifetime_seconds=max(30, round(float(s["lifetime_days"]) * 86400)),
+        lifetime_seconds=lifetime_seconds(s),
         auto_approve_seconds=round(float(s["auto_approve_days"]) * 86400),
         keywords=tuple(s.get("keywords") or ()),
         qualifications=Qualifications(

@@ -6,7 +6,7 @@ found or made (`identities.crowd_annotator`, which locks them), a lease is taken
 the row's HIT (`leases.lease_hit`: the claim's lock order, slot counters, cap and "never
 the same HIT twice"), and the answers are submitted (`submissions.submit`: d from the HIT's
 stored screen order, the time checks, a repeat stores nothing twice). The same path as
-`store_recovered_submission` of an MTurk sync, with a lease that names its HIT.
+`recovery.store_recovered_submission` of an MTurk sync, with a lease that names its HIT.
 
 Decisions:
 

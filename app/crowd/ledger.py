@@ -70,7 +70,7 @@ class CallRequest:
     """One money or standing call as asked for (`begin_call`, `calls.money_call`).
 
     `kind` is one of `CALL_KINDS`; its target is an assignment (approve, reject, bonus)
-    or an annotator (block, unblock, qualify), or the posting (expire); `n` numbers the
+    or an annotator (block, unblock, qualify), or the posting (expire, reopen); `n` numbers the
     bonuses of one target; `category` is Prolific's rejection category; `platform_id`: a
     rejection of a flagged submission we never stored (no assignment), by the platform's
     id.
@@ -286,12 +286,13 @@ def _done_kinds(session: Session, posting: CrowdPosting, sharing: list[Assignmen
 def _toggle_token(
     session: Session, posting: CrowdPosting, kind: str, parts: tuple, worker: Annotator | None
 ) -> str:
-    """Block, unblock and expire may be repeated in turns (block, unblock, block): the
-    n-th of its kind gets the n-th token; an unfinished one is taken up again, and one
-    that would repeat the last finished state is the same call (a no-op), unless our
-    own block says otherwise: the Annotators page blocks and unblocks outside the
-    ledger (on the local channel our block is the only one), so a block of someone it
-    unblocked since is made anew."""
+    """Block, unblock, expire and reopen may be repeated in turns (block, unblock, block;
+    expire, reopen, expire): the n-th of its kind gets the n-th token; an unfinished one
+    is taken up again. A block or unblock that would repeat the last finished state is
+    the same call (a no-op), unless our own block says otherwise: the Annotators page
+    blocks and unblocks outside the ledger (on the local channel our block is the only
+    one), so a block of someone it unblocked since is made anew. (Expire and reopen are
+    only asked for when there is something to expire or reopen.)"""
     target = worker.external_id if worker is not None else "posting"
     calls = session.execute(
         select(CrowdCall.kind, CrowdCall.status, CrowdCall.request_token)
@@ -307,7 +308,7 @@ def _toggle_token(
     if unfinished:
         return unfinished[-1].request_token
     finished = [c for c in calls if c.status == "ok"]
-    repeat = kind != "expire" and finished and finished[-1].kind == kind
+    repeat = kind not in ("expire", "reopen") and finished and finished[-1].kind == kind
     if repeat and worker is not None and worker.blocked == (kind == "block"):
         return finished[-1].request_token
     return request_token(kind, *parts, target, len(mine))
@@ -353,14 +354,15 @@ def finish_call(
             admin.block(session, worker, reason=call.reason or "", exclude_past=worker.exclude_past)
         else:
             admin.unblock(session, worker)
-    elif call.kind == "expire":
+    elif call.kind in ("expire", "reopen"):
+        was, now_is = (
+            ("published", "expired") if call.kind == "expire" else ("expired", "published")
+        )
         for row in session.scalars(
-            select(CrowdHit).where(
-                CrowdHit.posting_id == call.posting_id, CrowdHit.status == "published"
-            )
+            select(CrowdHit).where(CrowdHit.posting_id == call.posting_id, CrowdHit.status == was)
         ):
-            row.status = "expired"
-        posting.status = "expired"
+            row.status = now_is
+        posting.status = now_is
     session.flush()
     outcome = "already done" if already else "ok"
     if unsupported:

@@ -21,7 +21,8 @@ off-platform. So every call maps to bookkeeping that the crowd services already 
   stops the annotator's future work;
 - **expire**: the ledger closes the posting; an invite link then takes no new work
   (`annotation.leases`), a lease already held can still be handed in; publishing again
-  reopens it, its units too (so it can be expired again);
+  reopens it (a ledgered `reopen`, as on MTurk), its units too (so it can be expired
+  again);
 - **estimate**: the rewards (reward x assignments), no platform fee; **balance**: None,
   shown as "not applicable".
 
@@ -146,4 +147,9 @@ class LocalProvider:
         pass
 
     def expire(self, external_id: str, unit_external_ids: Sequence[str]) -> None:
+        pass
+
+    def reopen(
+        self, external_id: str, unit_external_ids: Sequence[str], lifetime_seconds: int
+    ) -> None:
         pass

@@ -24,7 +24,7 @@ import random
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import urlsplit
@@ -367,8 +367,8 @@ def _error(exc: Exception, operation: str) -> CrowdError:
 
 
 class MTurkProvider:
-    """The `CrowdProvider` for Mechanical Turk (also `CapQualifying`, `UnitLookup` and
-    `PaidBonuses`)."""
+    """The `CrowdProvider` for Mechanical Turk (also `CapQualifying`, `UnitLookup`,
+    `PaidBonuses` and `Reopening`)."""
 
     name = "mturk"
     bonuses_listed_at_once = True  # SendBonus pays before it answers
@@ -720,6 +720,20 @@ class MTurkProvider:
         them; work already accepted can still be submitted."""
         for hit_id in unit_external_ids:
             self._call("UpdateExpirationForHIT", HITId=hit_id, ExpireAt=PAST)
+
+    def reopen(
+        self, external_id: str, unit_external_ids: Sequence[str], lifetime_seconds: int
+    ) -> None:
+        """`UpdateExpirationForHIT` to `lifetime_seconds` from now for every HIT: HITs
+        that `expire` took down (an expiry in the past) are listed again; the API
+        reference allows extending an expiration, never shortening it, and only expired
+        HITs are passed here. A later expiry than the first does no harm, so a retried
+        call that reached MTurk before is safe."""
+        if not 30 <= lifetime_seconds <= 31_536_000:
+            raise CrowdError("an MTurk HIT stays listed 30 seconds to 365 days")
+        until = datetime.now(UTC) + timedelta(seconds=lifetime_seconds)
+        for hit_id in unit_external_ids:
+            self._call("UpdateExpirationForHIT", HITId=hit_id, ExpireAt=until)
 
 
 def _percent_of(cents: int, percent: int) -> int:

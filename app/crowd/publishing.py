@@ -20,9 +20,11 @@ from app.crowd.base import (
     CrowdProvider,
     PostingSpec,
     PreparedLookup,
+    Reopening,
     UnitLookup,
     UnitToPublish,
 )
+from app.crowd.calls import money_call
 from app.crowd.claims import (
     claim_preparing,
     claimable_unit,
@@ -32,7 +34,7 @@ from app.crowd.claims import (
     writing,
 )
 from app.crowd.common import (
-    LOCAL,
+    CrowdServiceError,
     PublishOptions,
     RateLimiter,
     SessionFactory,
@@ -44,8 +46,10 @@ from app.crowd.common import (
     study_named,
     wanted_assignments,
 )
+from app.crowd.ledger import CallRequest
 from app.crowd.postings import estimate, open_posting
 from app.crowd.prolific import places_for
+from app.db import unit_of_work
 from app.models import CrowdHit, CrowdPosting, Hit, Study, utcnow
 
 __all__ = [
@@ -198,6 +202,7 @@ class PublishReport:
     added: int = 0  # ledger rows written this run
     published: int = 0  # platform HITs made (or found) this run
     total: int = 0  # platform HITs of the posting, published
+    reopened: int = 0  # expired HITs listed again this run (a posting expired before)
     pending: int = 0  # still to publish (a limit was reached)
     estimate: CostEstimate | None = None
     warnings: list[str] = field(default_factory=list)
@@ -221,7 +226,9 @@ def publish(
     409 "publishing in progress"); the container (MTurk: the cap qualification, then the
     HIT type; Prolific: the draft study, looked up first when an earlier attempt may have
     made it) is made once and stored; one unit of work writes a ledger row with a
-    deterministic token for every HIT; then per HIT: a unit of work claims it (`sending`),
+    deterministic token for every HIT; a posting expired before is reopened (`_reopen`:
+    its expired HITs listed again by one ledgered call; refused, 409 with nothing changed,
+    on a platform that cannot, Prolific); then per HIT: a unit of work claims it (`sending`),
     the platform call is made (paced by `limiter`), and a unit of work records the
     platform's id. A crash anywhere leaves rows that the next run finishes with the same
     tokens (a claim once it is stale), so every HIT is published exactly once. A failed
@@ -234,6 +241,7 @@ def publish(
         study = study_named(session, slug)
         lock_study(session, study.id)
         posting = open_posting(session, study, provider, options, by=by)
+        _check_reopenable(session, posting, provider)
         report = PublishReport(posting.id, posting.external_id)
         if posting.external_id is None:
             interrupted = claim_preparing(posting, utcnow())
@@ -249,6 +257,7 @@ def publish(
 
     with writing(make_session) as session:
         report.added = plan_units(session, lock_posting(session, report.posting_id))
+    report.reopened = _reopen(make_session, provider, report.posting_id, by)
 
     while limit is None or report.published < limit:
         with writing(make_session) as session:
@@ -287,7 +296,6 @@ def publish(
                 "that stopped: publish again later to finish them)"
             )
         if report.pending == 0:
-            report.total += _reopen_local(session, posting)
             posting.status = "published"
             posting.published_at = posting.published_at or utcnow()
             posting.error = None
@@ -308,21 +316,40 @@ def publish(
     return report
 
 
-def _reopen_local(session: Session, posting: CrowdPosting) -> int:
-    """Publishing a local posting again reopens it (its invite links take new work):
-    its expired units are published again with it, so that a later expiry finds them
-    live (`payments.expire` expires published units) and the Crowd page counts them
-    open. How many were reopened. A platform's expired HITs stay expired: reopening
-    them would be a platform call."""
-    if posting.provider != LOCAL:
+def _expired_units(session: Session, posting_id: int) -> int:
+    return session.scalar(
+        select(func.count()).where(CrowdHit.posting_id == posting_id, CrowdHit.status == "expired")
+    )
+
+
+def _check_reopenable(session: Session, posting: CrowdPosting, provider: CrowdProvider) -> None:
+    """An expired posting is published again by reopening its units (`_reopen`); on a
+    platform that cannot (Prolific stops a study for good) that is refused before anything
+    is done, rather than shown as published while its work stays closed."""
+    if isinstance(provider, Reopening) or not _expired_units(session, posting.id):
+        return
+    raise CrowdServiceError(
+        f"this study's {provider.name} posting ({posting.external_id}) was expired, and "
+        f"{provider.name} cannot take a stopped study live again: nothing was published",
+        409,
+    )
+
+
+def _reopen(
+    make_session: SessionFactory, provider: CrowdProvider, posting_id: int, by: Actor | None
+) -> int:
+    """Publishing an expired posting again reopens it: its expired units are listed again
+    (MTurk: `UpdateExpirationForHIT` to the posting's lifetime from now; the local
+    channel: its invite links take new work) by one ledgered `reopen` call
+    (`calls.money_call`: recorded before it is made, its outcome after, made once; a
+    failed one is retried with its token by the next publish), which marks them published,
+    so a later expiry finds them live and the Crowd page counts them open. How many."""
+    with unit_of_work(make_session) as session:
+        expired = _expired_units(session, posting_id)
+    if not expired:
         return 0
-    rows = session.scalars(
-        select(CrowdHit).where(CrowdHit.posting_id == posting.id, CrowdHit.status == "expired")
-    ).all()
-    for row in rows:
-        row.status = "published"
-    session.flush()
-    return len(rows)
+    money_call(make_session, provider, posting_id, CallRequest("reopen"), by=by)
+    return expired
 
 
 def _prepare(

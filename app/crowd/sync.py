@@ -5,10 +5,9 @@ and flag what we never stored), give the cap qualification.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -36,6 +35,11 @@ from app.crowd.common import (
 )
 from app.crowd.flagged import already_flagged
 from app.crowd.ledger import CallRequest
+from app.crowd.recovery import (  # re-exported: the sync's reading of MTurk's copy
+    RecoveredSubmission,
+    recovered_answers,
+    store_recovered_submission,
+)
 from app.db import unit_of_work
 from app.models import (
     Annotator,
@@ -53,6 +57,16 @@ from app.models import (
 
 log = logging.getLogger(__name__)
 
+__all__ = [
+    "Flagged",
+    "RecoveredSubmission",
+    "SyncReport",
+    "reconcile",
+    "recovered_answers",
+    "store_recovered_submission",
+    "sync",
+]
+
 # The platform's review of an assignment, in our words.
 REVIEW_OF = {
     "Approved": ReviewStatus.approved,
@@ -69,18 +83,6 @@ _UNREVIEWABLE = {"RETURNED", "TIMED-OUT", "SCREENED-OUT"}
 _ID_IN_CHUNK = 500  # ids per IN (...) list
 
 # -- sync ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RecoveredSubmission:
-    """An MTurk submission we never stored, with the answers its XML carries."""
-
-    external_worker_id: str
-    external_assignment_id: str
-    external_hit_id: str | None
-    assignment_public_id: str  # ours, from the form's hidden `assignment` field
-    answers: dict[int, int]  # position -> screen slot (never a rank or a kind)
-    submitted_at: datetime | None = None  # when the platform took it (MTurk SubmitTime)
 
 
 @dataclass(frozen=True)
@@ -106,89 +108,6 @@ class SyncReport:
     sandbox_kept_out: int = 0
 
 
-_ANSWER_FIELD = re.compile(r"o(\d{1,3})")
-_PUBLIC_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
-
-
-def recovered_answers(sub: PlatformSubmission) -> RecoveredSubmission | None:
-    """The answers a submission's XML carries (`assignment` = our assignment's public id,
-    `o{pos}` = the screen slot chosen), strictly parsed: they come from the worker's
-    browser. None when it carries none or anything does not parse."""
-    fields = sub.answers or {}
-    public_id = fields.get("assignment", "")
-    if not _PUBLIC_ID.fullmatch(public_id):
-        return None
-    answers: dict[int, int] = {}
-    for name, value in fields.items():
-        match = _ANSWER_FIELD.fullmatch(name)
-        if match is None:
-            continue
-        if not (value.isascii() and value.isdigit() and len(value) <= 2):
-            return None
-        answers[int(match.group(1))] = int(value)
-    if not answers:
-        return None
-    return RecoveredSubmission(
-        external_worker_id=sub.external_worker_id,
-        external_assignment_id=sub.external_assignment_id,
-        external_hit_id=sub.external_hit_id,
-        assignment_public_id=public_id,
-        answers=answers,
-        submitted_at=_utc(sub.submitted_at),
-    )
-
-
-def _utc(when: datetime | None) -> datetime | None:
-    if when is None:
-        return None
-    return when.astimezone(UTC) if when.tzinfo else when.replace(tzinfo=UTC)
-
-
-def store_recovered_submission(
-    session: Session, study: Study, recovered: RecoveredSubmission
-) -> Assignment | None:
-    """Store a recovered submission through the annotation submission code; the
-    assignment, or None when it cannot be stored (no such lease of this worker, a lease
-    of another MTurk assignment, answers that do not fit the HIT).
-
-    The one place the crowd service stores judgments. It needs from the submission
-    module: the worker's annotator, locked (`crowd_annotator`), and `submit(session,
-    annotator, public_id, answers, client_ms, now)` with its rules (d from the stored
-    screen order, late and cap flags, a repeat stores nothing twice). It is submitted as
-    of the time the platform took it (`submitted_at`, never later than now), so `late`
-    and `too_fast` are judged as if it had reached us then.
-    """
-    from app.annotation.errors import AnnotationError
-    from app.annotation.identities import crowd_annotator
-    from app.annotation.submissions import submit
-
-    try:
-        annotator = crowd_annotator(session, study, Channel.mturk, recovered.external_worker_id)
-    except AnnotationError:
-        return None
-    lease = session.scalar(
-        select(Assignment).where(
-            Assignment.public_id == recovered.assignment_public_id,
-            Assignment.annotator_id == annotator.id,
-        )
-    )
-    if lease is None or lease.external_assignment_id not in (
-        None,
-        recovered.external_assignment_id,
-    ):
-        return None
-    now = utcnow()
-    when = min(recovered.submitted_at, now) if recovered.submitted_at else now
-    try:
-        result = submit(
-            session, annotator, recovered.assignment_public_id, recovered.answers, {}, now=when
-        )
-    except AnnotationError:
-        return None
-    # submit() writes with Core statements: reload the lease read above.
-    return session.get(Assignment, result.assignment.id, populate_existing=True)
-
-
 def reconcile(
     session: Session,
     posting: CrowdPosting,
@@ -208,8 +127,10 @@ def reconcile(
     sync confirmed while the study was in the sandbox stays confirmed: its assignments
     name the sandbox's HITs in `external_hit_id`, so a pilot's work can be told apart). A
     submission we never stored is flagged (reported and audited) and, when its answer
-    XML carries our assignment id and the chosen slots, stored through the submission
-    code (`store_recovered_submission`). Workers who reached the cap are listed for the
+    XML carries our assignment id and its answers (the chosen slots, or every pair's
+    ratings), stored through the annotation services (`app.crowd.recovery`: one
+    savepoint per assignment; a copy that does not fit, or that conflicts with a rating
+    we hold, stores nothing and the flag says why). Workers who reached the cap are listed for the
     cap qualification. On the local channel our store lists itself (`app.crowd.local`):
     the sync claims the work for the posting (its unit in `external_hit_id`), which makes
     it reviewable, and counts what it confirms so.
@@ -247,17 +168,15 @@ def reconcile(
         if assignment is None or assignment.status is not AssignmentStatus.submitted:
             reason = "never stored" if assignment is None else "stored lease never submitted"
             recovered = recovered_answers(sub)
-            stored = store_recovered_submission(session, study, recovered) if recovered else None
-            _flag(
-                session,
-                report,
-                study,
-                posting,
-                sub,
-                reason + ("" if recovered else "; its answers are not in the XML"),
-                by,
-                recovered=stored is not None,
-            )
+            if recovered is None:
+                reason += "; its answers are not in the XML"
+                stored = None
+            else:
+                outcome = store_recovered_submission(session, study, recovered)
+                stored = outcome.assignment
+                if stored is None:
+                    reason += f"; MTurk's copy of its answers was not stored: {outcome.refused}"
+            _flag(session, report, study, posting, sub, reason, by, recovered=stored is not None)
             if stored is None:
                 continue
             report.recovered += 1

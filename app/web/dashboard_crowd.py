@@ -292,6 +292,8 @@ def publish_preview(
 
 def _published(report, target: Target) -> str:
     done = f"{report.published} HITs published on {target.label} now; {report.total} there in all."
+    if report.reopened:
+        done += f" {report.reopened} expired HITs reopened: they take new work again."
     rest = f" {report.pending} still to publish: publish again." if report.pending else ""
     return " ".join([done + rest, *report.warnings])
 

@@ -294,8 +294,8 @@ class StandInMTurk:
         if hit is None:
             raise request_error("no such HIT", "AWS.MechanicalTurk.HITDoesNotExist")
         hit["Expiration"] = p["ExpireAt"]
-        if p["ExpireAt"] <= time.time():
-            hit["HITStatus"] = "Unassignable"
+        # A past time expires the HIT at once; a future one lists it again.
+        hit["HITStatus"] = "Unassignable" if p["ExpireAt"] <= time.time() else "Assignable"
         return {}
 
     @property

@@ -49,7 +49,10 @@ def _worker(session) -> Annotator:
 
 
 def _calls(session, kind: str) -> list[CrowdCall]:
-    return session.scalars(select(CrowdCall).where(CrowdCall.kind == kind)).all()
+    # In the order made: without ORDER BY, PostgreSQL may list an updated row last.
+    return session.scalars(
+        select(CrowdCall).where(CrowdCall.kind == kind).order_by(CrowdCall.id)
+    ).all()
 
 
 def test_an_unblock_after_the_annotators_page_blocked_again_is_made_on_mturk(

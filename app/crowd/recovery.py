@@ -1,0 +1,231 @@
+"""Recovering a submission that reached MTurk but not us, from MTurk's copy of its answers.
+
+The MTurk done page (`annotate/mturk_done.html`) posts on to `externalSubmit` what our
+store holds for the assignment, so MTurk's answer XML is a complete copy of it: our
+assignment's public id (`assignment`) and, for a next-word HIT, the screen slot chosen per
+position (`o{pos}`), or, for a ratings HIT, every pair's quality and consistency as scale
+points (`q{pos}`, `c{pos}`). Positions and slots only: never a rank, a kind or an item id.
+
+A sync (`app.crowd.sync.reconcile`) reads that copy strictly (`recovered_answers`: it
+comes from the worker's browser) and stores it through the annotation services, by the
+rules of a live submission (`store_recovered_submission`): the next-word answers through
+`submissions.submit`, the ratings through `ratings.rate`, quality first, then consistency,
+in position order. One savepoint per assignment: a copy that does not fit the HIT, names
+another worker's assignment or conflicts with a stored rating stores nothing, and the
+reason is reported.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.crowd.base import PlatformSubmission
+from app.models import Assignment, Channel, Study, StudyType, utcnow
+
+if TYPE_CHECKING:
+    from app.annotation.schemas import AnnotatorRef
+
+_ANSWER_FIELD = re.compile(r"([oqc])(0|[1-9][0-9]{0,2})")
+_PUBLIC_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_SLOT = re.compile(r"[0-9]{1,2}", re.ASCII)
+# A rating as a scale point (0, 0.5, ..., 99.5); whether it is one of the study's scale is
+# for `ratings.Scale.parse` to say when it is stored.
+_POINT = re.compile(r"(?:0|[1-9][0-9]?)(?:\.[05])?", re.ASCII)
+
+
+@dataclass(frozen=True)
+class RecoveredSubmission:
+    """An MTurk submission we never stored, with the answers its XML carries: next-word
+    answers (`answers`) or ratings (`ratings`), never both."""
+
+    external_worker_id: str
+    external_assignment_id: str
+    external_hit_id: str | None
+    assignment_public_id: str  # ours, from the form's hidden `assignment` field
+    answers: dict[int, int] = field(default_factory=dict)  # position -> screen slot
+    # position -> (quality, consistency), scale points as posted ("3", "4.5")
+    ratings: dict[int, tuple[str, str]] = field(default_factory=dict)
+    submitted_at: datetime | None = None  # when the platform took it (MTurk SubmitTime)
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What storing MTurk's copy did: the assignment it submitted, or why nothing was
+    stored (`refused`)."""
+
+    assignment: Assignment | None
+    refused: str | None = None
+
+
+class NotRecovered(Exception):
+    """MTurk's copy of a submission does not fit what we hold: nothing is stored."""
+
+
+def recovered_answers(sub: PlatformSubmission) -> RecoveredSubmission | None:
+    """The answers a submission's XML carries, strictly parsed: they come from the worker's
+    browser. `assignment` = our assignment's public id; `o{pos}` = the screen slot chosen
+    (a next-word HIT), or `q{pos}` and `c{pos}` = the pair's quality and consistency (a
+    ratings HIT: both for every pair). None when it carries no answers or anything does
+    not parse (a slot that is not a number, a rating that is not a scale point, a quality
+    without its consistency, next-word answers mixed with ratings)."""
+    fields = sub.answers or {}
+    public_id = fields.get("assignment", "")
+    if not _PUBLIC_ID.fullmatch(public_id):
+        return None
+    found: dict[str, dict[int, str]] = {"o": {}, "q": {}, "c": {}}
+    for name, value in fields.items():
+        match = _ANSWER_FIELD.fullmatch(name)
+        if match is None:
+            continue
+        kind, position = match.group(1), int(match.group(2))
+        if not (_SLOT if kind == "o" else _POINT).fullmatch(value):
+            return None
+        found[kind][position] = value
+    slots, quality, consistency = found["o"], found["q"], found["c"]
+    if slots and (quality or consistency):
+        return None
+    if quality.keys() != consistency.keys():
+        return None
+    if not (slots or quality):
+        return None
+    return RecoveredSubmission(
+        external_worker_id=sub.external_worker_id,
+        external_assignment_id=sub.external_assignment_id,
+        external_hit_id=sub.external_hit_id,
+        assignment_public_id=public_id,
+        answers={p: int(v) for p, v in slots.items()},
+        ratings={p: (quality[p], consistency[p]) for p in sorted(quality)},
+        submitted_at=_utc(sub.submitted_at),
+    )
+
+
+def _utc(when: datetime | None) -> datetime | None:
+    if when is None:
+        return None
+    return when.astimezone(UTC) if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def store_recovered_submission(
+    session: Session, study: Study, recovered: RecoveredSubmission
+) -> Recovery:
+    """Store a recovered submission through the annotation services, in a savepoint of its
+    own: the assignment it submitted, or why nothing was stored (no such lease of this
+    worker, a lease of another MTurk assignment, answers that do not fit the HIT or the
+    study, a rating that conflicts with the one stored).
+
+    The one place the crowd service stores answers. It needs from the annotation code:
+    the worker's annotator, locked (`crowd_annotator`); `submissions.submit` for a
+    next-word HIT (d from the stored screen order, late and cap flags, a repeat stores
+    nothing twice); `ratings.rate` step by step for a ratings HIT (see `_store_ratings`).
+    It is submitted as of the time the platform took it (`submitted_at`, never later than
+    now), so `late` and `too_fast` are judged as if it had reached us then.
+    """
+    from app.annotation.errors import AnnotationError
+
+    try:
+        with session.begin_nested():
+            assignment = _store(session, study, recovered)
+    except NotRecovered as exc:
+        return Recovery(None, str(exc))
+    except AnnotationError as exc:
+        return Recovery(None, exc.message)
+    return Recovery(assignment)
+
+
+def _store(session: Session, study: Study, recovered: RecoveredSubmission) -> Assignment:
+    from app.annotation.identities import crowd_annotator
+    from app.annotation.submissions import submit
+
+    annotator = crowd_annotator(session, study, Channel.mturk, recovered.external_worker_id)
+    lease = session.scalar(
+        select(Assignment).where(
+            Assignment.public_id == recovered.assignment_public_id,
+            Assignment.annotator_id == annotator.id,
+        )
+    )
+    if lease is None:
+        raise NotRecovered("it names no assignment of this worker")
+    if lease.external_assignment_id not in (None, recovered.external_assignment_id):
+        raise NotRecovered("it names our assignment of another MTurk assignment")
+    rates = study.study_type is StudyType.ratings
+    if rates != bool(recovered.ratings):
+        what = "next-word answers" if rates else "ratings"
+        raise NotRecovered(f"it carries {what}, which this study does not collect")
+    now = utcnow()
+    when = min(recovered.submitted_at, now) if recovered.submitted_at else now
+    if rates:
+        _store_ratings(session, study, annotator, lease, recovered.ratings, when)
+    else:
+        submit(session, annotator, lease.public_id, recovered.answers, {}, now=when)
+    # The services write with Core statements: reload the lease read above.
+    return session.get(Assignment, lease.id, populate_existing=True)
+
+
+def _store_ratings(
+    session: Session,
+    study: Study,
+    annotator: AnnotatorRef,
+    lease: Assignment,
+    ratings: dict[int, tuple[str, str]],
+    when: datetime,
+) -> None:
+    """Store the ratings of MTurk's copy that we do not hold, through `ratings.rate`: for
+    each pair in position order its quality, then its consistency; the last one submits
+    the assignment (`submissions.mark_submitted`: late, cap and replica flags).
+
+    A rating we hold with the same value is left as it is (a repeat); one we hold with
+    another value is a conflict: ours is kept (a stored rating is never changed) and
+    nothing is stored. The copy must rate every pair of the HIT on the study's scale.
+
+    The copy carries no times, so the steps not stored are spread evenly between the last
+    step we hold (or the page's first showing) and the platform's submit time: each step
+    is judged too fast by the time per step, as a next-word HIT without JavaScript is by
+    the time per item.
+    """
+    from app.annotation.content import hit_content
+    from app.annotation.ratings import (
+        STEPS,
+        RatingPost,
+        Scale,
+        point,
+        rate,
+        stored_ratings,
+    )
+
+    positions = sorted(hit_content(session, lease.hit_id).slots)
+    if sorted(ratings) != positions:
+        raise NotRecovered(
+            f"MTurk's copy rates {len(ratings)} texts at other positions than the HIT's "
+            f"{len(positions)}"
+        )
+    scale = Scale.of(study.ratings)
+    stored = stored_ratings(session, lease.id)
+    todo: list[RatingPost] = []
+    for position in positions:
+        row = stored.get(position)
+        ours = (row.quality, row.consistency) if row is not None else (None, None)
+        for step, text, have in zip(STEPS, ratings[position], ours, strict=True):
+            value = scale.parse(text)
+            if have is None:
+                todo.append(RatingPost(lease.public_id, position, step, text, None))
+            elif have != value:
+                raise NotRecovered(
+                    f"conflict: the {step} of text {position + 1} is {point(have)} here and "
+                    f"{point(value)} in MTurk's copy; ours is kept (a stored rating is never "
+                    "changed) and nothing was recovered"
+                )
+    if not todo:
+        raise NotRecovered("every rating is stored, yet the assignment was never submitted")
+    times = [t for r in stored.values() for t in (r.quality_at, r.consistency_at) if t]
+    since = max(times, default=lease.page_served_at or lease.leased_at)
+    span = max(when - since, timedelta(0))
+    for k, post in enumerate(todo, 1):
+        rated = rate(session, annotator, post, now=since + span * k / len(todo))
+    if not rated.completed:
+        raise NotRecovered("MTurk's copy does not complete the HIT")
