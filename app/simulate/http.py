@@ -28,6 +28,9 @@ second time on purpose (a double click). Seeded: annotator ``n`` draws from
 ``numpy.random.default_rng([seed, n])``, so with ``parallel = 1`` a run on the same
 server state repeats itself; with ``parallel > 1`` annotators work at once (leases and
 caps under concurrency), and which HITs each gets, hence its answers, depends on timing.
+
+:class:`CrowdOverHttp` is the run shared with the simulated raters of a ratings study
+(:mod:`app.simulate.http_ratings`); :class:`HttpCrowd` is the next-word crowd.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
 
 import httpx
 import numpy as np
@@ -50,7 +54,7 @@ from app.audit.service import CLI
 from app.db import begin_write, unit_of_work
 from app.models import Annotator, Study, StudyStatus
 from app.results.queries import Judgments
-from app.simulate.crowd import Crowd, deliver
+from app.simulate.crowd import Crowd, Heterogeneity, deliver
 from app.simulate.judges import GodView, ItemTruth, Judge, SimulationError, StudyView
 from app.simulate.page import HIT_PAGE, Page, read_page
 
@@ -209,34 +213,76 @@ class _Budget:
             return self.left is not None and self.left <= 0
 
 
-@dataclass
-class HttpCrowd:
-    """A simulated crowd for one study (see :func:`run_http_crowd`)."""
+@dataclass(kw_only=True)
+class CrowdOverHttp:
+    """What every simulated crowd over HTTP shares (module docstring): recruiting simulated
+    annotators, the budget of assignments, requests sent again after a transport error or a
+    503, and their links closed when the run ends. A subclass does one HIT
+    (:meth:`_do_hit`) on the page it expects (``work_page``) and keeps its own record
+    (``self.run``: ``annotators``, ``resent``, ``retried``, ``seconds``)."""
 
     base_url: str
     make_session: Callable[[], Session]
     study_id: int
     secret_key: str
-    crowd: Crowd
-    judge: Judge
     seed: int = 0
     max_hits: int | None = None  # assignments to submit in all (None: until no work)
     parallel: int = 1  # annotators at work at once
     resend_share: float = 0.0
     max_annotators: int = 10_000
     timeout: float = 30.0
+    transport: httpx.BaseTransport | None = None  # httpx's default (tests: a lossy one)
+
+    work_page: ClassVar[str] = HIT_PAGE
+    study_type: ClassVar[str] = "nextword"
 
     def __post_init__(self) -> None:
         self.god = GodView(self.make_session, self.study_id)
         self.view: StudyView = self.god.study()
+        if self.view.study_type != self.study_type:
+            raise SimulationError(
+                f"study {self.view.slug!r} is a {self.view.study_type} study: "
+                + (
+                    "simulate raters (a RaterJudge) on it"
+                    if self.view.study_type == "ratings"
+                    else "simulate next-word annotators (a Judge) on it"
+                )
+            )
         self.budget = _Budget(self.max_hits)
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.next_ordinal = 0
         self.recruited: list[int] = []  # annotator ids, whose links die with the run
-        self.run = HttpRun(self.view.slug, self.crowd.describe(), self.judge.describe())
+        self.run = self._new_run()
 
-    def go(self) -> HttpRun:
+    # -- what a subclass says -----------------------------------------------------------
+
+    def _new_run(self) -> Any:
+        raise NotImplementedError
+
+    def _newcomer(self, rng: np.random.Generator) -> tuple[int, bool, object]:
+        """A new annotator's draws: the HITs its activity asks for, whether it is a
+        spammer, and its judge's state."""
+        raise NotImplementedError
+
+    def _do_hit(
+        self,
+        client: httpx.Client,
+        page: Page,
+        who: Recruit,
+        run: AnnotatorRun,
+        state: object,
+        rng: np.random.Generator,
+    ) -> None:
+        """Do the HIT whose first page is `page`, recording what the server acknowledged."""
+        raise NotImplementedError
+
+    def _sort(self) -> None:
+        """Put the run's record in a fixed order."""
+
+    # -- the run ------------------------------------------------------------------------
+
+    def go(self) -> Any:
         with unit_of_work(self.make_session) as session:
             status = session.get(Study, self.study_id).status
         if status is not StudyStatus.collecting:
@@ -244,14 +290,24 @@ class HttpCrowd:
                 f"study {self.view.slug!r} is {status.value}, not collecting: open it first"
             )
         started = time.perf_counter()
+        n = max(1, self.parallel)
         try:
-            with ThreadPoolExecutor(max(1, self.parallel)) as pool:
-                for f in [pool.submit(self._recruit_loop) for _ in range(max(1, self.parallel))]:
+            # One client (its connection pool is thread-safe) for the annotators at work.
+            with (
+                httpx.Client(
+                    base_url=self.base_url,
+                    follow_redirects=False,
+                    timeout=self.timeout,
+                    transport=self.transport,
+                ) as client,
+                ThreadPoolExecutor(n) as pool,
+            ):
+                for f in [pool.submit(self._recruit_loop, client) for _ in range(n)]:
                     f.result()
         finally:
             self._close_links()
         self.run.seconds = time.perf_counter() - started
-        self.run.answers.sort(key=lambda x: (x.annotator_id, x.assignment, x.position))
+        self._sort()
         self.run.annotators.sort(key=lambda r: r.annotator_id)
         return self.run
 
@@ -270,39 +326,31 @@ class HttpCrowd:
             ):
                 revoke_invite(session, annotator, by=CLI)
 
-    def _recruit_loop(self) -> None:
-        with httpx.Client(
-            base_url=self.base_url, follow_redirects=False, timeout=self.timeout
-        ) as client:
-            while not self.stop.is_set() and not self.budget.empty():
-                with self.lock:
-                    ordinal = self.next_ordinal
-                    if ordinal >= self.max_annotators:
-                        return
-                    self.next_ordinal += 1
-                    with unit_of_work(self.make_session) as session:
-                        begin_write(session)  # SQLite: a writer from the start, as the server
-                        study = session.get(Study, self.study_id)
-                        who = simulated_annotator(session, study, self.secret_key)
-                    self.recruited.append(who.annotator_id)
-                try:
-                    worked = self._annotate(
-                        client, who, np.random.default_rng([self.seed, ordinal])
-                    )
-                except Exception:
-                    self.stop.set()
-                    raise
-                if worked.done == 0 and worked.stopped not in ("activity", "budget"):
-                    self.stop.set()  # a newcomer finds nothing to do: the work is done
+    def _recruit_loop(self, client: httpx.Client) -> None:
+        while not self.stop.is_set() and not self.budget.empty():
+            with self.lock:
+                ordinal = self.next_ordinal
+                if ordinal >= self.max_annotators:
+                    return
+                self.next_ordinal += 1
+                with unit_of_work(self.make_session) as session:
+                    begin_write(session)  # SQLite: a writer from the start, as the server
+                    study = session.get(Study, self.study_id)
+                    who = simulated_annotator(session, study, self.secret_key)
+                self.recruited.append(who.annotator_id)
+            try:
+                worked = self._annotate(client, who, np.random.default_rng([self.seed, ordinal]))
+            except Exception:
+                self.stop.set()
+                raise
+            if worked.done == 0 and worked.stopped not in ("activity", "budget"):
+                self.stop.set()  # a newcomer finds nothing to do: the work is done
 
     def _annotate(
         self, client: httpx.Client, who: Recruit, rng: np.random.Generator
     ) -> AnnotatorRun:
-        h = self.crowd.hetero
-        wanted = max(1, math.ceil(h.activity_min * (1.0 + rng.pareto(h.activity_tail))))
-        run = AnnotatorRun(who.label, who.annotator_id, wanted)
-        run.spammer = bool(rng.random() < self.crowd.spammers)
-        state = self.judge.annotator(rng)
+        wanted, spammer, state = self._newcomer(rng)
+        run = AnnotatorRun(who.label, who.annotator_id, wanted, spammer=spammer)
         with self.lock:
             self.run.annotators.append(run)
         run.stopped = "activity"
@@ -311,22 +359,79 @@ class HttpCrowd:
                 run.stopped = "budget"
                 break
             page = read_page(self._send(client, "GET", who.path))
-            if page.kind != HIT_PAGE:
+            if page.kind != self.work_page:
                 self.budget.give_back()
                 if page.status >= 400:
                     raise SimulationError(f"{who.path}: {page.status} {page.text}")
                 run.stopped = page.kind
                 break
-            form, answers = self._answer(page, who, run, state, rng)
-            late = self._post(client, page, form)
-            if rng.random() < self.resend_share:
-                self._post(client, page, form)  # a double click: acknowledged, stored once
-                with self.lock:
-                    self.run.resent += 1
-            with self.lock:
-                self.run.answers.extend(replace(x, late=late) for x in answers)
+            self._do_hit(client, page, who, run, state, rng)
             run.done += 1
         return run
+
+    def _wanted(self, rng: np.random.Generator, h: Heterogeneity) -> int:
+        """HITs a new annotator's heavy-tailed activity asks for."""
+        return max(1, math.ceil(h.activity_min * (1.0 + rng.pareto(h.activity_tail))))
+
+    def _resend_now(self, rng: np.random.Generator) -> bool:
+        """Send an acknowledged post a second time (a double click)? Counted when so."""
+        if rng.random() >= self.resend_share:
+            return False
+        with self.lock:
+            self.run.resent += 1
+        return True
+
+    def _send(self, client: httpx.Client, method: str, url: str, **kw) -> httpx.Response:
+        """One request, sent again unchanged after a transport error or a 503 (a resend
+        stores nothing twice: the server's contract)."""
+        for attempt in range(RETRIES):
+            try:
+                r = client.request(method, url, **kw)
+            except httpx.TransportError:
+                if attempt == RETRIES - 1:
+                    raise
+            else:
+                if r.status_code != 503 or attempt == RETRIES - 1:
+                    return r
+            with self.lock:
+                self.run.retried += 1
+            time.sleep(min(2.0, 0.1 * 2**attempt))
+        raise AssertionError("unreachable")
+
+
+@dataclass(kw_only=True)
+class HttpCrowd(CrowdOverHttp):
+    """A simulated crowd of next-word annotators for one study (see :func:`run_http_crowd`)."""
+
+    crowd: Crowd
+    judge: Judge
+
+    def _new_run(self) -> HttpRun:
+        return HttpRun(self.view.slug, self.crowd.describe(), self.judge.describe())
+
+    def _newcomer(self, rng: np.random.Generator) -> tuple[int, bool, object]:
+        wanted = self._wanted(rng, self.crowd.hetero)
+        spammer = bool(rng.random() < self.crowd.spammers)
+        return wanted, spammer, self.judge.annotator(rng)
+
+    def _sort(self) -> None:
+        self.run.answers.sort(key=lambda x: (x.annotator_id, x.assignment, x.position))
+
+    def _do_hit(
+        self,
+        client: httpx.Client,
+        page: Page,
+        who: Recruit,
+        run: AnnotatorRun,
+        state: object,
+        rng: np.random.Generator,
+    ) -> None:
+        form, answers = self._answer(page, who, run, state, rng)
+        late = self._post(client, page, form)
+        if self._resend_now(rng):
+            self._post(client, page, form)  # a double click: acknowledged, stored once
+        with self.lock:
+            self.run.answers.extend(replace(x, late=late) for x in answers)
 
     def _answer(
         self,
@@ -359,10 +464,7 @@ class HttpCrowd:
                 rank_at_slot=ranks,
             )
             option, rank = int(got.option[0]), int(got.choice[0])
-            if got.too_fast[0] and min_ms > 0:
-                ms = int(rng.uniform(0.1, 0.9) * min_ms)
-            else:
-                ms = round(math.exp(rng.normal(math.log(4000.0), 0.5)))
+            ms = client_ms(rng, bool(got.too_fast[0]), min_ms)
             form[f"o{item.position}"] = str(option)
             form[f"ms{item.position}"] = str(ms)
             answers.append(
@@ -399,22 +501,13 @@ class HttpCrowd:
             f"the server did not store {form.get('assignment')}: {r.status_code} {refused.text}"
         )
 
-    def _send(self, client: httpx.Client, method: str, url: str, **kw) -> httpx.Response:
-        """One request, sent again unchanged after a transport error or a 503 (a resend
-        stores nothing twice: the server's contract)."""
-        for attempt in range(RETRIES):
-            try:
-                r = client.request(method, url, **kw)
-            except httpx.TransportError:
-                if attempt == RETRIES - 1:
-                    raise
-            else:
-                if r.status_code != 503 or attempt == RETRIES - 1:
-                    return r
-            with self.lock:
-                self.run.retried += 1
-            time.sleep(min(2.0, 0.1 * 2**attempt))
-        raise AssertionError("unreachable")
+
+def client_ms(rng: np.random.Generator, too_fast: bool, min_ms: int) -> int:
+    """The time an answer reports (``ms``, as the page's script fills it in a browser):
+    under the study's minimum for a too-fast click, else log-normal around 4 s."""
+    if too_fast and min_ms > 0:
+        return int(rng.uniform(0.1, 0.9) * min_ms)
+    return round(math.exp(rng.normal(math.log(4000.0), 0.5)))
 
 
 def _true_rank(item: ItemTruth, shown: list[str]) -> int:
@@ -434,6 +527,7 @@ def run_http_crowd(
     max_hits: int | None = None,
     parallel: int = 1,
     resend_share: float = 0.0,
+    transport: httpx.BaseTransport | None = None,
 ) -> HttpRun:
     """Run a simulated crowd on the study against the server at `base_url` (module
     docstring). `make_session` opens sessions on the server's database: the simulated
@@ -451,15 +545,18 @@ def run_http_crowd(
         max_hits=max_hits,
         parallel=parallel,
         resend_share=resend_share,
+        transport=transport,
     ).go()
 
 
 __all__ = [
     "AnnotatorRun",
     "Answered",
+    "CrowdOverHttp",
     "HttpCrowd",
     "HttpRun",
     "Recruit",
+    "client_ms",
     "run_http_crowd",
     "simulated_annotator",
 ]

@@ -30,6 +30,9 @@ and maps the answer to a screen slot. Two judges:
 
 Attention items are answered by the attention rule of :func:`app.simulate.crowd.deliver`
 under both judges (an unambiguous next word, answered right by the attentive).
+
+A ratings study's simulated raters (:mod:`app.simulate.rater_judges`) read the same
+god-view: a pair's item id, kind, length and attention flag (its choices are empty).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.annotation.content import hit_content
+from app.annotation.ratings import Scale
 from app.models import Assignment, AssignmentStatus, Hit, Item, Study
 from app.results.queries import ATTENTION_KIND, kind_codes
 from app.simulate.crowd import Crowd, StandIn, honest_choice
@@ -87,6 +91,9 @@ class StudyView:
     top_k: int
     min_ms_per_item: int
     cap: int
+    study_type: str = "nextword"  # or "ratings"
+    scale_max: int = 5  # a ratings study's scale: 0 to scale_max in steps of scale_step
+    scale_step: float = 0.5
 
 
 class GodView:
@@ -102,6 +109,7 @@ class GodView:
             s = session.get(Study, self.study_id)
             if s is None:
                 raise SimulationError(f"no study with id {self.study_id}")
+            scale = Scale.of(s.ratings)
             return StudyView(
                 id=s.id,
                 slug=s.slug,
@@ -110,6 +118,9 @@ class GodView:
                 top_k=int(s.top_k),
                 min_ms_per_item=int(s.min_ms_per_item),
                 cap=int(s.per_annotator_cap),
+                study_type=s.study_type.value,
+                scale_max=scale.scale_max,
+                scale_step=scale.step,
             )
 
     def open_slots(self) -> int:

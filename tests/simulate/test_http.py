@@ -14,9 +14,6 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from app.cli.server import background_server
-from app.db import build_engine, make_sessionmaker
-from app.migrate import upgrade
 from app.models import Annotator, Assignment, AssignmentStatus, AuditEvent, Judgment, Study
 from app.results.queries import kind_codes
 from app.results.schemas import ResultQuery
@@ -33,22 +30,17 @@ CAP = 3
 
 
 @pytest.fixture
-def live(empty_db):
+def live(live_db):
     """A migrated database of its own with a collecting study (HITs from build_hits: 2
     lengths x 4 HITs of 5 data + 5 model items and 1 attention item), served by uvicorn."""
-    settings = empty_db.settings()
-    engine = build_engine(settings)
-    with engine.begin() as conn:
-        upgrade(conn)
-    sm = make_sessionmaker(engine)
+    sm = live_db.sm
     with sm() as session, session.begin():
         study = make_study(session, slug="h", lengths=(10, 20), per_cell=20)
         study.per_annotator_cap = CAP
         study.min_ms_per_item = 1000
         study_id = study.id
-    with background_server(settings) as base:
-        yield base, sm, study_id, settings
-    engine.dispose()
+    with live_db.serve() as base:
+        yield base, sm, study_id, live_db.settings
 
 
 def _stored(sm, study_id):
@@ -187,3 +179,9 @@ def test_a_budget_leaves_work_and_a_second_run_finishes_it(live, monkeypatch):
         capture_output=True, text=True, env=env, timeout=60,
     )  # fmt: skip
     assert bad.returncode == 1 and "unknown crowd behaviour 'lazy'" in bad.stderr
+    raters_only = subprocess.run(
+        [EBC, "simulate-http", "h", base, "--quality", "4,1", "--sd-pair", "0.2"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert raters_only.returncode == 1
+    assert "for ratings studies only: --quality, --sd-pair" in raters_only.stderr

@@ -8,9 +8,6 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import select
 
-from app.cli.server import background_server
-from app.db import build_engine, make_sessionmaker
-from app.migrate import upgrade
 from app.models import Assignment, Item, Judgment, Study
 from app.precompute import service
 from app.results.schemas import ResultQuery
@@ -25,14 +22,10 @@ from worker.runner import Worker, WorkerOptions
 
 
 @pytest.fixture
-def live(empty_db, tmp_path):
+def live(live_db, tmp_path):
     """P_M = fake:1, P_D = fake:4 (worker.fake), items made by the worker, HITs built and
     opened, served by uvicorn."""
-    settings = empty_db.settings()
-    engine = build_engine(settings)
-    with engine.begin() as conn:
-        upgrade(conn)
-    sm = make_sessionmaker(engine)
+    settings, engine, sm = live_db.settings, live_db.engine, live_db.sm
     dataset = tmp_path / "lines.txt"
     dataset.write_text("\n".join(fake_lines(200)) + "\n", encoding="utf-8")
     config = StudyConfig(
@@ -53,9 +46,8 @@ def live(empty_db, tmp_path):
     Worker(settings, WorkerOptions(once=True, device="cpu"), engine=engine).run()
     with sm() as session, session.begin():
         build_and_open(session, session.get(Study, study_id), by=None)
-    with background_server(settings) as base:
+    with live_db.serve() as base:
         yield base, sm, study_id, settings
-    engine.dispose()
 
 
 def test_an_oracle_crowd_with_a_model_p_d_measures_the_word_level_d_gd(live):

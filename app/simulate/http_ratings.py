@@ -1,0 +1,279 @@
+"""Simulated raters over HTTP, against a running server, through the annotators' own paths:
+a ratings study's HITs rated as a person without JavaScript rates them.
+
+The run is :class:`app.simulate.http.CrowdOverHttp`'s: simulated annotators made through
+the researcher's invite service (marked ``simulated``, labelled ``simulated-<n>``), their
+heavy-tailed activity (:meth:`app.simulate.raters.RaterHeterogeneity.activity`) stopped by
+the server's cap, requests sent again unchanged after a transport error or a 503, and
+their invite links revoked when the run ends (or fails).
+
+One HIT, pair after pair, two steps each, as the page leads (``GET /a/{token}`` shows the
+step due): the quality step shows the continuation alone; the rater posts its quality
+(the form's hidden fields, ``rating`` one of the scale's points as the page shows them,
+``ms`` the time taken); the server stores it, locks it and answers with a 303 to the same
+link, whose page now reveals the context and asks for the consistency; its post leads to
+the next pair's quality step, and the last pair's consistency submits the assignment (a
+303 with ``n=ok`` or ``n=late``). What the rater rates comes from a
+:class:`app.simulate.rater_judges.RaterJudge` on the god-view's item (its id, kind, length,
+attention flag: read from the database, never sent); the form carries only what a
+browser's does. A post that fails in transit or with a 503 is sent again unchanged; with
+``resend_share`` a share of acknowledged posts is sent a second time on purpose (a double
+click): the server answers a repeat of a stored rating with the same value as stored
+(nothing written).
+
+The run keeps its own record of every rating the server acknowledged (a 303): one
+:class:`RatedPair` per pair, its quality and, once acknowledged, its consistency, with the
+times posted. Seeded as next-word runs are: rater ``n`` draws from
+``numpy.random.default_rng([seed, n])``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import ClassVar
+
+import httpx
+import numpy as np
+
+from app.results.stats.ratings_columns import RatingColumns
+from app.simulate.http import AnnotatorRun, CrowdOverHttp, Recruit, client_ms
+from app.simulate.judges import ItemTruth, SimulationError
+from app.simulate.page import RATING_PAGE, Page, read_page
+from app.simulate.rater_judges import RaterJudge
+from app.simulate.raters import Rater
+
+QUALITY, CONSISTENCY = "quality", "consistency"
+
+
+@dataclass(frozen=True)
+class RatedPair:
+    """One pair rated by one simulated rater, as acknowledged by the server (page values,
+    and the god-view's item, kind, length and attention flag)."""
+
+    annotator: str
+    annotator_id: int
+    assignment: str
+    hit_id: int
+    position: int
+    item_id: int
+    length: int
+    kind: str
+    attention: bool
+    quality: float
+    quality_ms: int
+    consistency: float | None = None  # None: the run ended between the pair's two steps
+    consistency_ms: int | None = None
+    too_fast: bool = False  # either step posted faster than the study's minimum
+    late: bool = False  # its assignment was submitted after the lease ran out
+
+
+@dataclass
+class RatingsRun:
+    """A ratings run's record (module docstring)."""
+
+    study: str
+    raters: str
+    ratings: list[RatedPair] = field(default_factory=list)
+    annotators: list[AnnotatorRun] = field(default_factory=list)
+    submitted: int = 0  # assignments whose last rating was acknowledged
+    resent: int = 0  # acknowledged posts sent again on purpose
+    retried: int = 0  # requests sent again after a transport error or a 503
+    seconds: float = 0.0
+
+    @property
+    def hits(self) -> int:
+        return self.submitted
+
+    @property
+    def steps(self) -> int:
+        """Ratings acknowledged (a quality and a consistency per rated pair)."""
+        return sum(1 + (r.consistency is not None) for r in self.ratings)
+
+    def columns(self, kinds: list[str], *, scale_max: int, step: float) -> RatingColumns:
+        """The record as the results' columns (annotators, HITs, pairs by their ids)."""
+        r = self.ratings
+
+        def col(name: str, dtype=np.int64) -> np.ndarray:
+            return np.array([getattr(x, name) for x in r], dtype=dtype)
+
+        codes = {k: i for i, k in enumerate(kinds)}
+        return RatingColumns(
+            kinds=list(kinds),
+            annotator=col("annotator_id"),
+            hit=col("hit_id"),
+            item=col("item_id"),
+            length=col("length"),
+            kind=np.array([codes.get(x.kind, -1) for x in r], np.int64),
+            quality=col("quality", float),
+            consistency=np.array(
+                [np.nan if x.consistency is None else x.consistency for x in r], float
+            ),
+            attention=col("attention", bool),
+            too_fast=col("too_fast", bool),
+            late=col("late", bool),
+            scale_max=scale_max,
+            step=step,
+            simulated=np.ones(len(r), bool),
+        )
+
+    def summary(self) -> str:
+        stops: dict[str, int] = {}
+        for a in self.annotators:
+            stops[a.stopped] = stops.get(a.stopped, 0) + 1
+        why = ", ".join(f"{n} by {k}" for k, n in sorted(stops.items()))
+        return (
+            f"SIMULATED raters over HTTP on {self.study}: {len(self.annotators)} simulated "
+            f"raters did {self.hits} HITs, rated {len(self.ratings)} pairs ({self.steps} "
+            f"ratings acknowledged, {self.resent} posts resent on purpose, {self.retried} "
+            f"retried); stopped: {why or 'none'}; {self.raters}"
+        )
+
+
+@dataclass(kw_only=True)
+class RatersOverHttp(CrowdOverHttp):
+    """Simulated raters for one ratings study (see :func:`run_http_raters`)."""
+
+    judge: RaterJudge
+
+    work_page: ClassVar[str] = RATING_PAGE
+    study_type: ClassVar[str] = "ratings"
+
+    def _new_run(self) -> RatingsRun:
+        return RatingsRun(self.view.slug, self.judge.describe())
+
+    def _newcomer(self, rng: np.random.Generator) -> tuple[int, bool, object]:
+        wanted = self._wanted(rng, self.judge.raters.hetero.activity())
+        rater = self.judge.rater(rng)
+        return wanted, rater.spammer, rater
+
+    def _sort(self) -> None:
+        self.run.ratings.sort(key=lambda x: (x.annotator_id, x.assignment, x.position))
+
+    def _do_hit(
+        self,
+        client: httpx.Client,
+        page: Page,
+        who: Recruit,
+        run: AnnotatorRun,
+        state: object,
+        rng: np.random.Generator,
+    ) -> None:
+        """Rate the HIT's pairs, two steps each, in the order its pages ask for them."""
+        assert isinstance(state, Rater)
+        public_id = page.fields.get("assignment", "")
+        truth = self.god.hit(public_id)
+        rated: dict[int, RatedPair] = {}
+        min_ms = self.view.min_ms_per_item
+        try:
+            while True:
+                item = self._due(page, public_id, truth, rated)
+                value, fast = self.judge.rate(rng, state, item, page.step)
+                ms = client_ms(rng, fast, min_ms)
+                form = {**page.fields, "rating": page.point(value), "ms": str(ms)}
+                where, done, late = self._post_step(client, page, form)
+                if page.step == QUALITY:
+                    rated[item.position] = RatedPair(
+                        annotator=who.label,
+                        annotator_id=who.annotator_id,
+                        assignment=public_id,
+                        hit_id=item.hit_id,
+                        position=item.position,
+                        item_id=item.item_id,
+                        length=item.length,
+                        kind=item.kind,
+                        attention=item.attention,
+                        quality=value,
+                        quality_ms=ms,
+                        too_fast=ms < min_ms,
+                    )
+                else:
+                    pair = rated[item.position]
+                    rated[item.position] = replace(
+                        pair,
+                        consistency=value,
+                        consistency_ms=ms,
+                        too_fast=pair.too_fast or ms < min_ms,
+                    )
+                if self._resend_now(rng):
+                    self._post_step(client, page, form)  # a double click: a repeat, no-op
+                if done:
+                    rated = {p: replace(r, late=late) for p, r in rated.items()}
+                    with self.lock:
+                        self.run.submitted += 1
+                    return
+                page = read_page(self._send(client, "GET", where))
+                if page.kind != RATING_PAGE or page.fields.get("assignment") != public_id:
+                    # The lease ran out between two steps and the server moved on: the
+                    # ratings given stay stored (and recorded); the next HIT starts afresh.
+                    return
+        finally:
+            with self.lock:
+                self.run.ratings.extend(rated.values())
+
+    def _due(
+        self, page: Page, public_id: str, truth: dict[int, ItemTruth], rated: dict[int, RatedPair]
+    ) -> ItemTruth:
+        """The pair the page asks about, checked against the run's own record: a quality
+        for a pair not rated yet, a consistency for the pair whose quality was just given."""
+        if page.status != 200:
+            raise SimulationError(f"the page of {public_id} came with a {page.status}: {page.text}")
+        item = truth.get(page.position)
+        if item is None:
+            raise SimulationError(f"the page of {public_id} shows a text that is not in its HIT")
+        pair = rated.get(page.position)
+        expected = (
+            pair is None if page.step == QUALITY else pair is not None and pair.consistency is None
+        )
+        if not expected:
+            raise SimulationError(
+                f"the page of {public_id} asks for the {page.step} of text {page.position}, "
+                "which the run's record does not expect"
+            )
+        return item
+
+    def _post_step(
+        self, client: httpx.Client, page: Page, form: dict[str, str]
+    ) -> tuple[str, bool, bool]:
+        """Post one step until the server acknowledges it (a 303): where it leads, whether
+        it submitted the assignment, and whether that was late."""
+        r = self._send(client, "POST", page.action or "", data=form)
+        where = r.headers.get("location", "")
+        if r.status_code == 303 and where:
+            return where, "n=ok" in where or "n=late" in where, "n=late" in where
+        refused = read_page(r)
+        raise SimulationError(
+            f"the server did not store the {form.get('step')} of text {form.get('position')} "
+            f"of {form.get('assignment')}: {r.status_code} {refused.text}"
+        )
+
+
+def run_http_raters(
+    base_url: str,
+    make_session,
+    study_id: int,
+    secret_key: str,
+    judge: RaterJudge,
+    *,
+    seed: int = 0,
+    max_hits: int | None = None,
+    parallel: int = 1,
+    resend_share: float = 0.0,
+    transport: httpx.BaseTransport | None = None,
+) -> RatingsRun:
+    """Run simulated raters on the ratings study against the server at `base_url` (module
+    docstring; the arguments as :func:`app.simulate.http.run_http_crowd`'s)."""
+    return RatersOverHttp(
+        base_url=base_url,
+        make_session=make_session,
+        study_id=study_id,
+        secret_key=secret_key,
+        judge=judge,
+        seed=seed,
+        max_hits=max_hits,
+        parallel=parallel,
+        resend_share=resend_share,
+        transport=transport,
+    ).go()
+
+
+__all__ = ["RatedPair", "RatersOverHttp", "RatingsRun", "run_http_raters"]
