@@ -1,4 +1,5 @@
-"""`ebc results STUDY`: the API's results in the terminal; `ebc results diagnostics STUDY`:
+"""`ebc results STUDY`: the API's results in the terminal (a ratings study's: its Table 3 of
+quality and consistency ratings); `ebc results diagnostics STUDY`:
 the diagnostics table (CGD per prefix kind from people and a reference model); `ebc results
 score STUDY`: a ratings study's EB-M scores computed and stored (a results job), `ebc results
 ebm STUDY`: the stored ones."""
@@ -72,11 +73,16 @@ def results(
     ci: Ci = "wild",
     seed: Seed = 0,
     exclusions: Exclusions = "on",
+    paper: Annotated[
+        bool, typer.Option("--paper", help="latex: the paper-comparable mean +- std")
+    ] = False,
 ) -> None:
     """Print a study's results: CGD, EB-C with error bars and tests, with and without the
-    pre-declared exclusions (the same figures as GET /api/v1/studies/{slug}/results)."""
+    pre-declared exclusions (the same figures as GET /api/v1/studies/{slug}/results). A
+    ratings study's: its Table 3 (quality and consistency after data and model prefixes,
+    gap and ratio with intervals; csv and latex as ratings_table.csv and .tex)."""
     from app.cli.common import fail, load_settings, session_scope, study_named
-    from app.results import exports
+    from app.results import exports, ratings_exports
     from app.results.catalog import task_label
     from app.results.service import study_results
 
@@ -89,10 +95,17 @@ def results(
         label = task_label(found)
     if format_ == "json":
         typer.echo(res.model_dump_json(indent=2))
+    elif res.ratings is not None:  # a ratings study
+        if format_ == "csv":
+            typer.echo(ratings_exports.ratings_table_csv(res), nl=False)
+        elif format_ == "latex":
+            typer.echo(ratings_exports.ratings_latex(res, label, paper=paper), nl=False)
+        else:
+            typer.echo(ratings_exports.ratings_table(res), nl=False)
     elif format_ == "csv":
         typer.echo(exports.results_csv(res), nl=False)
     elif format_ == "latex":
-        typer.echo(exports.results_latex(res, label), nl=False)
+        typer.echo(exports.results_latex(res, label, paper=paper), nl=False)
     else:
         typer.echo(exports.results_table(res), nl=False)
 

@@ -1,8 +1,10 @@
 """A study's downloads: one catalogue for the dashboard and the API, audited here.
 
 Every download is recorded in the audit log (`export`) by whoever asked for it, a
-researcher on the dashboard or through the API. Judgments and items are streamed by the
-web layer from a session of its own (`Download.chunks`); the rest is rendered here.
+researcher on the dashboard or through the API. Judgments, ratings and items are streamed
+by the web layer from a session of its own (`Download.chunks`); the rest is rendered here.
+A ratings study's downloads on a next-word study, or a next-word study's on a ratings study,
+are not in its catalogue (`NoSuchDownload`: a 404), rather than an empty file.
 """
 
 from __future__ import annotations
@@ -15,7 +17,16 @@ from sqlalchemy.orm import Session
 
 from app.audit.service import Actor, record_by
 from app.models import Study
-from app.results import catalog, diagnostics, ebm, ebm_exports, exports, service
+from app.results import (
+    catalog,
+    diagnostics,
+    ebm,
+    ebm_exports,
+    exports,
+    ratings,
+    ratings_exports,
+    service,
+)
 from app.results.plot import diagnostics_plot, results_plot
 from app.results.schemas import ResultQuery
 
@@ -34,8 +45,12 @@ MEDIA_TYPES = {
     "judgments.jsonl": "application/x-ndjson",
     "items.csv": "text/csv",
     "items.jsonl": "application/x-ndjson",
-    # Ratings studies (RATINGS_ONLY): the stored EB-M scores and the prefix-switching samples
-    # (a next-word study's are empty).
+    # Ratings studies only (RATINGS_ONLY): the ratings' Table 3 and every rating, the stored
+    # EB-M scores and the prefix-switching samples.
+    "ratings_table.csv": "text/csv",
+    "ratings_table.tex": "application/x-tex",
+    "ratings.csv": "text/csv",
+    "ratings.jsonl": "application/x-ndjson",
     "ebm.csv": "text/csv",
     "ebm.tex": "application/x-tex",
     "samples.csv": "text/csv",
@@ -48,19 +63,35 @@ STREAMED: dict[str, Chunks] = {
     "items.jsonl": exports.items_jsonl,
     "samples.csv": ebm_exports.samples_csv,
     "samples.jsonl": ebm_exports.samples_jsonl,
+    "ratings.csv": ratings_exports.ratings_csv,
+    "ratings.jsonl": ratings_exports.ratings_jsonl,
 }
-RATINGS_ONLY_ORDER = ("ebm.csv", "ebm.tex", "samples.csv", "samples.jsonl")
+RATINGS_ONLY_ORDER = (
+    "ratings_table.csv", "ratings_table.tex", "ratings.csv", "ratings.jsonl", "ebm.csv",
+    "ebm.tex", "samples.csv", "samples.jsonl",
+)  # fmt: skip
 RATINGS_ONLY = frozenset(RATINGS_ONLY_ORDER)
+# A ratings study has no judgments: no next-word figures, plots, diagnostics or judgments.
+NEXTWORD_ONLY = frozenset(
+    {"results.csv", "results.tex", "plot.svg", "plot.png", "diagnostics.csv"}
+    | {"diagnostics.svg", "diagnostics.png", "judgments.csv", "judgments.jsonl"}
+)
 
 
 def catalogue(study: Study) -> list[str]:
-    """The downloads a page of `study` lists (the ratings ones for ratings studies)."""
-    ratings = ebm.is_ratings(study)
-    return [n for n in MEDIA_TYPES if ratings or n not in RATINGS_ONLY]
+    """The downloads of `study`: a ratings study's (its ratings, EB-M, samples) or a
+    next-word study's (its judgments' figures), the manifest and the items for both."""
+    if ebm.is_ratings(study):
+        return [n for n in MEDIA_TYPES if n not in NEXTWORD_ONLY]
+    return [n for n in MEDIA_TYPES if n not in RATINGS_ONLY]
 
 
 class NoSuchDownload(LookupError):
-    """The name is not in the catalogue."""
+    """The name is not in the catalogue of the study (the message says why)."""
+
+    def __init__(self, name: str, why: str = "There is no such download.") -> None:
+        super().__init__(name)
+        self.message = why
 
 
 @dataclass(frozen=True)
@@ -84,6 +115,9 @@ def download(
     """`name` of `study` (see `MEDIA_TYPES`), recorded as an export by `by`."""
     if name not in MEDIA_TYPES:
         raise NoSuchDownload(name)
+    if name not in catalogue(study):
+        kind = "a ratings" if ebm.is_ratings(study) else "a next-word"
+        raise NoSuchDownload(name, f"{study.slug} is {kind} study: it has no {name}.")
     record_by(session, by, "export", study=study, what=name, options=query.model_dump())
     spec = Download(name, MEDIA_TYPES[name], f"{study.slug}-{name}")
     if name in STREAMED:
@@ -95,6 +129,12 @@ def download(
     elif name == "ebm.tex":
         stored = ebm.stored_ebm(session, study)
         body = ebm_exports.ebm_latex(study.slug, stored, catalog.task_label(study))
+    elif name.startswith("ratings_table."):
+        res = ratings.ratings_document(session, study, query)
+        if name == "ratings_table.csv":
+            body = ratings_exports.ratings_table_csv(res)
+        else:
+            body = ratings_exports.ratings_latex(res, catalog.task_label(study), paper=paper)
     elif name.startswith("diagnostics."):
         diag = diagnostics.study_diagnostics(session, study, query)
         if name == "diagnostics.csv":

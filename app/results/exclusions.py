@@ -1,5 +1,5 @@
 """The study's pre-declared exclusion rules (DESIGN.md §1, "Random clicking"): which
-judgments they keep, and what they dropped and why.
+judgments (of a ratings study: ratings) they keep, and what they dropped and why.
 
 Every result is computed with and without them (``app.results.service``); MTurk work not
 yet confirmed through the MTurk API counts in neither.
@@ -18,6 +18,7 @@ from app.results.queries import (
     FLAG_UNVERIFIED,
     Judgments,
 )
+from app.results.queries_ratings import Ratings
 from app.results.schemas import ExclusionReport
 
 DEFAULT_RULES = {
@@ -31,9 +32,10 @@ DEFAULT_RULES = {
 
 
 def exclusion_mask(
-    j: Judgments, rules: dict[str, Any] | None
+    j: Judgments | Ratings, rules: dict[str, Any] | None
 ) -> tuple[np.ndarray, ExclusionReport]:
-    """Which judgments the pre-declared rules keep.
+    """Which judgments the pre-declared rules keep (of a ratings study: which ratings, by
+    the same rules; an attention pair is answered right when its quality is at most 1).
 
     - ``blocked``: every judgment of an annotator who is blocked *and* whose past work
       was marked for exclusion (``exclude_past``);
@@ -98,7 +100,7 @@ def exclusion_mask(
     return keep, report
 
 
-def counted(j: Judgments) -> np.ndarray | None:
+def counted(j: Judgments | Ratings) -> np.ndarray | None:
     """The judgments any figure may count, exclusions or not: all but unconfirmed MTurk
     work (None: all of them)."""
     unverified = j.flagged(FLAG_UNVERIFIED)
@@ -106,11 +108,12 @@ def counted(j: Judgments) -> np.ndarray | None:
 
 
 def attention_accuracy(
-    j: Judgments, among: np.ndarray | None = None
+    j: Judgments | Ratings, among: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per annotator with attention judgments (of those in `among`, if given): ``(ids,
-    share of them choosing the top-1)``."""
+    share of them answered as expected)`` (`attention_correct`: a judgment choosing the
+    top-1; a rating of an attention pair's quality at most 1)."""
     att = j.attention if among is None else j.attention & among
     ids, a = np.unique(j.annotator[att], return_inverse=True)
-    correct = np.bincount(a, weights=(j.choice[att] == 1), minlength=ids.size)
+    correct = np.bincount(a, weights=j.attention_correct[att], minlength=ids.size)
     return ids, correct / np.bincount(a, minlength=ids.size)

@@ -114,6 +114,12 @@ class Judgments:
         return self.true_rank == 1
 
     @property
+    def attention_correct(self) -> np.ndarray:
+        """Per judgment: the answer an attention item expects, its top-1 (the exclusion
+        rules read this; a rating's is a quality of at most 1)."""
+        return self.choice == 1
+
+    @property
     def simulated(self) -> np.ndarray:
         """Per judgment: its annotator is simulated."""
         if not self.annotator_simulated.any():
@@ -230,17 +236,24 @@ _ASSIGNMENT_FLAGS = (
 )
 
 
+def assignment_flags(asg: Any = Assignment):
+    """The assignment's FLAG_* bits in one integer (under 16)."""
+    packed = None
+    for name, bit in _ASSIGNMENT_FLAGS:
+        term = bit * cast(getattr(asg, name), Integer)
+        packed = term if packed is None else packed + term
+    return packed
+
+
 def _flags(asg: Any = Assignment):
     """option (< 16, top_k <= 10) | (chosen_rank + 1) << 4 | too_fast << 12
     | the assignment's flags << 13, in one integer (under 2**17)."""
-    packed = (
+    return (
         Judgment.option
         + 16 * (func.coalesce(Judgment.chosen_rank, -1) + 1)
         + 4096 * cast(Judgment.too_fast, Integer)
+        + 8192 * assignment_flags(asg)
     )
-    for name, bit in _ASSIGNMENT_FLAGS:
-        packed = packed + 8192 * bit * cast(getattr(asg, name), Integer)
-    return packed
 
 
 def _unpack_flags(
@@ -404,21 +417,15 @@ def clear_item_cache() -> None:
         _ITEM_CACHE.clear()
 
 
-def load_judgments(session: Session, study: Study) -> Judgments:
-    """All judgments of `study` on shown (not skipped) items, with what every analysis
-    needs, as arrays in judgment-id order.
+def study_assignments(study: Study) -> Any:
+    """The study's assignments (id, annotator, HIT and the flags of kept work that may not
+    count) as an alias of `Assignment` over a subquery: what judgments and ratings join to.
 
-    Two queries: judgments joined to their assignment and HIT (filtered by study), and
-    the study's items (kind code, length, attention flag, rank of the true next word),
-    the latter reused while the items are unchanged; items are matched to judgments in
-    numpy. On PostgreSQL both come packed in one value each (:func:`_packed_columns`).
+    The study's assignments first (with their HITs), then the judgments (or ratings)
+    against that one table: one hash probe per row instead of two. OFFSET 0 keeps the
+    planner from flattening the subquery and joining every row to all assignments first.
     """
-    names = kind_codes(study)
-    codes = {k: i for i, k in enumerate(names)}
-    # The study's assignments first (with their HITs), then the judgments against that
-    # one table: one hash probe per judgment instead of two. OFFSET 0 keeps the planner
-    # from flattening the subquery and joining judgments to all assignments first.
-    study_asg = (
+    sub = (
         select(
             Assignment.id,
             Assignment.annotator_id,
@@ -430,21 +437,37 @@ def load_judgments(session: Session, study: Study) -> Judgments:
         .offset(0)
         .subquery("a")
     )
-    asg = aliased(Assignment, study_asg)
-    spec = _judgment_spec(session.get_bind().dialect.name, asg)
-    stmt = _select(spec).join(asg, asg.id == Judgment.assignment_id)
-    cols = _split_pairs(_columns(session, stmt, spec))
-    items = _item_columns(session, study, codes)
-    order = np.argsort(cols["id"], kind="stable")
-    if not np.array_equal(order, np.arange(order.size)):
-        cols = {k: v[order] for k, v in cols.items()}
-    at = np.searchsorted(items["id"], cols["item"])
-    at_ok = np.minimum(at, max(items["id"].size - 1, 0))
-    found = (at < items["id"].size) & (items["id"][at_ok] == cols["item"]) if at.size else at > 0
-    if not found.all():  # judgments on skipped items are left out
-        cols = {k: v[found] for k, v in cols.items()}
-        at_ok = at_ok[found]
-    annotators = (
+    return aliased(Assignment, sub)
+
+
+@dataclass(frozen=True)
+class Annotators:
+    """A study's annotators in id order: what the exclusion rules and the quality tables
+    read about each (their work is matched to them by ``ids``)."""
+
+    ids: np.ndarray
+    blocked: np.ndarray
+    exclude_past: np.ndarray
+    labels: list[str]
+    channels: list[str]
+    simulated: np.ndarray
+
+    def columns(self) -> dict[str, Any]:
+        """As the ``annotator_*`` fields of `Judgments` (and of the ratings' columns)."""
+        return {
+            "annotator_ids": self.ids,
+            "annotator_blocked": self.blocked,
+            "annotator_exclude_past": self.exclude_past,
+            "annotator_labels": self.labels,
+            "annotator_channels": self.channels,
+            "annotator_simulated": self.simulated,
+        }
+
+
+def load_annotators(session: Session, study: Study) -> Annotators:
+    """Every annotator of `study`, one small query; a label is the researcher's name for
+    them, else the platform's id, else ``annotator <id>``."""
+    rows = (
         session.connection()
         .execute(
             select(
@@ -461,7 +484,43 @@ def load_judgments(session: Session, study: Study) -> Judgments:
         )
         .all()
     )
-    option, choice, too_fast, assignment_flags = _unpack_flags(cols["flags"])
+    return Annotators(
+        ids=np.array([a[0] for a in rows], dtype=np.int64),
+        blocked=np.array([bool(a[1]) for a in rows], dtype=bool),
+        exclude_past=np.array([bool(a[2]) for a in rows], dtype=bool),
+        labels=[a[3] or a[4] or f"annotator {a[0]}" for a in rows],
+        channels=[getattr(a[5], "value", str(a[5])) for a in rows],
+        simulated=np.array([bool(a[6]) for a in rows], dtype=bool),
+    )
+
+
+def load_judgments(session: Session, study: Study) -> Judgments:
+    """All judgments of `study` on shown (not skipped) items, with what every analysis
+    needs, as arrays in judgment-id order.
+
+    Two queries: judgments joined to their assignment and HIT (filtered by study), and
+    the study's items (kind code, length, attention flag, rank of the true next word),
+    the latter reused while the items are unchanged; items are matched to judgments in
+    numpy. On PostgreSQL both come packed in one value each (:func:`_packed_columns`).
+    """
+    names = kind_codes(study)
+    codes = {k: i for i, k in enumerate(names)}
+    asg = study_assignments(study)
+    spec = _judgment_spec(session.get_bind().dialect.name, asg)
+    stmt = _select(spec).join(asg, asg.id == Judgment.assignment_id)
+    cols = _split_pairs(_columns(session, stmt, spec))
+    items = _item_columns(session, study, codes)
+    order = np.argsort(cols["id"], kind="stable")
+    if not np.array_equal(order, np.arange(order.size)):
+        cols = {k: v[order] for k, v in cols.items()}
+    at = np.searchsorted(items["id"], cols["item"])
+    at_ok = np.minimum(at, max(items["id"].size - 1, 0))
+    found = (at < items["id"].size) & (items["id"][at_ok] == cols["item"]) if at.size else at > 0
+    if not found.all():  # judgments on skipped items are left out
+        cols = {k: v[found] for k, v in cols.items()}
+        at_ok = at_ok[found]
+    annotators = load_annotators(session, study)
+    option, choice, too_fast, flags = _unpack_flags(cols["flags"])
     client_ms = cols["client_ms"].astype(float)
     return Judgments(
         kinds=names,
@@ -477,13 +536,8 @@ def load_judgments(session: Session, study: Study) -> Judgments:
         too_fast=too_fast,
         attention=items["attention"][at_ok].astype(bool),
         true_rank=items["true_rank"][at_ok].astype(np.int64),
-        annotator_ids=np.array([a[0] for a in annotators], dtype=np.int64),
-        annotator_blocked=np.array([bool(a[1]) for a in annotators], dtype=bool),
-        annotator_exclude_past=np.array([bool(a[2]) for a in annotators], dtype=bool),
-        annotator_labels=[a[3] or a[4] or f"annotator {a[0]}" for a in annotators],
-        annotator_channels=[getattr(a[5], "value", str(a[5])) for a in annotators],
-        annotator_simulated=np.array([bool(a[6]) for a in annotators], dtype=bool),
-        assignment_flags=assignment_flags,
+        **annotators.columns(),
+        assignment_flags=flags,
     )
 
 

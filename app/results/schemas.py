@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.results.ratings_schemas import RatingsOut
 from app.results.stats import (
     Agreement,
     ClusterTest,
@@ -247,6 +248,13 @@ class ResultsOut(_Out):
         None,
         description="ratings studies: the stored EB-M scores (null: none computed yet, or a "
         "next-word study)",
+    )
+    ratings: RatingsOut | None = Field(
+        None,
+        description="ratings studies: quality and consistency per length and prefix kind, "
+        "with and without exclusions (null: a next-word study). A ratings study has no "
+        "judgments: its exclusions count ratings, simulated_judgments its simulated ratings, "
+        "and results, other, quality and plan are empty",
     )
     messages: list[str]
 

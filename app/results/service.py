@@ -8,9 +8,9 @@ result is computed twice, with and without the study's pre-declared exclusions (
 the ``exclusions`` option only says which of the two is the main one. The statistics'
 dataclasses go into the document as they come, their kind codes named. A study with a
 reference model also gets its synthetic figures (``synthetic``, from the items'
-divergences: :mod:`app.results.synthetic`), a ratings study its stored EB-M scores (``ebm``:
-:mod:`app.results.ebm`, computed by a results job, not here). Services read; they never
-commit.
+divergences: :mod:`app.results.synthetic`). A ratings study has ratings, not judgments: its
+document is :func:`app.results.ratings.ratings_document` (``ratings``, and its stored EB-M
+scores in ``ebm``). Services read; they never commit.
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ from sqlalchemy.orm import Session
 from app import __version__
 from app.models import Study
 from app.results import queries
-from app.results.ebm import is_ratings, stored_ebm
+from app.results.ebm import is_ratings
 from app.results.exclusions import counted, exclusion_mask
 from app.results.planning import plan_from_judgments
 from app.results.queries import Judgments, References
+from app.results.ratings import ratings_document
 from app.results.schemas import (
     AnnotatorQualityOut,
     ExclusionReport,
@@ -104,10 +105,11 @@ def load_and_compute(session: Session, study: Study, query: ResultQuery | None =
     """`study_results` with what it loaded and its main estimate (see `Computed`)."""
     started = time.perf_counter()
     j = queries.load_judgments(session, study)
+    if is_ratings(study):  # measured in ratings, not judgments: app.results.ratings
+        res = ratings_document(session, study, query or ResultQuery(), started=started)
+        return Computed(res, j, None)
     refs = queries.load_references(session, study) if reference_model(study) else None
     res, main = _compute(study, j, query or ResultQuery(), started=started, references=refs)
-    if is_ratings(study):  # its EB-M scores, as the last results job stored them
-        res = res.model_copy(update={"ebm": stored_ebm(session, study)})
     return Computed(res, j, main)
 
 

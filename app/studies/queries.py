@@ -2,7 +2,8 @@
 
 Counts leave attention items out of the cells (they are kept out of CGD); a
 cell's target is the judgments its placed items are meant to get (one per
-replica of their HIT).
+replica of their HIT); a ratings study's cells count ratings (one per rater and
+pair) instead, and how many have their consistency too.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from app.models import (
     HitPosition,
     Item,
     Judgment,
+    Rating,
     Study,
     StudyMember,
+    StudyType,
     User,
     utcnow,
 )
@@ -35,8 +38,9 @@ class CellCollection:
     kind: str
     items: int  # made (not skipped, not attention)
     placed: int  # in a HIT
-    judgments: int
+    judgments: int  # a ratings study: ratings (a pair's quality given)
     target: int
+    consistency: int | None = None  # a ratings study: ratings with the consistency too
 
     @property
     def share(self) -> float:
@@ -88,28 +92,35 @@ def collection_progress(session: Session, study: Study) -> list[CellCollection]:
             .group_by(Item.length, Item.kind)
         )
     }
-    judged = dict(
-        (((ln, kd), n))
-        for ln, kd, n in session.execute(
-            select(Item.length, Item.kind, func.count(Judgment.id))
-            .join(Judgment, Judgment.item_id == Item.id)
-            .where(base)
-            .group_by(Item.length, Item.kind)
+    ratings = study.study_type is StudyType.ratings
+    if ratings:
+        # One rating per (rater, pair): its quality first, then its consistency.
+        counts = select(
+            Item.length, Item.kind, func.count(Rating.id), func.count(Rating.consistency)
         )
-    )
+        counts = counts.join(Rating, Rating.item_id == Item.id)
+    else:
+        counts = select(Item.length, Item.kind, func.count(Judgment.id))
+        counts = counts.join(Judgment, Judgment.item_id == Item.id)
+    judged = {
+        (row[0], row[1]): (row[2], row[3] if ratings else None)
+        for row in session.execute(counts.where(base).group_by(Item.length, Item.kind))
+    }
     out = []
     for length in study.prefix_lengths:
         for kind in study.kinds:
             key = (length, kind)
             n_placed, target = placed.get(key, (0, 0))
+            n_judged, n_consistency = judged.get(key, (0, 0 if ratings else None))
             out.append(
                 CellCollection(
                     length=length,
                     kind=kind,
                     items=made.get(key, 0),
                     placed=n_placed,
-                    judgments=judged.get(key, 0),
+                    judgments=n_judged,
                     target=int(target or 0),
+                    consistency=n_consistency,
                 )
             )
     return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
@@ -69,6 +69,12 @@ router = APIRouter(
     responses=ERRORS,
 )
 _404 = {404: {"model": ErrorOut, "description": "no such study"}}
+_404_RATINGS = {
+    404: {"model": ErrorOut, "description": "no such study, or a next-word study (no ratings)"}
+}
+_404_NEXTWORD = {
+    404: {"model": ErrorOut, "description": "no such study, or a ratings study (no judgments)"}
+}
 
 
 # The study, if the token's user may see it: 404 otherwise, as for a study that does not
@@ -77,10 +83,10 @@ StudyDep = ApiStudyDep
 ResultQueryDep = Annotated[ResultQuery, Query()]
 
 
-def _file(content_type: str, what: str) -> dict:
+def _file(content_type: str, what: str, missing: dict = _404) -> dict:
     return {
         200: {"content": {content_type: {"schema": {"type": "string"}}}, "description": what},
-        **_404,
+        **missing,
     }
 
 
@@ -89,8 +95,19 @@ def _file_response(d: downloads.Download) -> Response:
     return Response(d.body, media_type=d.media_type, headers=disposition)
 
 
+def _download(
+    session: Session, study: Study, name: str, query: ResultQuery, user: User, paper: bool = False
+) -> downloads.Download:
+    """`name` of `study`; a 404 when the study has no such download (a ratings study's on a
+    next-word study, or the reverse)."""
+    try:
+        return downloads.download(session, study, name, query, by=user, paper=paper)
+    except downloads.NoSuchDownload as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, exc.message) from None
+
+
 def _streamed(request: Request, study: Study, session: Session, user: User, name: str) -> Response:
-    d = downloads.download(session, study, name, ResultQuery(), by=user)
+    d = _download(session, study, name, ResultQuery(), user)
     assert d.chunks is not None
     return export_response(request, study, d.chunks, media_type=d.media_type, filename=d.filename)
 
@@ -118,7 +135,8 @@ def study(study: StudyDep, session: SessionDep) -> StudyDetailOut:
     "/studies/{slug}/results",
     response_model=ResultsOut,
     responses=_404,
-    summary="CGD, EB-C with error bars, tests, agreement, quality, sanity, plan",
+    summary="CGD, EB-C with error bars, tests, agreement, quality, sanity, plan; a ratings "
+    "study: its ratings figures (ratings) and EB-M (ebm)",
 )
 def results(study: StudyDep, session: SessionDep, query: ResultQueryDep) -> ResultsOut:
     return service.study_results(session, study, query)
@@ -146,7 +164,7 @@ def results_diagnostics(
             "description": "the diagnostics table as CSV (one line per row), or its plot: "
             "CGD against prefix length per kind, one panel per source",
         },
-        **_404,
+        **_404_NEXTWORD,
     },
     summary="Diagnostics as CSV, or their plot (SVG or PNG)",
 )
@@ -157,26 +175,27 @@ def results_diagnostics_file(
     fmt: Literal["csv", "svg", "png"],
     query: ResultQueryDep,
 ) -> Response:
-    d = downloads.download(session, study, f"diagnostics.{fmt}", query, by=user)
-    return _file_response(d)
+    return _file_response(_download(session, study, f"diagnostics.{fmt}", query, user))
 
 
 @router.get(
     "/studies/{slug}/results.csv",
     response_class=Response,
-    responses=_file("text/csv", "one row per figure, both exclusion settings"),
+    responses=_file("text/csv", "one row per figure, both exclusion settings", _404_NEXTWORD),
     summary="Results as CSV",
 )
 def results_csv(
     study: StudyDep, session: SessionDep, user: ApiUserDep, query: ResultQueryDep
 ) -> Response:
-    return _file_response(downloads.download(session, study, "results.csv", query, by=user))
+    return _file_response(_download(session, study, "results.csv", query, user))
 
 
 @router.get(
     "/studies/{slug}/results.tex",
     response_class=Response,
-    responses=_file("application/x-tex", "a booktabs table shaped like the paper's Table 4"),
+    responses=_file(
+        "application/x-tex", "a booktabs table shaped like the paper's Table 4", _404_NEXTWORD
+    ),
     summary="Results as a LaTeX table",
 )
 def results_tex(
@@ -186,8 +205,7 @@ def results_tex(
     query: Annotated[LatexQuery, Query()],
 ) -> Response:
     opts = ResultQuery.model_validate(query.model_dump(exclude={"paper"}))
-    d = downloads.download(session, study, "results.tex", opts, by=user, paper=query.paper)
-    return _file_response(d)
+    return _file_response(_download(session, study, "results.tex", opts, user, query.paper))
 
 
 @router.get(
@@ -198,7 +216,7 @@ def results_tex(
             "content": {"image/svg+xml": {}, "image/png": {}},
             "description": "CGD(data), CGD(model) and EB-C against prefix length",
         },
-        **_404,
+        **_404_NEXTWORD,
     },
     summary="Results plot (SVG or PNG)",
 )
@@ -209,7 +227,7 @@ def plot(
     fmt: Literal["svg", "png"],
     query: ResultQueryDep,
 ) -> Response:
-    d = downloads.download(session, study, f"plot.{fmt}", query, by=user)
+    d = _download(session, study, f"plot.{fmt}", query, user)
     return Response(d.body, media_type=d.media_type)
 
 
@@ -221,7 +239,7 @@ def plot(
             "content": {"text/csv": {}, "application/x-ndjson": {}},
             "description": "every judgment with its context (streamed)",
         },
-        **_404,
+        **_404_NEXTWORD,
     },
     summary="Judgments as CSV or JSON lines (streamed)",
 )
@@ -265,17 +283,16 @@ def items(
             "content": {"text/csv": {}, "application/x-tex": {}},
             "description": "a ratings study's stored EB-M scores: CSV (one row per figure) or "
             "a booktabs table (one row per prefix length, EB-M per score, EB-bleu); none "
-            "stored yet, or a next-word study: the header or an empty table",
+            "stored yet: the header or an empty table",
         },
-        **_404,
+        **_404_RATINGS,
     },
     summary="EB-M scores as CSV or a LaTeX table (ratings studies)",
 )
 def results_ebm_file(
     study: StudyDep, session: SessionDep, user: ApiUserDep, fmt: Literal["csv", "tex"]
 ) -> Response:
-    d = downloads.download(session, study, f"ebm.{fmt}", ResultQuery(), by=user)
-    return _file_response(d)
+    return _file_response(_download(session, study, f"ebm.{fmt}", ResultQuery(), user))
 
 
 @router.get(
@@ -284,10 +301,9 @@ def results_ebm_file(
     responses={
         200: {
             "content": {"text/csv": {}, "application/x-ndjson": {}},
-            "description": "every continuation with its kind, prompt and prefix (streamed; "
-            "a next-word study has none)",
+            "description": "every continuation with its kind, prompt and prefix (streamed)",
         },
-        **_404,
+        **_404_RATINGS,
     },
     summary="Prefix-switching samples as CSV or JSON lines (ratings studies; streamed)",
 )
@@ -299,6 +315,56 @@ def samples(
     fmt: Literal["csv", "jsonl"],
 ) -> Response:
     return _streamed(request, study, session, user, f"samples.{fmt}")
+
+
+@router.get(
+    "/studies/{slug}/results/ratings_table.{fmt}",
+    response_class=Response,
+    responses={
+        200: {
+            "content": {"text/csv": {}, "application/x-tex": {}},
+            "description": "a ratings study's figures as the later paper's Table 3: CSV (one "
+            "row per figure, both exclusion settings) or a booktabs table (per prefix length, "
+            "quality and consistency after data and model prefixes, gap and ratio, with "
+            "intervals; paper=true: the paper-comparable mean +- std)",
+        },
+        **_404_RATINGS,
+    },
+    summary="Ratings results (Table 3) as CSV or a LaTeX table (ratings studies)",
+)
+def results_ratings_table(
+    study: StudyDep,
+    session: SessionDep,
+    user: ApiUserDep,
+    fmt: Literal["csv", "tex"],
+    query: Annotated[LatexQuery, Query()],
+) -> Response:
+    opts = ResultQuery.model_validate(query.model_dump(exclude={"paper"}))
+    d = _download(session, study, f"ratings_table.{fmt}", opts, user, query.paper)
+    return _file_response(d)
+
+
+@router.get(
+    "/studies/{slug}/ratings.{fmt}",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "content": {"text/csv": {}, "application/x-ndjson": {}},
+            "description": "every rating (one annotator's quality and consistency of one "
+            "pair) with its pair, opaque ids and flags (streamed)",
+        },
+        **_404_RATINGS,
+    },
+    summary="Ratings as CSV or JSON lines (ratings studies; streamed)",
+)
+def ratings(
+    request: Request,
+    study: StudyDep,
+    session: SessionDep,
+    user: ApiUserDep,
+    fmt: Literal["csv", "jsonl"],
+) -> Response:
+    return _streamed(request, study, session, user, f"ratings.{fmt}")
 
 
 @router.get(

@@ -1,6 +1,7 @@
 """Dashboard: a study's results page (table, plot, agreement, sanity, diagnostics,
-planner) and the downloads. The figures come from app.results.service (diagnostics:
-app.results.diagnostics), the downloads (audited) from app.results.downloads."""
+planner; a ratings study's: its Table 3, agreement, quality control, EB-M) and the
+downloads. The figures come from app.results.service (diagnostics: app.results.diagnostics;
+ratings: app.results.ratings), the downloads (audited) from app.results.downloads."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from pydantic import Field
 from app.models import StudyType
 from app.results import downloads
 from app.results.diagnostics import results_with_diagnostics
-from app.results.ebm import stored_ebm
 from app.results.ebm_exports import ebm_view
 from app.results.planning import study_plan
 from app.results.plot import diagnostics_plot, results_plot
+from app.results.ratings import ratings_document
 from app.results.schemas import ResultQuery
 from app.results.stats import PlanTarget
 from app.results.stats.ebm import SCORE_LABELS, SCORES
@@ -59,23 +60,25 @@ def results_page(
     study: StudyDep,
     options: PageQueryDep,
 ) -> HTMLResponse:
+    query = options.results_query()
     if study.study_type is StudyType.ratings:
-        ebm = stored_ebm(session, study)
-        # Its results (quality and consistency per length and kind, EB-M) are not built yet:
-        # say so, rather than show next-word figures of a study that has no judgments. Its
-        # EB-M scores are shown as a results job stored them (app.results.ebm).
+        # Ratings, not judgments: quality and consistency (app.results.ratings), and the EB-M
+        # scores as a results job stored them (app.results.ebm).
+        res = ratings_document(session, study, query)
         return render(
             request,
             "results_ratings.html",
             {
                 "study": study,
-                "ebm": ebm,
-                "ebm_rows": ebm_view(ebm) if ebm else [],
+                "res": res,
+                "query": query,
+                "query_string": str(request.url.query),
+                "ebm": res.ebm,
+                "ebm_rows": ebm_view(res.ebm) if res.ebm else [],
                 "score_labels": [SCORE_LABELS[n] for n in SCORES],
-                "downloads": downloads.RATINGS_ONLY_ORDER,
+                "downloads": downloads.catalogue(study),
             },
         )
-    query = options.results_query()
     # One load of the judgments for the figures and the diagnostics (None: no section, and
     # no diagnostics downloads).
     res, diag = results_with_diagnostics(session, study, query)
@@ -121,8 +124,8 @@ def download(
         d = downloads.download(
             session, study, name, options.results_query(), by=user, paper=options.paper
         )
-    except downloads.NoSuchDownload:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, "There is no such download.") from None
+    except downloads.NoSuchDownload as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, exc.message) from None
     if d.chunks is not None:
         return export_response(
             request, study, d.chunks, media_type=d.media_type, filename=d.filename

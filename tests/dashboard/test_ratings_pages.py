@@ -1,6 +1,5 @@
 """A ratings study's dashboard pages: its items show their continuations; its results page
-says honestly that its results are not built yet (no next-word figures of a study that has
-no judgments), with its ratings stored."""
+shows its ratings (no next-word figures of a study that has no judgments)."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ from tests.hits.factory import annotator
 from tests.hits.ratings_factory import make_ratings_study
 
 
-def test_a_ratings_study_results_page_says_they_are_coming(logged_in, session):
+def test_a_ratings_study_results_page_shows_its_ratings(logged_in, session):
     study = make_ratings_study(session, per_cell=5)
     who = annotator(session, study)
     lease = next_assignment(session, who, serve=True).assignment
@@ -22,9 +21,13 @@ def test_a_ratings_study_results_page_says_they_are_coming(logged_in, session):
             rate(session, who, RatingPost(lease.public_id, position, step, "4", 4000))
     session.commit()
     assert session.scalar(select(func.count(Rating.consistency))) == 11
-    r = logged_in.get(f"/dashboard/studies/{study.slug}/results")
+    r = logged_in.get(f"/dashboard/studies/{study.slug}/results?b=200")
     assert r.status_code == 200 and r.template.name == "results_ratings.html"
-    assert "Ratings results: coming" in r.text and "CGD(M|D)" not in r.text
+    assert "coming" not in r.text and "CGD(M|D)" not in r.text  # no next-word figures
+    main = r.context["res"].ratings.results
+    assert main.n_ratings == 10 and main.n_annotators == 1  # the attention pair aside
+    assert all(c.mean == 4.0 for c in main.cells)
+    assert 'id="ratings-main"' in r.text and "n = 5 ratings, 5 pairs, 1 annotator" in r.text
 
 
 def test_a_ratings_study_items_show_their_continuations(logged_in, session):

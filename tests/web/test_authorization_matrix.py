@@ -29,6 +29,7 @@ from app.models import Base, Judgment, StudyMember, User
 from app.studies.schemas import RESERVED_SLUGS
 from tests.dashboard.conftest import PASSWORD, csrf_of, login
 from tests.hits.factory import annotator, make_study
+from tests.hits.ratings_factory import make_ratings_study
 
 try:  # FastAPI >= 0.16x flattens included routers lazily
     from fastapi.routing import iter_route_contexts
@@ -99,6 +100,8 @@ EXPECTED: dict[tuple[str, str], dict[str, int] | str] = {
     ("GET", "/api/v1/studies/{slug}/items.{fmt}"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/results/ebm.{fmt}"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/samples.{fmt}"): API_STUDY,
+    ("GET", "/api/v1/studies/{slug}/results/ratings_table.{fmt}"): API_STUDY,
+    ("GET", "/api/v1/studies/{slug}/ratings.{fmt}"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/manifest.json"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/plan"): API_STUDY,
     ("GET", "/dashboard"): SIGNED_IN,
@@ -173,6 +176,9 @@ EXPECTED: dict[tuple[str, str], dict[str, int] | str] = {
 }
 # Path parameters other than the study and the annotator's link (see `_url`).
 FORMATS = {"plot.{fmt}": "svg"}
+# A ratings study's downloads (a next-word study has none: 404 to everyone) are asked of
+# the ratings study r1, owned and shared as s1 is.
+RATINGS_ONLY = ("/results/ebm.{fmt}", "/samples.{fmt}", "/ratings.{fmt}", "/ratings_table.{fmt}")
 
 
 def _routes(app) -> list[tuple[str, str]]:
@@ -218,10 +224,12 @@ def world(client, session, settings) -> World:
         users[name] = User(username=name, password_hash=_password_hash(), is_admin=name == ADMIN)
         session.add(users[name])
     session.flush()
-    study.created_by_id = users[OWNER].id
+    ratings = make_ratings_study(session, slug="r1", per_cell=5)
+    study.created_by_id = ratings.created_by_id = users[OWNER].id
     other.created_by_id = users[STRANGER].id  # the stranger owns another study
-    session.add(StudyMember(study_id=study.id, user_id=users[VIEWER].id, role="view"))
-    session.add(StudyMember(study_id=study.id, user_id=users[MANAGER].id, role="manage"))
+    for shared in (study, ratings):
+        session.add(StudyMember(study_id=shared.id, user_id=users[VIEWER].id, role="view"))
+        session.add(StudyMember(study_id=shared.id, user_id=users[MANAGER].id, role="manage"))
     ann, ann_other = annotator(session, study, "ann"), annotator(session, other, "ann2")
     gone = annotator(session, study, "gone")
     gone_link = invite_token(settings.secret_key, gone)
@@ -264,6 +272,8 @@ def _url(path: str, params: dict[str, str], caller: Caller) -> str:
     for suffix, fmt in FORMATS.items():
         if path.endswith(suffix):
             params = {**params, "fmt": fmt}
+    if path.endswith(RATINGS_ONLY):
+        params = {**params, "slug": "r1"}
     values = {**params, "token": caller.link or "not-a-link"}
     return re.sub(r"\{(\w+)(:\w+)?\}", lambda m: values[m.group(1)], path)
 

@@ -30,6 +30,7 @@ from schemathesis.checks import (
 from sqlalchemy import select
 
 from app.annotation.leases import next_assignment
+from app.annotation.ratings import CONSISTENCY, QUALITY, RatingPost, rate
 from app.annotation.submissions import submit
 from app.auth.service import create_api_token
 from app.config import Settings
@@ -38,6 +39,7 @@ from app.main import create_app
 from app.migrate import upgrade
 from app.models import HitPosition, User
 from tests.hits.factory import annotator, make_study
+from tests.hits.ratings_factory import make_ratings_study
 
 CHECKS = [
     not_a_server_error,
@@ -48,11 +50,14 @@ CHECKS = [
     negative_data_rejection,
 ]
 SLUG = "sch"
+RATINGS_SLUG = "schr"  # a ratings study: the downloads a next-word study does not have
+RATINGS_ONLY = ("/samples.{fmt}", "/results/ebm.{fmt}", "/ratings.{fmt}", "/ratings_table.{fmt}")
 EXAMPLES = 30  # per operation: 14 operations in about 30 s on this machine
 
 
 def _seed(session) -> str:
-    """A collecting study with answers from three annotators; returns an API token."""
+    """A collecting study with answers from three annotators, a ratings study with the
+    ratings of two; returns an API token."""
     study = make_study(session, slug=SLUG, lengths=(10,), per_cell=15, min_ms_per_item=0)
     rng = random.Random(11)
     for i in range(3):
@@ -65,6 +70,15 @@ def _seed(session) -> str:
         ).all()
         answers = {p: rng.randrange(len(order)) for p, order in orders}
         submit(session, person, work.public_id, answers, {p: 2500 for p in answers})
+    rated = make_ratings_study(
+        session, slug=RATINGS_SLUG, per_cell=5, replicas=2, min_seconds_per_item=0
+    )
+    for i in range(2):
+        rater = annotator(session, rated, f"r{i}")
+        work = next_assignment(session, rater).assignment
+        for position in range(11):
+            for step in (QUALITY, CONSISTENCY):
+                rate(session, rater, RatingPost(work.public_id, position, step, "3.5", 2500))
     user = User(username="ada", password_hash="unused", is_admin=True)
     session.add(user)
     session.flush()
@@ -110,7 +124,9 @@ def test_the_api_matches_its_document(api):
         )
         def check(case):
             if "slug" in (case.path_parameters or {}) and _coin(case):
-                case.path_parameters["slug"] = SLUG  # the seeded study: answers with data
+                # The seeded studies: answers with data.
+                ratings = case.operation.path.endswith(RATINGS_ONLY)
+                case.path_parameters["slug"] = RATINGS_SLUG if ratings else SLUG
             response = case.call_and_validate(headers=auth, checks=CHECKS)
             answered[case.operation.label, response.status_code // 100] += 1
 

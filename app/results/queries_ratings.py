@@ -1,0 +1,205 @@
+"""The SQL of a ratings study's results (the later paper's second protocol).
+
+- :func:`load_ratings`: every rating of a study as the columns the ratings statistics read
+  (:class:`~app.results.stats.ratings_columns.RatingColumns`), with what the exclusion
+  rules and the quality table need beside them (:class:`Ratings`): one query joins the
+  ratings to the study's assignments (:func:`app.results.queries.study_assignments`, the
+  same join and the same flags of kept work that may not count as the judgments') and to
+  their pairs, shown pairs only; plus the study's annotators
+  (:func:`app.results.queries.load_annotators`). Which work counts is decided after, by
+  :mod:`app.results.exclusions`, from those flags: exactly as for judgments.
+- :func:`iter_rating_rows`: every rating with its pair and its annotator's opaque id,
+  streamed in batches (the ``ratings.csv`` export).
+
+A rating is one annotator's ratings of one context-continuation pair: the quality (always
+there) and the consistency (NaN while the rater is between the two steps).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+from sqlalchemy import Boolean, Float, Integer, SmallInteger, case, func, or_, select
+from sqlalchemy.orm import Session
+
+from app.models import Annotator, Assignment, Hit, Item, Rating, Study
+from app.results.queries import (
+    ATTENTION_KIND,
+    _columns,
+    _raw_columns,
+    _select,
+    _stream,
+    assignment_flags,
+    kind_codes,
+    load_annotators,
+    study_assignments,
+)
+from app.results.stats.ratings_columns import RatingColumns
+from app.studies.schemas import RatingsSection
+
+# A consistency not given yet travels as this (no NULL in the packed columns).
+_OPEN = -1.0
+_DEFAULTS = RatingsSection()
+
+
+@dataclass
+class Ratings(RatingColumns):
+    """A study's ratings (:class:`RatingColumns`, in rating-id order) and, beside them, what
+    the exclusion rules read: per rating its assignment's flags (``FLAG_*`` bits), per
+    annotator (indexed like ``annotator_ids``) blocked, exclude_past, label, channel,
+    simulated. It reads as :class:`app.results.queries.Judgments` does where the rules
+    look (``flagged``, ``attention_correct``), so :func:`app.results.exclusions.exclusion_mask`
+    applies to it as it is."""
+
+    rating_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    assignment_flags: np.ndarray | None = None
+    annotator_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    annotator_blocked: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    annotator_exclude_past: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    annotator_labels: list[str] = field(default_factory=list)
+    annotator_channels: list[str] = field(default_factory=list)
+    annotator_simulated: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def attention_correct(self) -> np.ndarray:
+        """Per rating: an attention pair (shuffled words) rated as expected, quality <= 1."""
+        return self.quality <= 1.0
+
+    def flagged(self, flag: int) -> np.ndarray:
+        """Which ratings' assignments carry `flag` (a FLAG_* bit)."""
+        if self.assignment_flags is None:
+            return np.zeros(self.n, bool)
+        return (self.assignment_flags & flag) != 0
+
+
+def scale_of(study: Study) -> tuple[int, float]:
+    """The study's rating scale: ``(scale_max, step)``."""
+    ratings = study.ratings or {}
+    return (
+        int(ratings.get("scale_max", _DEFAULTS.scale_max)),
+        float(ratings.get("step", _DEFAULTS.step)),
+    )
+
+
+def _attention():
+    """A pair is an attention pair when it is marked one (the worker's shuffled
+    continuations) or is of the attention kind."""
+    return or_(Item.is_attention, Item.kind == ATTENTION_KIND)
+
+
+def load_ratings(session: Session, study: Study) -> Ratings:
+    """Every rating of `study` on a shown (not skipped) pair, whatever its assignment's
+    state (a rater between two pairs, or one who gave the HIT back, has ratings already
+    stored: they are answers, kept as a late answer is), as columns in rating-id order.
+
+    ``kind`` is a code into :func:`app.results.queries.kind_codes` (data 0, model 1; -1 for
+    a kind the study does not list); ``simulated`` marks the ratings of simulated
+    annotators; ``assignment_flags`` the kept work that may not count (unconfirmed MTurk
+    work, answers after a block, past the cap or the replicas).
+    """
+    names = kind_codes(study)
+    codes = {k: i for i, k in enumerate(names)}
+    asg = study_assignments(study)
+    spec = [
+        ("id", Rating.id, Integer, ">i4"),
+        ("item", Rating.item_id, Integer, ">i4"),
+        ("annotator", asg.annotator_id, Integer, ">i4"),
+        ("hit", asg.hit_id, Integer, ">i4"),
+        ("flags", assignment_flags(asg), Integer, ">i4"),
+        ("length", Item.length, Integer, ">i4"),
+        ("kind", case(codes, value=Item.kind, else_=-1), SmallInteger, ">i2"),
+        ("attention", _attention(), Boolean, "?"),
+        ("too_fast", Rating.too_fast, Boolean, "?"),
+        ("late", Rating.late, Boolean, "?"),
+        ("quality", Rating.quality, Float, ">f8"),
+        ("consistency", func.coalesce(Rating.consistency, _OPEN), Float, ">f8"),
+    ]
+    stmt = (
+        _select(spec)
+        .join(asg, asg.id == Rating.assignment_id)
+        .join(Item, Item.id == Rating.item_id)
+        .where(Item.skip_reason.is_(None))
+    )
+    cols = _columns(session, stmt, spec)
+    order = np.argsort(cols["id"], kind="stable")
+    cols = {k: v[order] for k, v in cols.items()}
+    annotators = load_annotators(session, study)
+    annotator = cols["annotator"].astype(np.int64)
+    scale_max, step = scale_of(study)
+    consistency = cols["consistency"].astype(float)
+    return Ratings(
+        kinds=names,
+        annotator=annotator,
+        hit=cols["hit"].astype(np.int64),
+        item=cols["item"].astype(np.int64),
+        length=cols["length"].astype(np.int64),
+        kind=cols["kind"].astype(np.int64),
+        quality=cols["quality"].astype(float),
+        consistency=np.where(consistency == _OPEN, np.nan, consistency),
+        attention=cols["attention"].astype(bool),
+        too_fast=cols["too_fast"].astype(bool),
+        late=cols["late"].astype(bool),
+        scale_max=scale_max,
+        step=step,
+        simulated=np.isin(annotator, annotators.ids[annotators.simulated]),
+        rating_id=cols["id"].astype(np.int64),
+        assignment_flags=cols["flags"].astype(np.int64),
+        **annotators.columns(),
+    )
+
+
+def iter_rating_rows(session: Session, study: Study) -> Iterator[tuple[list[str], list[tuple]]]:
+    """Every rating of `study` (skipped pairs' too, flagged by ``skip_reason``) with its pair
+    and its annotator's opaque id: ``(column names, batch of rows)`` in rating-id order,
+    streamed like :func:`app.results.queries.iter_judgment_rows`."""
+    spec = [
+        (Rating.id.label("rating_id"), None),
+        (Hit.id.label("hit_id"), None),
+        (Hit.index.label("hit_index"), None),
+        (Rating.position, None),
+        (Item.id.label("item_id"), None),
+        (Item.kind, None),
+        (Item.length, None),
+        (Item.is_attention, "bool"),
+        (Item.skip_reason, None),
+        (Item.prompt, None),
+        (Item.words, None),
+        (Item.continuation, None),
+        (Rating.quality, None),
+        (Rating.consistency, None),
+        (Rating.quality_ms, None),
+        (Rating.consistency_ms, None),
+        (Rating.quality_at, "time"),
+        (Rating.consistency_at, "time"),
+        (Rating.too_fast, "bool"),
+        (Rating.late, "bool"),
+        (Annotator.id.label("annotator_id"), None),
+        (Annotator.channel, "enum"),
+        (Annotator.blocked.label("annotator_blocked"), "bool"),
+        (Annotator.exclude_past.label("annotator_exclude_past"), "bool"),
+        (Annotator.simulated.label("simulated"), "bool"),
+        (Assignment.public_id.label("assignment"), None),
+        (Assignment.status.label("assignment_status"), "enum"),
+        (Assignment.over_cap, "bool"),
+        (Assignment.extra_replica, "bool"),
+        (Assignment.after_block, "bool"),
+        (Assignment.unverified, "bool"),
+    ]
+    stmt = (
+        select(*_raw_columns(spec))
+        .join(Assignment, Assignment.id == Rating.assignment_id)
+        .join(Hit, Hit.id == Assignment.hit_id)
+        .join(Item, Item.id == Rating.item_id)
+        .join(Annotator, Annotator.id == Assignment.annotator_id)
+        .where(Hit.study_id == study.id)
+        .order_by(Rating.id)
+    )
+    yield from _stream(session, stmt)
+
+
+__all__ = ["Ratings", "iter_rating_rows", "load_ratings", "scale_of"]

@@ -1,0 +1,242 @@
+"""Results of a ratings study (DESIGN.md "Second protocol: ratings of continuations").
+
+``ratings_document`` loads the study's ratings (:func:`app.results.queries_ratings.load_ratings`)
+and hands them to ``compute_ratings``, which is pure: columns in, :class:`RatingsOut` out.
+As for a next-word study (:mod:`app.results.service`), every figure is computed twice, with
+and without the study's pre-declared exclusions (:mod:`app.results.exclusions`, the same
+rules: blocked annotators whose past work is excluded, attention accuracy below the
+study's threshold — an attention pair of shuffled words is answered right when its quality
+is at most 1 —, too-fast ratings, kept work past the cap or the replicas; unconfirmed MTurk
+work counts in neither), and the ``exclusions`` option only says which is the main one.
+The statistics are :func:`app.results.stats.ratings.ratings_results` and
+:func:`~app.results.stats.ratings.rater_quality`; the stored EB-M scores come with them
+(:mod:`app.results.ebm`). Services read; they never commit.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import NamedTuple
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from app import __version__
+from app.models import Study
+from app.results.ebm import stored_ebm
+from app.results.exclusions import counted, exclusion_mask
+from app.results.queries_ratings import Ratings, load_ratings
+from app.results.ratings_schemas import (
+    AgreementRowOut,
+    CellMeanOut,
+    ContrastOut,
+    PaperRowOut,
+    RaterQualityOut,
+    RatingsOut,
+    RatingsRow,
+    RatingsSet,
+    StepRow,
+    TrendOut,
+    figures,
+    simulated_ratings_label,
+)
+from app.results.schemas import ExclusionReport, ResultQuery, ResultsOut
+from app.results.stats.ratings import (
+    PAPER_RUNS_LABEL,
+    STEPS,
+    RatingsStats,
+    rater_quality,
+    ratings_results,
+)
+
+PAPER_LABEL = f"Paper-comparable: {PAPER_RUNS_LABEL}."
+
+
+class RatingsComputed(NamedTuple):
+    ratings: RatingsOut
+    exclusions: ExclusionReport
+
+
+def study_ratings(session: Session, study: Study, query: ResultQuery | None = None) -> RatingsOut:
+    """The ratings figures of `study` for `query` (load and compute)."""
+    return compute_ratings(study, load_ratings(session, study), query or ResultQuery()).ratings
+
+
+def ratings_document(
+    session: Session, study: Study, query: ResultQuery, *, started: float | None = None
+) -> ResultsOut:
+    """The results document of a ratings study: its ratings figures (``ratings``), its
+    stored EB-M (``ebm``) and its exclusion report counted in ratings; the next-word
+    figures (CGD, EB-C, the planner) do not apply and are empty."""
+    started = time.perf_counter() if started is None else started
+    r = load_ratings(session, study)
+    done = compute_ratings(study, r, query)
+    return ResultsOut(
+        study=study.slug,
+        kinds=r.kinds,
+        options=query,
+        service_version=__version__,
+        computed_at=datetime.now(UTC),
+        seconds=time.perf_counter() - started,
+        exclusions=done.exclusions,
+        results=None,
+        other=None,
+        quality=[],
+        plan=None,
+        simulated_judgments=done.ratings.simulated_ratings,
+        ratings=done.ratings,
+        ebm=stored_ebm(session, study),
+        messages=done.ratings.messages,
+    )
+
+
+def compute_ratings(study: Study, r: Ratings, query: ResultQuery) -> RatingsComputed:
+    """Every figure of a ratings study from its loaded ratings (no database)."""
+    keep, report = exclusion_mask(r, study.exclusions)
+    messages: list[str] = []
+    if report.excluded_by_rule.get("unverified"):
+        messages.append(
+            f"{report.excluded_by_rule['unverified']} ratings of MTurk assignments not yet "
+            "confirmed through the MTurk API are left out, with exclusions and without"
+        )
+    with_excl = _variant(r, keep, query, applied=True, messages=messages)
+    if keep.all() and with_excl is not None:  # nothing excluded: the same figures
+        without = with_excl.model_copy(update={"exclusions_applied": False})
+    else:
+        without = _variant(r, counted(r), query, applied=False, messages=messages)
+    main, other = (with_excl, without) if query.exclusions == "on" else (without, with_excl)
+    if main is None and other is not None:
+        main, other = other, None
+        messages.append(
+            "every rating is excluded by the study's rules: the figures shown are without "
+            "exclusions"
+        )
+    out = RatingsOut(
+        scale_max=r.scale_max,
+        step=r.step,
+        results=main,
+        other=other,
+        quality=_quality(r, keep),
+        n_ratings=r.n,
+        open_consistency=int(np.isnan(r.consistency).sum()),
+        simulated_ratings=max((v.n_simulated for v in (main, other) if v), default=0),
+        messages=sorted(set(messages)),
+    )
+    return RatingsComputed(out, report)
+
+
+def _variant(
+    r: Ratings,
+    keep: np.ndarray | None,
+    query: ResultQuery,
+    *,
+    applied: bool,
+    messages: list[str],
+) -> RatingsSet | None:
+    # A kind the study does not list (code -1) has no name to report it under.
+    mask = (r.kind >= 0) if keep is None else (keep & (r.kind >= 0))
+    if not (mask & ~r.attention).any():
+        label = "with exclusions" if applied else "without exclusions"
+        messages.append(f"no ratings {label} (attention pairs aside): nothing to estimate")
+        return None
+    stats = ratings_results(r.subset(mask), b=query.b, seed=query.seed, level=query.level)
+    n_simulated = int((r.simulated & mask & ~r.attention).sum())
+    return RatingsSet(
+        exclusions_applied=applied,
+        b=stats.b,
+        seed=stats.seed,
+        level=stats.level,
+        n_ratings=stats.n_ratings,
+        n_annotators=stats.n_annotators,
+        n_simulated=n_simulated,
+        simulated=simulated_ratings_label(n_simulated),
+        interval=stats.method,
+        table=_table(stats),
+        cells=[figures(CellMeanOut, c) for c in stats.cells],
+        contrasts=[figures(ContrastOut, c) for c in stats.contrasts],
+        secondary=[figures(ContrastOut, c) for c in stats.secondary],
+        paper_label=PAPER_LABEL,
+        paper=[figures(PaperRowOut, p) for p in stats.paper],
+        trends=[figures(TrendOut, t) for t in stats.trends],
+        agreement=[figures(AgreementRowOut, a) for a in stats.agreement],
+        warnings=list(stats.warnings),
+    )
+
+
+def _table(stats: RatingsStats) -> list[RatingsRow]:
+    """The later paper's Table 3: per length, each step's data and model means, their
+    gap and ratio, and the paper's mean +- std figures."""
+    rows = []
+    for ln in sorted({c.length for c in stats.cells}):
+
+        def step_row(step: str, ln: int = ln) -> StepRow:
+            def cell(kind: str):
+                c = next(
+                    (c for c in stats.cells if (c.length, c.kind, c.step) == (ln, kind, step)),
+                    None,
+                )
+                return figures(CellMeanOut, c) if c else None
+
+            contrast = next((c for c in stats.contrasts if (c.length, c.step) == (ln, step)), None)
+            return StepRow(
+                data=cell("data"),
+                model=cell("model"),
+                contrast=figures(ContrastOut, contrast) if contrast else None,
+                paper={
+                    p.what: figures(PaperRowOut, p)
+                    for p in stats.paper
+                    if (p.length, p.step) == (ln, step)
+                },
+            )
+
+        rows.append(RatingsRow(length=ln, **{step: step_row(step) for step in STEPS}))
+    return rows
+
+
+def _quality(r: Ratings, keep: np.ndarray) -> list[RaterQualityOut]:
+    """Per annotator, on all their ratings, with whether the rules left none of them."""
+    if r.n == 0:
+        return []
+    info = {
+        int(a): (label, channel, bool(sim), bool(blocked))
+        for a, label, channel, sim, blocked in zip(
+            r.annotator_ids,
+            r.annotator_labels,
+            r.annotator_channels,
+            r.annotator_simulated,
+            r.annotator_blocked,
+            strict=True,
+        )
+    }
+    kept = set(np.unique(r.annotator[keep]).tolist())
+    out = []
+    for q in rater_quality(r):
+        aid = int(q.annotator)
+        label, channel, simulated, blocked = info.get(aid, (f"annotator {aid}", "", False, False))
+        out.append(
+            RaterQualityOut(
+                annotator_id=aid,
+                label=label,
+                channel=channel,
+                simulated=simulated,
+                blocked=blocked,
+                n_ratings=q.n_ratings,
+                n_attention=q.n_attention,
+                attention_pass=q.attention_pass,
+                top_value_share=q.top_value_share,
+                leniency=q.leniency,
+                too_fast_share=q.too_fast_share,
+                excluded=aid not in kept,
+            )
+        )
+    return out
+
+
+__all__ = [
+    "PAPER_LABEL",
+    "RatingsComputed",
+    "compute_ratings",
+    "ratings_document",
+    "study_ratings",
+]

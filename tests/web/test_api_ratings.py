@@ -1,0 +1,146 @@
+"""/api/v1 for a ratings study: its results document (ratings figures beside the EB-M), its
+ratings downloads (Table 3 as CSV and LaTeX, every rating streamed), and the 404s of the
+downloads a study of the other type does not have."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+from sqlalchemy import select
+
+from app.auth.service import create_api_token
+from app.models import AuditEvent, User
+from app.results.ratings_exports import RATING_FIELDS, TABLE_FIELDS
+from app.results.schemas import ResultsOut
+from tests.factories import StudyFactory
+from tests.results.ratings_study import FORMULA, MODEL_NAME, make_rated_study
+
+API = "/api/v1/studies"
+
+
+@pytest.fixture
+def auth(session):
+    user = User(username="api", password_hash="unused", is_admin=True)
+    session.add(user)
+    session.flush()
+    token = create_api_token(session, user, "tests")
+    session.commit()
+    return {"Authorization": f"Bearer {token.secret}"}
+
+
+@pytest.fixture
+def rated(session):
+    made = make_rated_study(session)
+    StudyFactory(session, "nw")
+    session.commit()
+    return made
+
+
+def test_the_results_document_holds_the_ratings_figures(client, rated, auth):
+    r = client.get(f"{API}/rated/results?b=200&seed=4", headers=auth)
+    assert r.status_code == 200
+    doc = r.json()
+    assert doc["results"] is None and doc["quality"] == [] and doc["ebm"] is None
+    ratings = doc["ratings"]
+    main, other = ratings["results"], ratings["other"]
+    assert main["exclusions_applied"] and not other["exclusions_applied"]
+    assert (main["b"], main["seed"]) == (200, 4)
+    assert [row["length"] for row in main["table"]] == [10, 20]
+    cell = main["table"][0]["quality"]["data"]
+    assert set(cell) >= {
+        "length", "kind", "step", "mean", "ci_low", "ci_high", "n_ratings", "n_pairs",
+        "n_annotators", "effective_annotators",
+    }  # fmt: skip
+    assert cell["mean"] == pytest.approx(
+        rated.mean(10, "data", "quality", drop=("blocked", "careless"), fast=False)
+    )
+    assert doc["exclusions"]["n_judgments"] == len(rated.posted)  # counted in ratings
+    assert doc["simulated_judgments"] == ratings["simulated_ratings"] > 0
+    assert {q["label"] for q in ratings["quality"]} == set(rated.annotators)
+    ResultsOut.model_validate_json(r.text)  # what the schema says it is
+    nw = client.get(f"{API}/nw/results?b=200", headers=auth).json()
+    assert nw["ratings"] is None
+
+
+def test_the_table_downloads(client, rated, auth):
+    r = client.get(f"{API}/rated/results/ratings_table.csv?b=200", headers=auth)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(r.text)))
+    assert list(rows[0]) == TABLE_FIELDS
+    doc = client.get(f"{API}/rated/results?b=200", headers=auth).json()["ratings"]
+    mean = next(
+        x
+        for x in rows
+        if (x["exclusions"], x["figure"], x["length"], x["step"], x["kind"])
+        == ("off", "mean", "20", "consistency", "model")
+    )
+    want = next(
+        c
+        for c in doc["other"]["cells"]
+        if (c["length"], c["step"], c["kind"]) == (20, "consistency", "model")
+    )
+    assert float(mean["estimate"]) == pytest.approx(want["mean"])
+    assert float(mean["low"]) == pytest.approx(want["ci_low"]) and mean["paper_runs"] == "5"
+    assert {x["figure"] for x in rows} >= {"mean", "gap", "ratio", "trend", "within_point"}
+    tex = client.get(f"{API}/rated/results/ratings_table.tex?b=200", headers=auth)
+    assert tex.headers["content-type"].startswith("application/x-tex")
+    assert "LM, lab\\_model\\#1\\&co & 10 &" in tex.text and MODEL_NAME not in tex.text
+    assert "\\multicolumn{4}{c}{Quality}" in tex.text and "G\\_eff" in tex.text
+    paper = client.get(f"{API}/rated/results/ratings_table.tex?b=200&paper=true", headers=auth)
+    assert "\\pm" in paper.text and "paper-comparable" in paper.text
+
+
+def test_every_rating_streamed(client, session, rated, auth):
+    r = client.get(f"{API}/rated/ratings.csv", headers=auth)
+    assert r.status_code == 200
+    rows = list(csv.DictReader(io.StringIO(r.text)))
+    assert list(rows[0]) == RATING_FIELDS and len(rows) == len(rated.posted)
+    assert "worker_id" not in rows[0] and "annotator_label" not in rows[0]  # opaque ids
+    formula = [x for x in rows if x["continuation"].startswith("'")]
+    assert formula and {x["continuation"] for x in formula} == {"'" + FORMULA}
+    sim = str(rated.annotators["sim"].id)
+    assert {x["simulated"] for x in rows if x["annotator_id"] == sim} == {"true"}
+    assert {x["simulated"] for x in rows if x["annotator_id"] != sim} == {"false"}
+    lines = client.get(f"{API}/rated/ratings.jsonl", headers=auth).text.splitlines()
+    records = [json.loads(x) for x in lines]
+    assert len(records) == len(rated.posted) and FORMULA in {x["continuation"] for x in records}
+    assert {type(x["quality"]) for x in records} == {float}
+    session.expire_all()
+    what = session.scalars(select(AuditEvent.detail).where(AuditEvent.action == "export")).all()
+    assert [d["what"] for d in what] == ["ratings.csv", "ratings.jsonl"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/nw/ratings.csv",
+        "/nw/ratings.jsonl",
+        "/nw/results/ratings_table.csv",
+        "/nw/results/ratings_table.tex",
+        "/nw/results/ebm.tex",
+        "/nw/samples.jsonl",
+    ],
+)
+def test_a_next_word_study_has_no_ratings_downloads(client, rated, auth, url):
+    r = client.get(API + url, headers=auth)
+    assert r.status_code == 404
+    assert r.json()["detail"].startswith("nw is a next-word study: it has no ")
+
+
+@pytest.mark.parametrize(
+    "url", ["/rated/results.csv", "/rated/results.tex", "/rated/plot.svg", "/rated/judgments.csv"]
+)
+def test_a_ratings_study_has_no_next_word_downloads(client, rated, auth, url):
+    r = client.get(API + url, headers=auth)
+    assert r.status_code == 404 and "ratings study" in r.json()["detail"]
+
+
+def test_the_openapi_document_names_the_ratings(client):
+    spec = client.get("/api/v1/openapi.json").json()
+    assert "/api/v1/studies/{slug}/ratings.{fmt}" in spec["paths"]
+    assert "/api/v1/studies/{slug}/results/ratings_table.{fmt}" in spec["paths"]
+    mean = spec["components"]["schemas"]["CellMeanOut"]["properties"]["mean"]
+    assert {"type": "null"} in mean["anyOf"]  # a figure that cannot be computed is null
