@@ -45,6 +45,7 @@ from app.models import (
     Hit,
     ReviewStatus,
     Study,
+    StudyType,
 )
 
 
@@ -344,6 +345,7 @@ def review_plan(
 def _excluded_annotators(session: Session, study: Study) -> dict[int, list[str]]:
     from app.results.exclusions import DEFAULT_RULES, attention_accuracy
     from app.results.queries import FLAG_UNVERIFIED, load_judgments
+    from app.results.queries_ratings import load_ratings
 
     rules = {**DEFAULT_RULES, **(study.exclusions or {})}
     out: dict[int, list[str]] = {}
@@ -358,7 +360,9 @@ def _excluded_annotators(session: Session, study: Study) -> dict[int, list[str]]
             out.setdefault(annotator_id, []).append("blocked, past work excluded")
     threshold = rules.get("attention_min_accuracy")
     if threshold is not None:
-        j = load_judgments(session, study)
+        # A ratings study's attention pairs are its ratings (passed at quality <= 1).
+        ratings = study.study_type is StudyType.ratings
+        j = load_ratings(session, study) if ratings else load_judgments(session, study)
         ids, accuracy = attention_accuracy(j, among=~j.flagged(FLAG_UNVERIFIED))
         for annotator_id, acc in zip(ids.tolist(), accuracy.tolist(), strict=True):
             if acc < float(threshold):
