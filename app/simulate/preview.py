@@ -39,6 +39,7 @@ from app.crowd import local, mturk, prolific
 from app.crowd.base import CostEstimate, PostingSpec, Qualifications
 from app.crowd.common import study_qualifications
 from app.crowd.postings import price_groups
+from app.models import StudyType
 from app.results.stats import PlanTarget
 from app.results.stats.power import PAPER_CGD_DATA
 from app.simulate.crowd import Crowd, CrowdSpecError
@@ -117,38 +118,55 @@ FORM_LABELS = {
 }
 
 
-def options_from_form(values: Mapping[str, str], limits: Limits = PAGE_LIMITS) -> PreviewOptions:
-    """The page's form (text fields; empty means the default) as options, or a
-    `PreviewError` with a message per field; R above the page's limit is refused with
+def options_from_form(
+    values: Mapping[str, str],
+    limits: Limits = PAGE_LIMITS,
+    *,
+    model: type[BaseModel] = PreviewOptions,
+    labels: Mapping[str, str] = FORM_LABELS,
+) -> Any:
+    """The page's form (text fields; empty means the default) as options (`model`, whose
+    form fields are `labels`; a ratings study's are `app.simulate.ratings_preview`'s), or
+    a `PreviewError` with a message per field; R above the page's limit is refused with
     the limit and the CLI's way around it."""
-    given = {k: v.strip() for k, v in values.items() if k in FORM_LABELS and v.strip()}
+    given = {k: v.strip() for k, v in values.items() if k in labels and v.strip()}
     most, digits = limits.max_replications, given.get("replications", "")
     # str.isdigit alone takes "²", which int() refuses: ASCII digits only; and the length
     # first, since int() refuses a string of more than 4,300 digits.
     number = digits.isascii() and digits.isdigit()
     if most is not None and number and (len(digits) > 9 or int(digits) > most):
         raise PreviewError(
-            f"{FORM_LABELS['replications']}: at most {most} here; "
+            f"{labels['replications']}: at most {most} here; "
             "`ebc simulate STUDY --replications R` has no limit",
             "replications",
         )
     try:
-        return PreviewOptions.model_validate(given)
+        return model.model_validate(given)
     except ValidationError as exc:
         errors: dict[str, str] = {}
         for e in exc.errors():
             field = str(e["loc"][0]) if e["loc"] else "form"
-            errors.setdefault(field, f"{FORM_LABELS.get(field, field)}: {e['msg']}")
+            errors.setdefault(field, f"{labels.get(field, field)}: {e['msg']}")
         raise PreviewError("; ".join(errors.values()), errors=errors) from None
 
 
-def form_values(values: Mapping[str, str]) -> dict[str, str]:
-    """What the form shows: the values given, the defaults for the others."""
-    defaults = PreviewOptions()
-    out = {
-        k: "" if getattr(defaults, k) is None else str(getattr(defaults, k)) for k in FORM_LABELS
-    }
-    return out | {k: v for k, v in values.items() if k in FORM_LABELS and _showable(v)}
+def form_values(
+    values: Mapping[str, str],
+    *,
+    model: type[BaseModel] = PreviewOptions,
+    labels: Mapping[str, str] = FORM_LABELS,
+) -> dict[str, str]:
+    """What the form shows: the values given, the defaults for the others (a default
+    that is a tuple, as a ratings study's true means, shown comma-separated)."""
+    defaults = model()
+
+    def shown(value: Any) -> str:
+        if value is None:
+            return ""
+        return ",".join(f"{x:g}" for x in value) if isinstance(value, tuple) else str(value)
+
+    out = {k: shown(getattr(defaults, k)) for k in labels}
+    return out | {k: v for k, v in values.items() if k in labels and _showable(v)}
 
 
 def _showable(value: str) -> bool:
@@ -266,6 +284,11 @@ def simulate_before_paying(
     unknown = [p for p in options.providers if p not in CHANNELS]
     if unknown:
         raise PreviewError(f"unknown channel {unknown[0]!r}: one of {', '.join(CHANNELS)}")
+    if study.study_type == StudyType.ratings:
+        raise PreviewError(
+            f"study {study.slug!r} is a ratings study: app.simulate.ratings_preview "
+            "simulates its raters"
+        )
     try:
         design = Design.from_study(study)
         design.check()
@@ -273,7 +296,7 @@ def simulate_before_paying(
         raise PreviewError(f"study {study.slug!r}: {exc}") from None
     size = DesignSize.of(design)
     workload = Workload.of(design, size.judgments, size.assignments, crowd.hetero, options.b)
-    _check_limits(options.replications, workload, limits)
+    check_limits(options.replications, workload, limits)
     target = PlanTarget(target_ebc=options.target_ebc)
     truth_field = "target_ebc" if options.true_ebc is None else "true_ebc"
     try:
@@ -352,7 +375,9 @@ def max_replications(work: Workload, limits: Limits) -> int | None:
     return min(bounds) if bounds else None
 
 
-def _check_limits(replications: int, work: Workload, limits: Limits) -> None:
+def check_limits(replications: int, work: Workload, limits: Limits) -> None:
+    """A `PreviewError` when `replications` of `work` (a `Workload`, or any estimate with
+    `ns` and `describe()`, as a ratings study's) exceed `limits`."""
     most = max_replications(work, limits)
     if most is None or replications <= most:
         return
@@ -496,6 +521,7 @@ __all__ = [
     "PreviewOptions",
     "PreviewRow",
     "channel_costs",
+    "check_limits",
     "form_values",
     "max_replications",
     "options_from_form",

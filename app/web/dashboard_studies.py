@@ -24,7 +24,7 @@ from app.precompute.service import (
     latest_job,
     plan_precompute,
 )
-from app.simulate import preview
+from app.simulate import preview, ratings_preview
 from app.studies.forms import FormErrors, config_from_form, form_defaults, form_values
 from app.studies.queries import (
     browse_items,
@@ -174,7 +174,7 @@ def study_page(request: Request, session: SessionDep, study: StudyDep) -> HTMLRe
             "roles": list(MEMBER_ROLES),
             # The "simulate before you pay" form (app/web/dashboard_simulate.py runs it).
             "sim": None,
-            "sim_values": preview.form_values({}),
+            "sim_values": ratings_preview.form_values_for(study, {}),
             "sim_errors": {},
             "sim_limits": preview.PAGE_LIMITS,
         },
