@@ -39,6 +39,13 @@ def _means(text: str | None, option: str, default: tuple[float, float]) -> tuple
     return data, model
 
 
+ALL_SDS_ZERO = (
+    "--sd-rater, --sd-rater-kind, --sd-pair and --sd-noise are all 0: every rating of a kind "
+    "would be the same scale point, so the raters cannot be calibrated to a true mean between "
+    "two points; give one of them a positive value"
+)
+
+
 def simulate_http(
     study: Annotated[str, typer.Argument(help="the study's slug")],
     base_url: Annotated[str, typer.Argument(help="the running server, e.g. http://127.0.0.1:8000")],
@@ -166,11 +173,16 @@ def simulate_http(
                     f"for next-word studies only: {', '.join(wrong)} (raters take --quality, "
                     "--consistency, --sd-*)"
                 )
+            hetero = RaterHeterogeneity(**{k: v for k, v in sds.items() if v is not None})
+            try:
+                hetero.check()
+            except ValueError as exc:  # typer keeps each sd >= 0: left is all four at 0
+                fail(ALL_SDS_ZERO if hetero.sd_total == 0.0 else str(exc))
             raters = RaterJudge.calibrated(
                 view,
                 quality=_means(quality, "--quality", PAPER_QUALITY),
                 consistency=_means(consistency, "--consistency", PAPER_CONSISTENCY),
-                hetero=RaterHeterogeneity(**{k: v for k, v in sds.items() if v is not None}),
+                hetero=hetero,
                 noisy=made.noisy,
                 fast=made.fast,
                 spammers=made.spammers,

@@ -96,8 +96,9 @@ class Answered:
 class AnnotatorRun:
     label: str
     annotator_id: int
-    wanted: int  # HITs its activity asks for
-    done: int = 0
+    wanted: int  # HITs its activity asks for (taken: submitted or abandoned)
+    done: int = 0  # HITs submitted
+    abandoned: int = 0  # HITs whose lease ran out before they were submitted
     stopped: str = ""  # activity, budget, or the server's message kind (cap_reached, ...)
     spammer: bool = False
 
@@ -226,7 +227,7 @@ class CrowdOverHttp:
     study_id: int
     secret_key: str
     seed: int = 0
-    max_hits: int | None = None  # assignments to submit in all (None: until no work)
+    max_hits: int | None = None  # assignments submitted in all (None: until no work)
     parallel: int = 1  # annotators at work at once
     resend_share: float = 0.0
     max_annotators: int = 10_000
@@ -273,8 +274,10 @@ class CrowdOverHttp:
         run: AnnotatorRun,
         state: object,
         rng: np.random.Generator,
-    ) -> None:
-        """Do the HIT whose first page is `page`, recording what the server acknowledged."""
+    ) -> bool:
+        """Do the HIT whose first page is `page`, recording what the server acknowledged;
+        whether it was submitted (False: its lease ran out midway and the server moved
+        on, the HIT abandoned)."""
         raise NotImplementedError
 
     def _sort(self) -> None:
@@ -349,12 +352,17 @@ class CrowdOverHttp:
     def _annotate(
         self, client: httpx.Client, who: Recruit, rng: np.random.Generator
     ) -> AnnotatorRun:
+        """One annotator's HITs until its activity is spent, the budget is, or the server
+        gives it no work. The budget (``max_hits``) counts submitted assignments only: a
+        HIT abandoned when its lease ran out midway gives its share back (what it posted
+        stays stored) and is not ``done``; it spends the annotator's activity, which
+        counts the HITs it takes."""
         wanted, spammer, state = self._newcomer(rng)
         run = AnnotatorRun(who.label, who.annotator_id, wanted, spammer=spammer)
         with self.lock:
             self.run.annotators.append(run)
         run.stopped = "activity"
-        while run.done < wanted:
+        while run.done + run.abandoned < wanted:
             if not self.budget.take():
                 run.stopped = "budget"
                 break
@@ -365,8 +373,11 @@ class CrowdOverHttp:
                     raise SimulationError(f"{who.path}: {page.status} {page.text}")
                 run.stopped = page.kind
                 break
-            self._do_hit(client, page, who, run, state, rng)
-            run.done += 1
+            if self._do_hit(client, page, who, run, state, rng):
+                run.done += 1
+            else:
+                run.abandoned += 1
+                self.budget.give_back()
         return run
 
     def _wanted(self, rng: np.random.Generator, h: Heterogeneity) -> int:
@@ -425,13 +436,16 @@ class HttpCrowd(CrowdOverHttp):
         run: AnnotatorRun,
         state: object,
         rng: np.random.Generator,
-    ) -> None:
+    ) -> bool:
+        """One post answers the whole HIT, stored (late) even after its lease ran out:
+        always submitted."""
         form, answers = self._answer(page, who, run, state, rng)
         late = self._post(client, page, form)
         if self._resend_now(rng):
             self._post(client, page, form)  # a double click: acknowledged, stored once
         with self.lock:
             self.run.answers.extend(replace(x, late=late) for x in answers)
+        return True
 
     def _answer(
         self,

@@ -23,8 +23,10 @@ click): the server answers a repeat of a stored rating with the same value as st
 
 The run keeps its own record of every rating the server acknowledged (a 303): one
 :class:`RatedPair` per pair, its quality and, once acknowledged, its consistency, with the
-times posted. Seeded as next-word runs are: rater ``n`` draws from
-``numpy.random.default_rng([seed, n])``.
+times posted. When a lease runs out between two steps the server moves on to another HIT:
+the ratings given stay stored and recorded, and the HIT counts as abandoned, not done (it
+spends none of ``max_hits``, which counts submitted assignments). Seeded as next-word
+runs are: rater ``n`` draws from ``numpy.random.default_rng([seed, n])``.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class RatingsRun:
     ratings: list[RatedPair] = field(default_factory=list)
     annotators: list[AnnotatorRun] = field(default_factory=list)
     submitted: int = 0  # assignments whose last rating was acknowledged
+    abandoned: int = 0  # assignments whose lease ran out between two steps
     resent: int = 0  # acknowledged posts sent again on purpose
     retried: int = 0  # requests sent again after a transport error or a 503
     seconds: float = 0.0
@@ -121,11 +124,12 @@ class RatingsRun:
         for a in self.annotators:
             stops[a.stopped] = stops.get(a.stopped, 0) + 1
         why = ", ".join(f"{n} by {k}" for k, n in sorted(stops.items()))
+        lapsed = f"{self.abandoned} HITs left when their lease ran out; " if self.abandoned else ""
         return (
             f"SIMULATED raters over HTTP on {self.study}: {len(self.annotators)} simulated "
             f"raters did {self.hits} HITs, rated {len(self.ratings)} pairs ({self.steps} "
             f"ratings acknowledged, {self.resent} posts resent on purpose, {self.retried} "
-            f"retried); stopped: {why or 'none'}; {self.raters}"
+            f"retried); {lapsed}stopped: {why or 'none'}; {self.raters}"
         )
 
 
@@ -157,8 +161,9 @@ class RatersOverHttp(CrowdOverHttp):
         run: AnnotatorRun,
         state: object,
         rng: np.random.Generator,
-    ) -> None:
-        """Rate the HIT's pairs, two steps each, in the order its pages ask for them."""
+    ) -> bool:
+        """Rate the HIT's pairs, two steps each, in the order its pages ask for them;
+        whether the last step submitted it (False: the lease ran out between two steps)."""
         assert isinstance(state, Rater)
         public_id = page.fields.get("assignment", "")
         truth = self.god.hit(public_id)
@@ -200,12 +205,14 @@ class RatersOverHttp(CrowdOverHttp):
                     rated = {p: replace(r, late=late) for p, r in rated.items()}
                     with self.lock:
                         self.run.submitted += 1
-                    return
+                    return True
                 page = read_page(self._send(client, "GET", where))
                 if page.kind != RATING_PAGE or page.fields.get("assignment") != public_id:
                     # The lease ran out between two steps and the server moved on: the
                     # ratings given stay stored (and recorded); the next HIT starts afresh.
-                    return
+                    with self.lock:
+                        self.run.abandoned += 1
+                    return False
         finally:
             with self.lock:
                 self.run.ratings.extend(rated.values())

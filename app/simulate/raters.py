@@ -70,6 +70,21 @@ class RaterHeterogeneity:
     def activity(self) -> Heterogeneity:
         return Heterogeneity(activity_min=self.activity_min, activity_tail=self.activity_tail)
 
+    def check(self) -> None:
+        """ValueError unless every sd is finite and not negative and one is positive: with
+        all four 0 a kind's every rating is the same scale point, ``E[r]`` a step function
+        of ``mu``, and no true mean between two points can be calibrated."""
+        for name in ("sd_rater", "sd_rater_kind", "sd_pair", "sd_noise"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0.0):
+                raise ValueError(f"{name} must be finite and not negative (got {value:g})")
+        if self.sd_total == 0.0:
+            raise ValueError(
+                "the total sd of the raters' ratings is 0 (sd_rater, sd_rater_kind, sd_pair "
+                "and sd_noise all 0): every rating of a kind would be the same scale point, "
+                "so no true mean between two points can be met; give one a positive value"
+            )
+
 
 def _phi(x: np.ndarray | float) -> np.ndarray:
     return 0.5 * special.erfc(-np.asarray(x, float) / math.sqrt(2.0))
@@ -121,8 +136,11 @@ class Raters:
         step: float = 0.5,
         **fields: float,
     ) -> Raters:
-        """Raters whose true mean rating of ``(length, kind code, step)`` is ``targets[...]``."""
+        """Raters whose true mean rating of ``(length, kind code, step)`` is ``targets[...]``
+        (ValueError for sds :meth:`RaterHeterogeneity.check` refuses, or a mean not
+        strictly inside the scale)."""
         hetero = hetero or RaterHeterogeneity()
+        hetero.check()
         mu = {
             key: _solve_mu(float(t), hetero.sd_total, scale_max, step) for key, t in targets.items()
         }
@@ -224,8 +242,24 @@ def simulate_ratings(design: Design, raters: Raters, rng: np.random.Generator) -
     design's mix of pairs (5 data + 5 model by default) and its attention pairs, each done
     by ``design.replicas`` raters (5 in the paper), taken as :func:`assign_slots` assigns
     next-word HITs (heavy-tailed activity, the cap, never one HIT twice), every pair rated
-    for quality and consistency by the model of the module docstring (vectorised)."""
+    for quality and consistency by the model of the module docstring (vectorised).
+
+    ValueError when ``raters.mu`` has no latent mean for a (length, kind, step) the HITs
+    hold (a diagnostic kind or a length the raters were not calibrated for): a mean of 0
+    would be a truth nobody chose. Attention pairs need none."""
     design.check()
+    missing = [
+        f"(l={ln}, {design.kinds[code]}, {step})"
+        for ln in design.lengths
+        for code in sorted(design.mix)
+        for step in STEPS
+        if code != design.attention_code and (ln, code, step) not in raters.mu
+    ]
+    if missing:
+        raise ValueError(
+            f"the raters have no true mean rating for {', '.join(missing)}: calibrate them "
+            "for every length and kind of the design"
+        )
     h = raters.hetero
     att = design.attention_code
     pos_kind = np.array(
@@ -251,8 +285,8 @@ def simulate_ratings(design: Design, raters: Raters, rng: np.random.Generator) -
 
     out = {}
     for step in STEPS:
-        mu = np.zeros(n)
-        for (ln, code, st), m in raters.mu.items():
+        mu = np.zeros(n)  # every rated pair's is set (checked above); attention pairs'
+        for (ln, code, st), m in raters.mu.items():  # ratings are replaced below
             if st == step:
                 mu[(length == ln) & (kind == code)] = m
         u = rng.normal(0.0, h.sd_rater, n_annot)

@@ -400,6 +400,23 @@ def test_a_length_without_consistency_has_nan_figures_and_a_warning():
     assert any("no consistency ratings yet" in w for w in res.warnings)
 
 
+def test_the_few_annotators_warning_names_the_worst_contrast_that_has_ratings():
+    # No consistency at l=20 yet: its gap has no effective annotators (nan) and must not
+    # hide the real warning. Of the others, the l=10 consistency gap has the fewest:
+    # annotators 1, 2, 3 give 4, 4 and 3 ratings (pair 102 lacks annotator 3's), so
+    # G_eff = 11^2 / (16 + 16 + 9) = 121/41 = 2.95 (the quality gaps: 3 x 4 ratings, 3.0).
+    cols = _columns()
+    cols.consistency[cols.length == 20] = NAN
+    res = mean_ratings(cols, b=50)
+    assert math.isnan(_one(res.contrasts, length=20, step="consistency").effective_annotators)
+    c10 = _one(res.contrasts, length=10, step="consistency")
+    assert c10.effective_annotators == pytest.approx(121 / 41)
+    few = [w for w in res.warnings if "effective annotators" in w]
+    assert len(few) == 1 and "nan" not in few[0], few
+    assert few[0].startswith("only 3.0 effective annotators") and "3 in all" in few[0]
+    assert "enter the consistency gap at l=10" in few[0]
+
+
 def test_one_length_has_no_trend_and_the_same_seed_gives_the_same_figures():
     cols = _columns()
     one = cols.subset(cols.length == 10)

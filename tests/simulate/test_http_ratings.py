@@ -23,7 +23,7 @@ from app.models import Annotator, Assignment, AssignmentStatus, Item, Rating
 from app.simulate import http
 from app.simulate.crowd import Crowd
 from app.simulate.http import run_http_crowd
-from app.simulate.http_ratings import run_http_raters
+from app.simulate.http_ratings import RatersOverHttp, run_http_raters
 from app.simulate.judges import GodView, ModelJudge, SimulationError
 from app.simulate.rater_judges import RaterJudge
 from app.simulate.raters import RaterHeterogeneity
@@ -262,3 +262,63 @@ def test_a_budget_leaves_work_and_the_command_finishes_it(live, monkeypatch):
             select(Annotator.id).where(Annotator.invite_nonce.is_not(None))
         ).all()
     assert live_links == []  # the command's run closed its links too
+
+
+def test_a_hit_whose_lease_runs_out_midway_is_abandoned_and_spends_no_budget(live, monkeypatch):
+    """The first HIT's lease runs out after its first quality: the server moves the rater on
+    to another HIT. The abandoned HIT is not done and gives its share of the budget back,
+    so the run still submits the 2 assignments asked for; its rating stays stored."""
+    base, sm, study_id, settings = live
+    judge = RaterJudge.calibrated(GodView(sm, study_id).study(), seed=1)
+    post, lapsed = RatersOverHttp._post_step, []
+
+    def post_then_lapse(self, client, page, form):
+        acknowledged = post(self, client, page, form)
+        if not lapsed:
+            lapsed.append(form["assignment"])
+            with sm() as session, session.begin():
+                held = session.scalar(
+                    select(Assignment).where(Assignment.public_id == form["assignment"])
+                )
+                held.expires_at = held.leased_at  # as if the rater took too long
+        return acknowledged
+
+    monkeypatch.setattr(RatersOverHttp, "_post_step", post_then_lapse)
+    run = run_http_raters(base, sm, study_id, settings.secret_key, judge, max_hits=2)
+
+    assert run.hits == run.submitted == 2 and run.abandoned == 1
+    assert sum(a.done for a in run.annotators) == 2
+    assert sum(a.abandoned for a in run.annotators) == 1
+    assert "1 HITs left when their lease ran out" in run.summary()
+    with sm() as session:
+        status = dict(session.execute(select(Assignment.public_id, Assignment.status)).all())
+    assert status.pop(lapsed[0]) is AssignmentStatus.expired
+    assert sorted(status.values()) == [AssignmentStatus.submitted] * 2
+    assert GodView(sm, study_id).open_slots() == 6
+    # The abandoned HIT's one rating: stored and recorded, without a consistency.
+    (left,) = [r for r in run.ratings if r.assignment == lapsed[0]]
+    assert left.consistency is None and run.steps == 2 * 2 * 11 + 1
+    stored = {(r[0], r[1]): (r[3], r[4]) for r in _stored(sm, study_id)}
+    assert stored == {(r.assignment, r.position): (r.quality, r.consistency) for r in run.ratings}
+
+
+def test_the_command_refuses_raters_whose_ratings_cannot_vary(live_db):
+    """All four sds 0: a clear error in the options' names before anyone is recruited (the
+    server is never reached: nothing listens at its address)."""
+    from typer.testing import CliRunner
+
+    from app.cli import cli
+
+    with live_db.sm() as session, session.begin():
+        make_ratings_study(session, slug="r", per_cell=10)
+    zeros = ["--sd-rater", "0", "--sd-rater-kind", "0", "--sd-pair", "0", "--sd-noise", "0"]
+    out = CliRunner().invoke(
+        cli,
+        ["simulate-http", "r", "http://127.0.0.1:9", *zeros],
+        env={"EBC_ENV": "test", "DATABASE_URL": live_db.settings.database_url},
+    )
+    assert out.exit_code == 1, out.output
+    assert "--sd-rater, --sd-rater-kind, --sd-pair and --sd-noise are all 0" in out.stderr
+    assert "give one of them a positive value" in out.stderr
+    with live_db.sm() as session:
+        assert session.scalars(select(Annotator.id)).all() == []

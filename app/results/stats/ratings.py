@@ -330,9 +330,15 @@ def mean_ratings(
             trends += _trends(step, fit)
         if fit is not None:
             notes += [f"{step}: {n}" for n in fit.main.notes]
-    few = [c for c in contrasts if not c.effective_annotators >= FEW_ANNOTATORS]
+    # A contrast without ratings at a step (nan) has its own note above; only finite
+    # counts can name the worst.
+    few = [
+        c
+        for c in contrasts
+        if np.isfinite(c.effective_annotators) and c.effective_annotators < FEW_ANNOTATORS
+    ]
     if few:
-        worst = min(few, key=lambda c: np.nan_to_num(c.effective_annotators, nan=-1.0))
+        worst = min(few, key=lambda c: c.effective_annotators)
         notes.append(
             f"only {worst.effective_annotators:.1f} effective annotators "
             f"((sum n_g)^2 / sum n_g^2 over ratings per annotator; {worst.n_annotators} in "
