@@ -36,11 +36,9 @@ from app.results.queries import ATTENTION_KIND
 from app.results.stats import MODEL_KIND
 from app.results.stats.ratings_columns import STEPS
 from app.simulate.judges import ItemTruth, SimulationError, StudyView
-from app.simulate.raters import Rater, RaterHeterogeneity, Raters
+from app.simulate.raters import PAPER_CONSISTENCY, PAPER_QUALITY, Rater, RaterHeterogeneity, Raters
 
 # The later paper's Table 3 shape: a model-prefix continuation rated a little lower.
-PAPER_QUALITY = (3.4, 3.1)
-PAPER_CONSISTENCY = (3.3, 2.9)
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,11 @@ from app.results.stats.ratings_columns import STEPS, RatingColumns
 from app.simulate.crowd import Heterogeneity
 from app.simulate.study import Design, assign_slots
 
+# Default true means (after data, after model prefixes) per step: a model-prefix
+# continuation rated a little lower, as in the later paper's Table 3.
+PAPER_QUALITY = (3.4, 3.1)
+PAPER_CONSISTENCY = (3.3, 2.9)
+
 
 @dataclass(frozen=True)
 class RaterHeterogeneity:
@@ -151,8 +156,8 @@ class Raters:
         cls,
         lengths: tuple[int, ...],
         *,
-        quality: tuple[float, float] = (3.4, 3.1),
-        consistency: tuple[float, float] = (3.3, 2.9),
+        quality: tuple[float, float] = PAPER_QUALITY,
+        consistency: tuple[float, float] = PAPER_CONSISTENCY,
         hetero: RaterHeterogeneity | None = None,
         scale_max: int = 5,
         step: float = 0.5,

@@ -48,15 +48,15 @@ from app.results.stats import DATA_KIND, MODEL_KIND
 from app.results.stats.ratings import STEPS, mean_ratings
 from app.results.stats.ratings_columns import RatingColumns
 from app.simulate.crowd import Heterogeneity
-from app.simulate.raters import RaterHeterogeneity, Raters
+from app.simulate.raters import PAPER_CONSISTENCY, PAPER_QUALITY, RaterHeterogeneity, Raters
 from app.simulate.raters import simulate_ratings as simulate_rating_columns
 from app.simulate.study import VARIANTS, Design
 from app.simulate.workload import FAST_NS, SLOW_NS, expected_annotators
 
 # True means (data, model) when none are chosen: Raters.paper_like's, the shape of the
 # later paper's Table 3 (a continuation after a model prefix rated a little lower).
-DEFAULT_QUALITY = (3.4, 3.1)
-DEFAULT_CONSISTENCY = (3.3, 2.9)
+DEFAULT_QUALITY = PAPER_QUALITY
+DEFAULT_CONSISTENCY = PAPER_CONSISTENCY
 
 
 def raters_for(
