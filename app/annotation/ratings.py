@@ -148,6 +148,8 @@ def rate(
     annotator: Annotator | AnnotatorRef,
     post: RatingPost,
     now: datetime | None = None,
+    *,
+    timed: bool = True,
 ) -> Rated:
     """Store one step's rating; the last one submits the assignment.
 
@@ -156,7 +158,9 @@ def rate(
     rating sent again with another value (409). A stored rating sent again with the same
     value is answered as stored. A rating after the lease ran out is stored and flagged
     late (both the rating and, at the end, the assignment); a HIT given back takes no more
-    (409). Call with the annotator locked.
+    (409). Call with the annotator locked. `timed=False`: how long the step took is
+    unknown (a recovered copy whose platform time is not after our last stored step), so
+    it is not judged too fast.
     """
     now = now or utcnow()
     assignment = own_assignment(session, annotator, post.public_id, lock=True)
@@ -202,7 +206,7 @@ def rate(
     else:
         since = row.quality_at
     elapsed = ms if ms is not None else (now - since).total_seconds() * 1000
-    fast = elapsed < study.min_ms_per_item
+    fast = timed and elapsed < study.min_ms_per_item
     if post.step == QUALITY:
         session.execute(
             INSERT_RATING,

@@ -188,6 +188,8 @@ def submit(
     answers: Mapping[int, int],
     client_ms: Mapping[int, int] | None = None,
     now: datetime | None = None,
+    *,
+    timed: bool = True,
 ) -> Submission:
     """Store one judgment per position; d comes from the stored screen order.
 
@@ -196,7 +198,9 @@ def submit(
     lease ran out is stored and flagged late (and `over_cap` / `extra_replica` when
     others took the annotator's cap or the HIT's replicas meanwhile); one from a blocked
     annotator is stored and flagged `after_block`. A HIT the annotator gave back cannot
-    be submitted (409). Call with the annotator locked.
+    be submitted (409). Call with the annotator locked. `timed=False`: how long the
+    worker took is unknown (a recovered copy whose platform time is not after the page
+    was served), so no answer is judged too fast.
     """
     now = now or utcnow()
     client_ms = client_ms or {}
@@ -243,7 +247,7 @@ def submit(
         rank = slot.choice_order[option]
         ms = client_ms.get(position)
         ms = None if ms is None else min(max(ms, 0), MAX_CLIENT_MS)
-        fast = (ms if ms is not None else server_ms_per_item) < study.min_ms_per_item
+        fast = timed and (ms if ms is not None else server_ms_per_item) < study.min_ms_per_item
         too_fast += fast
         if rank == "none":
             rows.append((position, slot.item_id, option, None, None, 1.0, ms, fast))

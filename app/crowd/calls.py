@@ -1,13 +1,22 @@
 """The driver of one money or standing call (`money_call`): its ledger row committed
 first (`ledger.begin_call`), the platform call, its outcome committed after
 (`ledger.finish_call` / `ledger.fail_call`), each in its own writer unit of work.
+
+The calls of one posting are serialised: the ledger row is written under the posting's
+lock, so a second run of the same call (a double click, two publishes of an expired
+posting) waits, then finds the first one's row (the same token) and takes it up, rather
+than inserting the token again. An expiry or a reopen is made unit by unit, each unit's
+row recorded as its call returns (`_expire_or_reopen`), so our rows say what the
+platform did even when the call stops half-way.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from app.audit.service import Actor
 from app.crowd.base import (
@@ -19,11 +28,23 @@ from app.crowd.base import (
     Reopening,
     Unsupported,
 )
-from app.crowd.claims import writing
-from app.crowd.common import CrowdServiceError, SessionFactory, lifetime_seconds, platform_ref
+from app.crowd.claims import lock_posting, writing
+from app.crowd.common import (
+    DOWN_UNITS,
+    LIVE_UNITS,
+    SessionFactory,
+    lapse_time,
+    lifetime_seconds,
+    platform_ref,
+    unit_state,
+)
 from app.crowd.guards import check_bonus_paid
 from app.crowd.ledger import CallRequest, begin_call, fail_call, finish_call
-from app.models import Annotator, Assignment, CrowdHit, CrowdPosting
+from app.models import Annotator, Assignment, CrowdHit, utcnow
+
+# What an expiry or a reopen sends its call to (by `common.unit_state`) and what it makes
+# of each unit the platform took.
+TOGGLES = {"expire": (LIVE_UNITS, "expired"), "reopen": (DOWN_UNITS, "published")}
 
 
 @dataclass(frozen=True)
@@ -32,6 +53,13 @@ class CallOutcome:
     kind: str
     made: bool  # the call was made (or finished) now; False: it had been done before
     detail: str = ""
+    units: int = 0  # expire, reopen: the units it was made for
+
+
+@dataclass(frozen=True)
+class _Unit:
+    row_id: int
+    external_id: str
 
 
 def money_call(
@@ -55,12 +83,17 @@ def money_call(
     the payments (`PaidBonuses`: Prolific, MTurk, whose token lapses after 24 hours) is
     first looked for there: finished as done when listed, made again (same token) when the
     listing is final and shows nothing (MTurk), else refused (409) for a manual check.
+
+    An expiry or a reopen is made for the units it finds under the posting's lock
+    (`_units_for`), one at a time (`_expire_or_reopen`); with none, it is not made
+    (`made=False`, "nothing to expire").
     """
     kind, category, platform_id = request.kind, request.category, request.platform_id
     with writing(make_session) as session:
-        posting = session.get(CrowdPosting, posting_id)
-        if posting is None:
-            raise CrowdServiceError("no such posting", 404)
+        posting = lock_posting(session, posting_id)  # one call of a posting at a time
+        units = _units_for(session, posting.id, kind) if kind in TOGGLES else []
+        if kind in TOGGLES and not units:
+            return CallOutcome(None, kind, made=False, detail=f"nothing to {kind}")
         call = begin_call(session, posting, request, by=by)
         if call.status == "ok":
             return CallOutcome(call.id, kind, made=False, detail="already done")
@@ -74,19 +107,13 @@ def money_call(
         if assignment is not None and worker is None:
             worker = session.get(Annotator, assignment.annotator_id)
         worker_id = worker.external_id if worker else None
-        # Expire takes the live units down; reopen lists the expired ones again.
-        units = list(
-            session.scalars(
-                select(CrowdHit.external_hit_id).where(
-                    CrowdHit.posting_id == posting.id,
-                    CrowdHit.status == ("expired" if kind == "reopen" else "published"),
-                    CrowdHit.external_hit_id.is_not(None),
-                )
-            )
-        )
         external_id = posting.external_id or ""
         cap_id = posting.settings.get("cap_qualification_id")
-        lifetime = lifetime_seconds(posting.settings) if kind == "reopen" else 0
+        where = (posting.provider, dict(posting.settings))
+    if kind in TOGGLES:
+        return _expire_or_reopen(
+            make_session, provider, call_id, kind, external_id, units, where, by=by
+        )
     if kind == "bonus" and retrying and isinstance(provider, PaidBonuses):
         paid = provider.submission_bonuses_cents(external_assignment)
         with writing(make_session) as session:
@@ -120,12 +147,6 @@ def money_call(
             if not (cap_id and isinstance(provider, CapQualifying)):
                 raise CrowdError("this posting has no cap qualification")
             provider.grant_cap(cap_id, worker_id)
-        elif kind == "expire":
-            provider.expire(external_id, units)
-        elif kind == "reopen":
-            if not isinstance(provider, Reopening):
-                raise Unsupported(f"{provider.name} cannot list expired work again")
-            provider.reopen(external_id, units, lifetime)
     except AlreadyDone:
         already = True
     except Unsupported as exc:
@@ -144,3 +165,82 @@ def money_call(
     with writing(make_session) as session:
         finish_call(session, call_id, by=by, already=already, platform_id=platform_id)
     return CallOutcome(call_id, kind, made=True, detail="already done" if already else "ok")
+
+
+def _units_for(session: Session, posting_id: int, kind: str) -> list[_Unit]:
+    """The units an expiry takes down (published and not lapsed, or `unknown`) or a reopen
+    lists again (expired, lapsed, or `unknown`), read under the posting's lock: the call
+    is made for these and records these only (a unit another run publishes meanwhile is
+    not touched)."""
+    rows = session.execute(
+        select(CrowdHit.id, CrowdHit.external_hit_id)
+        .where(
+            CrowdHit.posting_id == posting_id,
+            CrowdHit.external_hit_id.is_not(None),
+            unit_state(utcnow()).in_(TOGGLES[kind][0]),
+        )
+        .order_by(CrowdHit.id)
+    ).all()
+    return [_Unit(row_id, external) for row_id, external in rows]
+
+
+def _expire_or_reopen(
+    make_session: SessionFactory,
+    provider: CrowdProvider,
+    call_id: int,
+    kind: str,
+    external_id: str,
+    units: list[_Unit],
+    where: tuple[str, dict],
+    *,
+    by: Actor | None,
+) -> CallOutcome:
+    """Expire or reopen the ledgered call's `units` one at a time, each unit's row recorded
+    as the platform takes it: `expired`, or `published` with the time it lapses again
+    (`common.lapse_time`: the posting's lifetime from now on MTurk). A unit whose answer
+    was lost (`maybe_done`) may have changed or not: `unknown`, which the next expiry and
+    the next reopen both include. The first failure stops the call (the units not reached
+    keep their state), fails it (`ledger.fail_call`) and is raised; the call made again
+    (its token) is made for the units still to do. Once every unit is done the posting
+    takes the new state (`ledger.finish_call`)."""
+    provider_name, posting_settings = where
+    now_is = TOGGLES[kind][1]
+    try:
+        if kind == "reopen" and not isinstance(provider, Reopening):
+            raise Unsupported(f"{provider.name} cannot list expired work again")
+        lifetime = lifetime_seconds(posting_settings) if kind == "reopen" else 0
+        for unit in units:
+            started = utcnow()
+            try:
+                if kind == "expire":
+                    provider.expire(external_id, [unit.external_id])
+                else:
+                    provider.reopen(external_id, [unit.external_id], lifetime)
+            except AlreadyDone:
+                pass
+            except CrowdError as exc:
+                if exc.maybe_done:
+                    with writing(make_session) as session:
+                        _record_unit(session, unit.row_id, "unknown", None)
+                raise
+            until = started if kind == "expire" else None
+            if kind == "reopen":
+                until = lapse_time(provider_name, started, posting_settings)
+            with writing(make_session) as session:
+                _record_unit(session, unit.row_id, now_is, until)
+    except CrowdError as exc:
+        with writing(make_session) as session:
+            fail_call(session, call_id, exc, by=by)
+        raise
+    with writing(make_session) as session:
+        finish_call(session, call_id, by=by, already=False)
+    return CallOutcome(call_id, kind, made=True, detail="ok", units=len(units))
+
+
+def _record_unit(session: Session, row_id: int, status: str, expires_at: datetime | None) -> None:
+    """A unit's state as the platform's answer says, and when it stops (or stopped) being
+    listed."""
+    row = session.get(CrowdHit, row_id)
+    if row is not None:  # None: the posting was deleted meanwhile
+        row.status, row.expires_at = status, expires_at
+        session.flush()

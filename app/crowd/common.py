@@ -10,11 +10,11 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import unquote
 
-from sqlalchemy import ColumnElement, exists, func, or_, select
+from sqlalchemy import ColumnElement, case, exists, func, or_, select
 from sqlalchemy.orm import Session
 
 from app.audit.service import Actor
@@ -36,6 +36,7 @@ from app.models import (
     Study,
     StudyType,
     User,
+    utcnow,
 )
 
 PROVIDERS = ("mturk", "prolific", "local")
@@ -397,6 +398,42 @@ def wanted_assignments(session: Session, study: Study) -> int:
 def lifetime_seconds(posting_settings: dict[str, Any]) -> int:
     """How long a posting's units stay listed (its `lifetime_days`), at least 30 s."""
     return max(30, round(float(posting_settings["lifetime_days"]) * 86400))
+
+
+# Platforms whose units stop taking work by themselves once the posting's lifetime has
+# passed since they were made or reopened (MTurk's `LifetimeInSeconds`); a local posting
+# and a Prolific study stay open until they are expired.
+LAPSING = frozenset({"mturk"})
+# A unit's states that an expiry takes down and that a reopen lists again (`unit_state`;
+# `unknown`: an expire or reopen of it may have taken effect, so both include it).
+LIVE_UNITS = ("published", "unknown")
+DOWN_UNITS = ("expired", "unknown")
+
+
+def lapse_time(provider: str, since: datetime, posting_settings: dict[str, Any]) -> datetime | None:
+    """When a unit published or reopened at `since` stops being listed by itself (None: it
+    never does). `since` is taken before the call, so this is no later than the platform's
+    own expiry (but a unit found made by an earlier, interrupted attempt expires earlier)."""
+    if provider not in LAPSING:
+        return None
+    return since + timedelta(seconds=lifetime_seconds(posting_settings))
+
+
+def unit_state(now: datetime) -> ColumnElement[str]:
+    """A unit's status as the platform sees it `now`: a published unit whose lifetime ran
+    out (`expires_at` passed: MTurk no longer lists it) is expired."""
+    lapsed = (CrowdHit.status == "published") & (CrowdHit.expires_at <= now)
+    return case((lapsed, "expired"), else_=CrowdHit.status)
+
+
+def unit_counts(session: Session, posting_id: int) -> dict[str, int]:
+    """The posting's units by status as the platform sees them now (`unit_state`)."""
+    state = unit_state(utcnow())
+    return dict(
+        session.execute(
+            select(state, func.count()).where(CrowdHit.posting_id == posting_id).group_by(state)
+        ).all()
+    )
 
 
 def posting_spec(

@@ -52,7 +52,6 @@ from app.models import (
     AssignmentStatus,
     Channel,
     CrowdCall,
-    CrowdHit,
     CrowdPosting,
     Hit,
     ReviewStatus,
@@ -324,9 +323,10 @@ def finish_call(
     unsupported: str | None = None,
 ) -> None:
     """The call succeeded (or the platform says it was done before): its outcome on the
-    assignment or annotator, and in the audit log. Runs once per call. `unsupported`: the
-    platform has no such call (Prolific: block), so it was done here only; the message
-    stays on the call. `platform_id`: the submission of a call with no assignment."""
+    assignment, annotator or posting, and in the audit log. Runs once per call.
+    `unsupported`: the platform has no such call (Prolific: block), so it was done here
+    only; the message stays on the call. `platform_id`: the submission of a call with no
+    assignment."""
     call = session.get(CrowdCall, call_id)
     assert call is not None
     if call.status == "ok":
@@ -355,14 +355,8 @@ def finish_call(
         else:
             admin.unblock(session, worker)
     elif call.kind in ("expire", "reopen"):
-        was, now_is = (
-            ("published", "expired") if call.kind == "expire" else ("expired", "published")
-        )
-        for row in session.scalars(
-            select(CrowdHit).where(CrowdHit.posting_id == call.posting_id, CrowdHit.status == was)
-        ):
-            row.status = now_is
-        posting.status = now_is
+        # Its units were recorded one by one as the platform took them (`calls`).
+        posting.status = "expired" if call.kind == "expire" else "published"
     session.flush()
     outcome = "already done" if already else "ok"
     if unsupported:

@@ -12,7 +12,14 @@ from typing import Any
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
-from app.crowd.common import CHANNEL_OF, confirmed, find_posting, platform_ref, work_of
+from app.crowd.common import (
+    CHANNEL_OF,
+    confirmed,
+    find_posting,
+    platform_ref,
+    unit_counts,
+    work_of,
+)
 from app.models import (
     Annotator,
     Assignment,
@@ -20,7 +27,6 @@ from app.models import (
     AuditEvent,
     Channel,
     CrowdCall,
-    CrowdHit,
     Hit,
     ReviewStatus,
     Study,
@@ -157,13 +163,10 @@ def _posting_state(
     posting = find_posting(session, study, provider, environment)
     if posting is None:
         return None
-    units = dict(
-        session.execute(
-            select(CrowdHit.status, func.count())
-            .where(CrowdHit.posting_id == posting.id)
-            .group_by(CrowdHit.status)
-        ).all()
-    )
+    units = unit_counts(session, posting.id)
+    shown = posting.status
+    if shown == "published" and units and set(units) == {"expired"}:
+        shown = "expired"  # every unit's lifetime ran out: the platform lists none
     calls: dict[str, dict[str, int]] = {}
     for kind, status, n in session.execute(
         select(CrowdCall.kind, CrowdCall.status, func.count())
@@ -174,7 +177,7 @@ def _posting_state(
         calls.setdefault(kind, {})[status] = n
     return {
         "external_id": posting.external_id,
-        "status": posting.status,
+        "status": shown,
         "error": posting.error,
         "settings": dict(posting.settings),
         "units": units,

@@ -9,7 +9,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import case, select
 from sqlalchemy.orm import Session
 
 from app.audit.service import Actor
@@ -40,7 +40,6 @@ from app.models import (
     Assignment,
     AssignmentStatus,
     Channel,
-    CrowdHit,
     CrowdPosting,
     Hit,
     ReviewStatus,
@@ -231,17 +230,10 @@ def unblock(
 def expire(
     make_session: SessionFactory, slug: str, provider: CrowdProvider, *, by: Actor | None
 ) -> CallOutcome:
-    """Expire every published unit of the posting: no new work is accepted. Nothing left
-    to expire (all expired already): a no-op."""
+    """Expire every live unit of the posting, and any whose last expire or reopen may or
+    may not have taken effect (`unknown`): no new work is accepted. Nothing live (every
+    unit expired, or past its lifetime): a no-op ("nothing to expire")."""
     posting_id = posting_id_of(make_session, slug, provider)
-    with unit_of_work(make_session) as session:
-        live = session.scalar(
-            select(func.count()).where(
-                CrowdHit.posting_id == posting_id, CrowdHit.status == "published"
-            )
-        )
-    if not live:
-        return CallOutcome(None, "expire", made=False, detail="nothing to expire")
     return money_call(make_session, provider, posting_id, CallRequest("expire"), by=by)
 
 

@@ -34,16 +34,19 @@ from app.crowd.claims import (
     writing,
 )
 from app.crowd.common import (
+    DOWN_UNITS,
     CrowdServiceError,
     PublishOptions,
     RateLimiter,
     SessionFactory,
     hit_public_id,
+    lapse_time,
     pacing,
     posting_parts,
     posting_spec,
     request_token,
     study_named,
+    unit_counts,
     wanted_assignments,
 )
 from app.crowd.ledger import CallRequest
@@ -171,11 +174,17 @@ def claim_unit(session: Session, posting: CrowdPosting) -> ClaimedUnit | None:
 
 
 def finish_unit(session: Session, crowd_hit_id: int, external_hit_id: str) -> None:
+    """The unit is on the platform: `published`, and (MTurk) when its lifetime runs out,
+    counted from the claim, taken before the call (`common.lapse_time`)."""
     row = session.get(CrowdHit, crowd_hit_id)
     assert row is not None
+    posting = session.get(CrowdPosting, row.posting_id)
+    assert posting is not None
+    claimed = row.published_at or utcnow()
     row.external_hit_id = external_hit_id
     row.status = "published"
     row.error = None
+    row.expires_at = lapse_time(posting.provider, claimed, posting.settings)
     row.published_at = utcnow()
     session.flush()
 
@@ -281,13 +290,7 @@ def publish(
 
     with writing(make_session) as session:
         posting = lock_posting(session, report.posting_id)
-        counts = dict(
-            session.execute(
-                select(CrowdHit.status, func.count())
-                .where(CrowdHit.posting_id == posting.id)
-                .group_by(CrowdHit.status)
-            ).all()
-        )
+        counts = unit_counts(session, posting.id)
         report.total = counts.get("published", 0)
         report.pending = sum(n for s, n in counts.items() if s in ("pending", "sending", "failed"))
         if counts.get("sending"):
@@ -317,9 +320,9 @@ def publish(
 
 
 def _expired_units(session: Session, posting_id: int) -> int:
-    return session.scalar(
-        select(func.count()).where(CrowdHit.posting_id == posting_id, CrowdHit.status == "expired")
-    )
+    """Units a reopen lists again: expired, past their lifetime, or `unknown`."""
+    counts = unit_counts(session, posting_id)
+    return sum(counts.get(state, 0) for state in DOWN_UNITS)
 
 
 def _check_reopenable(session: Session, posting: CrowdPosting, provider: CrowdProvider) -> None:
@@ -338,18 +341,18 @@ def _check_reopenable(session: Session, posting: CrowdPosting, provider: CrowdPr
 def _reopen(
     make_session: SessionFactory, provider: CrowdProvider, posting_id: int, by: Actor | None
 ) -> int:
-    """Publishing an expired posting again reopens it: its expired units are listed again
-    (MTurk: `UpdateExpirationForHIT` to the posting's lifetime from now; the local
-    channel: its invite links take new work) by one ledgered `reopen` call
-    (`calls.money_call`: recorded before it is made, its outcome after, made once; a
-    failed one is retried with its token by the next publish), which marks them published,
-    so a later expiry finds them live and the Crowd page counts them open. How many."""
+    """Publishing an expired posting again reopens it: its expired units (expired by us,
+    past their lifetime, or `unknown`) are listed again (MTurk: `UpdateExpirationForHIT`
+    to the posting's lifetime from now; the local channel: its invite links take new
+    work) by one ledgered `reopen` call (`calls.money_call`: recorded before it is made,
+    its outcome after, made once; a failed one is retried with its token by the next
+    publish), which marks each unit published as the platform takes it, so a later
+    expiry finds them live and the Crowd page counts them open. How many."""
     with unit_of_work(make_session) as session:
         expired = _expired_units(session, posting_id)
     if not expired:
         return 0
-    money_call(make_session, provider, posting_id, CallRequest("reopen"), by=by)
-    return expired
+    return money_call(make_session, provider, posting_id, CallRequest("reopen"), by=by).units
 
 
 def _prepare(

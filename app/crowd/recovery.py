@@ -26,7 +26,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.crowd.base import PlatformSubmission
-from app.models import Assignment, Channel, Study, StudyType, utcnow
+from app.models import Assignment, AssignmentStatus, Channel, Study, StudyType, utcnow
 
 if TYPE_CHECKING:
     from app.annotation.schemas import AnnotatorRef
@@ -61,6 +61,9 @@ class Recovery:
 
     assignment: Assignment | None
     refused: str | None = None
+    # The lease was submitted meanwhile (a live request of the worker, before the sync
+    # took the worker's lock): taken as stored, nothing recovered.
+    already: bool = False
 
 
 class NotRecovered(Exception):
@@ -124,35 +127,44 @@ def store_recovered_submission(
     next-word HIT (d from the stored screen order, late and cap flags, a repeat stores
     nothing twice); `ratings.rate` step by step for a ratings HIT (see `_store_ratings`).
     It is submitted as of the time the platform took it (`submitted_at`, never later than
-    now), so `late` and `too_fast` are judged as if it had reached us then.
+    now), so `late` and `too_fast` are judged as if it had reached us then; a platform
+    time not after the page was served (the two clocks differ) says nothing of how long
+    the worker took, so nothing is judged too fast then. A lease found submitted once the
+    worker is locked (a live request stored it after the sync read it) is taken as
+    stored (`already`).
     """
     from app.annotation.errors import AnnotationError
 
     try:
         with session.begin_nested():
-            assignment = _store(session, study, recovered)
+            return _store(session, study, recovered)
     except NotRecovered as exc:
         return Recovery(None, str(exc))
     except AnnotationError as exc:
         return Recovery(None, exc.message)
-    return Recovery(assignment)
 
 
-def _store(session: Session, study: Study, recovered: RecoveredSubmission) -> Assignment:
+def _store(session: Session, study: Study, recovered: RecoveredSubmission) -> Recovery:
     from app.annotation.identities import crowd_annotator
     from app.annotation.submissions import submit
 
     annotator = crowd_annotator(session, study, Channel.mturk, recovered.external_worker_id)
+    # Read anew under the worker's lock: the sync read the lease before, and a live
+    # request may have submitted it since (the services write with Core statements).
     lease = session.scalar(
-        select(Assignment).where(
+        select(Assignment)
+        .where(
             Assignment.public_id == recovered.assignment_public_id,
             Assignment.annotator_id == annotator.id,
         )
+        .execution_options(populate_existing=True)
     )
     if lease is None:
         raise NotRecovered("it names no assignment of this worker")
     if lease.external_assignment_id not in (None, recovered.external_assignment_id):
         raise NotRecovered("it names our assignment of another MTurk assignment")
+    if lease.status is AssignmentStatus.submitted:
+        return Recovery(lease, already=True)
     rates = study.study_type is StudyType.ratings
     if rates != bool(recovered.ratings):
         what = "next-word answers" if rates else "ratings"
@@ -162,9 +174,19 @@ def _store(session: Session, study: Study, recovered: RecoveredSubmission) -> As
     if rates:
         _store_ratings(session, study, annotator, lease, recovered.ratings, when)
     else:
-        submit(session, annotator, lease.public_id, recovered.answers, {}, now=when)
+        served = lease.page_served_at or lease.leased_at
+        timed = when > served  # else MTurk's clock is behind ours: the time is unknown
+        submit(
+            session,
+            annotator,
+            lease.public_id,
+            recovered.answers,
+            {},
+            now=max(when, served),
+            timed=timed,
+        )
     # The services write with Core statements: reload the lease read above.
-    return session.get(Assignment, lease.id, populate_existing=True)
+    return Recovery(session.get(Assignment, lease.id, populate_existing=True))
 
 
 def _store_ratings(
@@ -186,7 +208,9 @@ def _store_ratings(
     The copy carries no times, so the steps not stored are spread evenly between the last
     step we hold (or the page's first showing) and the platform's submit time: each step
     is judged too fast by the time per step, as a next-word HIT without JavaScript is by
-    the time per item.
+    the time per item. A submit time not after that last step (MTurk's clock behind ours)
+    says nothing of how long the steps took: they are stored at that step's time and none
+    is judged too fast.
     """
     from app.annotation.content import hit_content
     from app.annotation.ratings import (
@@ -224,8 +248,9 @@ def _store_ratings(
         raise NotRecovered("every rating is stored, yet the assignment was never submitted")
     times = [t for r in stored.values() for t in (r.quality_at, r.consistency_at) if t]
     since = max(times, default=lease.page_served_at or lease.leased_at)
-    span = max(when - since, timedelta(0))
+    timed = when > since
+    span = when - since if timed else timedelta(0)
     for k, post in enumerate(todo, 1):
-        rated = rate(session, annotator, post, now=since + span * k / len(todo))
+        rated = rate(session, annotator, post, now=since + span * k / len(todo), timed=timed)
     if not rated.completed:
         raise NotRecovered("MTurk's copy does not complete the HIT")

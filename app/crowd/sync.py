@@ -166,21 +166,9 @@ def reconcile(
             continue
         assignment = found[0] if found else None
         if assignment is None or assignment.status is not AssignmentStatus.submitted:
-            reason = "never stored" if assignment is None else "stored lease never submitted"
-            recovered = recovered_answers(sub)
-            if recovered is None:
-                reason += "; its answers are not in the XML"
-                stored = None
-            else:
-                outcome = store_recovered_submission(session, study, recovered)
-                stored = outcome.assignment
-                if stored is None:
-                    reason += f"; MTurk's copy of its answers was not stored: {outcome.refused}"
-            _flag(session, report, study, posting, sub, reason, by, recovered=stored is not None)
-            if stored is None:
+            assignment = _recover(session, report, study, posting, sub, assignment, by)
+            if assignment is None:
                 continue
-            report.recovered += 1
-            assignment = stored
             assignment.external_assignment_id = sub.external_assignment_id
         if assignment.unverified and not counts:
             report.sandbox_kept_out += 1
@@ -195,6 +183,36 @@ def reconcile(
             assignment.external_hit_id = sub.external_hit_id
         _take_review(assignment, sub.status, report, now)
     return _finish(session, study, posting, report, now)
+
+
+def _recover(
+    session: Session,
+    report: SyncReport,
+    study: Study,
+    posting: CrowdPosting,
+    sub: PlatformSubmission,
+    assignment: Assignment | None,
+    by: Actor | None,
+) -> Assignment | None:
+    """A submission of which we hold no submitted work: MTurk's copy of its answers
+    stored and flagged as recovered, or flagged as not stored (None). A lease that the
+    worker's own request submitted meanwhile (after this sync read it) is no news: it is
+    taken as it is, not flagged."""
+    reason = "never stored" if assignment is None else "stored lease never submitted"
+    recovered = recovered_answers(sub)
+    if recovered is None:
+        _flag(session, report, study, posting, sub, f"{reason}; its answers are not in the XML", by)
+        return None
+    outcome = store_recovered_submission(session, study, recovered)
+    if outcome.already:
+        return outcome.assignment
+    if outcome.assignment is None:
+        reason += f"; MTurk's copy of its answers was not stored: {outcome.refused}"
+    stored = outcome.assignment is not None
+    _flag(session, report, study, posting, sub, reason, by, recovered=stored)
+    if stored:
+        report.recovered += 1
+    return outcome.assignment
 
 
 def _take_review(assignment: Assignment, status: str, report: SyncReport, now: datetime) -> None:

@@ -56,9 +56,15 @@ class CrowdHit(Base):
     request_token: Mapped[str] = mapped_column(String(64), unique=True)
     external_hit_id: Mapped[str | None] = mapped_column(String(255), index=True)
     max_assignments: Mapped[int]
-    status: Mapped[str] = mapped_column(String(16), default="pending")  # published, failed, expired
+    # pending, sending, failed, published, expired; unknown: an expire or reopen of it
+    # may have taken effect (its answer was lost), so the next of either includes it.
+    status: Mapped[str] = mapped_column(String(16), default="pending")
     error: Mapped[str | None] = mapped_column(Text)
     published_at: Mapped[datetime | None]
+    # When the platform stops listing it by itself (MTurk: the posting's lifetime from its
+    # publish or last reopen); NULL where units never lapse (local, Prolific). A published
+    # unit past it is expired (`app.crowd.common.unit_state`).
+    expires_at: Mapped[datetime | None]
 
 
 class CrowdCall(Base):

@@ -244,6 +244,81 @@ def test_a_rating_that_conflicts_with_ours_is_reported_not_stored(
     assert len(audit(session, "crowd_submission_flagged")) == 1  # reported once
 
 
+def test_a_last_rating_stored_while_a_sync_recovers_the_copy_is_taken_as_stored(
+    session, make_session, settings, mturk, standin, hit_on_mturk, monkeypatch
+):
+    """The sync lists the submission while our lease still waits for its last rating; that
+    rating reaches us (the worker's request holds the worker's lock) before the sync takes
+    the lock to store MTurk's copy. The sync then finds the lease submitted: taken as
+    stored, confirmed, nothing flagged, nothing stored twice."""
+    from app.annotation import identities
+
+    platform, _ = standin
+    study, hit = hit_on_mturk
+    external = platform.add_assignment(hit, "W1")
+    annotator, lease = lease_for(session, study, "W1", external, hit)
+    steps = [(p, step) for p in range(PAIRS) for step in ("quality", "consistency")]
+    for p, step in steps:
+        post = RatingPost(lease.public_id, p, step, VALUES[p][step == "consistency"], 3000)
+        if (p, step) != steps[-1]:
+            rate(session, annotator, post)
+    session.flush()
+    platform.assignments[external]["Answer"] = answer_xml(copy(lease.public_id))
+    real = identities.crowd_annotator
+
+    def the_last_rating_comes_first(s, *args, **kwargs):
+        rate(s, real(s, *args, **kwargs), post)  # the worker's own request, done first
+        return real(s, *args, **kwargs)
+
+    monkeypatch.setattr(identities, "crowd_annotator", the_last_rating_comes_first)
+    report = sync.sync(make_session, settings, SLUG, mturk, by="cli")
+    session.expire_all()
+    assert (report.recovered, report.flagged, report.confirmed) == (0, [], 1)
+    assert audit(session, "crowd_submission_flagged") == []
+    stored = session.get(Assignment, lease.id)
+    assert stored.status is AssignmentStatus.submitted and not stored.unverified
+    assert ratings_of(session, lease.id) == VALUES
+    assert session.get(Hit, stored.hit_id).submitted_count == 1
+
+
+def test_recovered_steps_are_not_too_fast_when_mturks_clock_is_behind_ours(
+    session, make_session, settings, mturk, standin, hit_on_mturk
+):
+    """MTurk's SubmitTime is 5 s before the last step we stored (the two clocks differ):
+    how long the steps not stored took is unknown, so none is flagged too fast."""
+    platform, _ = standin
+    study, hit = hit_on_mturk
+    external = platform.add_assignment(hit, "W1")
+    annotator, lease = lease_for(session, study, "W1", external, hit)
+    for step in ("quality", "consistency"):  # the first pair reached us, in good time
+        rate(session, annotator, RatingPost(lease.public_id, 0, step, VALUES[0][step[0] == "c"], 0))
+    since = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+    session.execute(
+        update(Assignment)
+        .where(Assignment.id == lease.id)
+        .values(leased_at=since - timedelta(minutes=1), page_served_at=since - timedelta(minutes=1))
+    )
+    session.execute(
+        update(Rating)
+        .where(Rating.assignment_id == lease.id)
+        .values(quality_at=since - timedelta(seconds=30), consistency_at=since, too_fast=False)
+    )
+    session.flush()
+    platform.assignments[external]["Answer"] = answer_xml(copy(lease.public_id))
+    platform.assignments[external]["SubmitTime"] = (since - timedelta(seconds=5)).timestamp()
+
+    report = sync.sync(make_session, settings, SLUG, mturk, by="cli")
+    session.expire_all()
+    assert report.recovered == 1
+    assert ratings_of(session, lease.id) == VALUES
+    rows = session.scalars(select(Rating).where(Rating.assignment_id == lease.id)).all()
+    assert len(rows) == PAIRS and not any(r.too_fast for r in rows)
+    stored = session.get(Assignment, lease.id)
+    assert stored.status is AssignmentStatus.submitted and not stored.late
+    # Stored in order, none before the step we hold.
+    assert min(r.quality_at for r in rows if r.position > 0) >= since
+
+
 def _off_scale(fields):
     return fields | {"c10": "6"}
 

@@ -293,6 +293,33 @@ def test_recovered_work_keeps_the_time_checks(session, make_session, settings, m
     assert abs((stored.submitted_at - a.page_served_at).total_seconds() - 2) < 1.5
 
 
+def test_recovered_work_is_not_too_fast_when_mturks_clock_is_behind_ours(
+    session, make_session, settings, mturk, standin
+):
+    """MTurk's SubmitTime is before the time we served the page (the two clocks differ):
+    how long the worker took is unknown, so no judgment is flagged too fast."""
+    platform, _ = standin
+    study = crowd_study(session)
+    published(session, make_session, settings, mturk)
+    h1 = session.scalars(select(CrowdHit.external_hit_id)).first()
+    external = platform.add_assignment(h1, "W1")
+    lease, chosen = work(session, study, "W1", external, hit_external=h1, store=False)
+    a = session.get(Assignment, lease.id)
+    a.page_served_at = a.leased_at = (a.page_served_at or a.leased_at) - timedelta(minutes=10)
+    session.flush()
+    fields = {"assignment": lease.public_id} | {f"o{p}": str(s) for p, s in chosen.items()}
+    platform.assignments[external]["Answer"] = answer_xml(fields)
+    platform.assignments[external]["SubmitTime"] = a.page_served_at.timestamp() - 5
+
+    report = sync.sync(make_session, settings, "crowd", mturk, by="cli")
+    assert report.recovered == 1
+    session.expire_all()
+    judged = session.scalars(select(Judgment).where(Judgment.assignment_id == lease.id)).all()
+    assert len(judged) == len(chosen) and not any(j.too_fast for j in judged)
+    stored = session.get(Assignment, lease.id)
+    assert not stored.late and stored.submitted_at >= a.page_served_at
+
+
 # -- bulk approval: only what the preview showed -----------------------------------------
 
 

@@ -1,0 +1,111 @@
+"""Two runs make the same posting call at once (two publishes of an expired posting, a
+double-clicked expiry, block or unblock), each in its own connection, on PostgreSQL (SQLite
+serialises its writers by design): the calls are serialised per posting, so both runs end
+well with one ledger row between them, never a unique-token violation (a 500 on the
+dashboard)."""
+
+# Fixtures imported from the service tests are taken as test parameters.
+# ruff: noqa: F811
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+
+import pytest
+from sqlalchemy import select
+
+from app.annotation.identities import crowd_annotator
+from app.crowd import common, ledger, payments, publishing
+from app.db import build_engine, make_sessionmaker, unit_of_work
+from app.migrate import upgrade
+from app.models import Channel, CrowdCall, CrowdHit
+from tests.crowd.test_service_mturk import (  # noqa: F401  (fixtures)
+    aws_env,
+    crowd_study,
+    standin,
+)
+
+
+def _meeting(monkeypatch) -> None:
+    """Each run, once it has its call's token, waits (at most 1.5 s) for the other to have
+    one too: without a lock both then insert the same token."""
+    both = threading.Barrier(2, timeout=1.5)
+    real = ledger._toggle_token
+
+    def meet(*args, **kwargs):
+        token = real(*args, **kwargs)
+        with contextlib.suppress(threading.BrokenBarrierError):  # the other waits for our lock
+            both.wait()
+        return token
+
+    monkeypatch.setattr(ledger, "_toggle_token", meet)
+
+
+def _twice(run: Callable[[], object]) -> tuple[list[object], list[BaseException]]:
+    outcomes: list[object] = []
+    errors: list[BaseException] = []
+
+    def go():
+        try:
+            outcomes.append(run())
+        except BaseException as exc:  # reported by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    return outcomes, errors
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("kind", ["reopen", "expire", "block"])
+def test_the_same_posting_call_made_twice_at_once_is_one_call(empty_db, standin, monkeypatch, kind):
+    platform, url = standin
+    settings = empty_db.settings(
+        base_url="https://ebc.example.org",
+        mturk_endpoint_url=url,
+        crowd_calls_per_second=100,
+        mturk_max_attempts=3,
+    )
+    engine = build_engine(settings)
+    try:
+        with engine.begin() as conn:
+            upgrade(conn)
+        make_session = make_sessionmaker(engine)
+        with unit_of_work(make_session) as session:
+            crowd_annotator(session, crowd_study(session), Channel.mturk, "W1")
+        mturk = common.provider_for(settings, "mturk")
+        publishing.publish(make_session, settings, "crowd", mturk, by="cli")
+        if kind == "reopen":
+            payments.expire(make_session, "crowd", mturk, by="cli")
+        _meeting(monkeypatch)
+
+        def run():
+            provider = common.provider_for(settings, "mturk")
+            if kind == "reopen":
+                return publishing.publish(make_session, settings, "crowd", provider, by="cli")
+            if kind == "expire":
+                return payments.expire(make_session, "crowd", provider, by="cli")
+            return payments.block(make_session, "crowd", provider, "W1", reason="x", by="u")
+
+        outcomes, errors = _twice(run)
+        assert errors == [] and len(outcomes) == 2
+        with unit_of_work(make_session) as session:
+            calls = session.execute(
+                select(CrowdCall.kind, CrowdCall.status).where(CrowdCall.kind == kind)
+            ).all()
+            units = set(session.scalars(select(CrowdHit.status)))
+        assert calls == [(kind, "ok")]
+        if kind == "block":
+            assert list(platform.blocks) == ["W1"]
+        else:
+            live = kind == "reopen"
+            assert units == {"published" if live else "expired"}
+            statuses = {h["HITStatus"] for h in platform.hits.values()}
+            assert statuses == {"Assignable" if live else "Unassignable"}
+    finally:
+        engine.dispose()
