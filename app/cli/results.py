@@ -40,10 +40,19 @@ def register(cli: typer.Typer) -> None:
     cli.add_typer(results_cli, name="results")
 
 
-Estimator = Annotated[str, typer.Option(help="single | plurality")]
-Unit = Annotated[str, typer.Option(help="annotator | twoway | hit | item")]
+# The next-word options default to None (the service's defaults) so that a ratings study,
+# which has none of them, can refuse one that was given rather than ignore it.
+Estimator = Annotated[
+    str | None, typer.Option(help="single (default) | plurality; next-word studies")
+]
+Unit = Annotated[
+    str | None,
+    typer.Option(help="annotator (default) | twoway | hit | item; next-word studies"),
+]
 B = Annotated[int, typer.Option("--b", help="bootstrap resamples")]
-Ci = Annotated[str, typer.Option(help="wild (default) | percentile | bca")]
+Ci = Annotated[
+    str | None, typer.Option(help="wild (default) | percentile | bca; next-word studies")
+]
 Seed = Annotated[int, typer.Option(help="seed of every resampling")]
 Exclusions = Annotated[str, typer.Option(help="on | off (the main variant)")]
 
@@ -56,7 +65,7 @@ def _query(**options):
     from app.studies.service import format_validation_error
 
     try:
-        return ResultQuery(**options)
+        return ResultQuery(**{k: v for k, v in options.items() if v is not None})
     except ValidationError as exc:
         fail(format_validation_error(exc))
 
@@ -67,10 +76,10 @@ def results(
     format_: Annotated[
         str, typer.Option("--format", "-f", help="table | csv | json | latex")
     ] = "table",
-    estimator: Estimator = "single",
-    unit: Unit = "annotator",
+    estimator: Estimator = None,
+    unit: Unit = None,
     b: B = 10_000,
-    ci: Ci = "wild",
+    ci: Ci = None,
     seed: Seed = 0,
     exclusions: Exclusions = "on",
     paper: Annotated[
@@ -80,10 +89,12 @@ def results(
     """Print a study's results: CGD, EB-C with error bars and tests, with and without the
     pre-declared exclusions (the same figures as GET /api/v1/studies/{slug}/results). A
     ratings study's: its Table 3 (quality and consistency after data and model prefixes,
-    gap and ratio with intervals; csv and latex as ratings_table.csv and .tex)."""
+    gap and ratio with intervals; csv and latex as ratings_table.csv and .tex; the
+    next-word options --estimator, --unit and --ci are refused there)."""
     from app.cli.common import fail, load_settings, session_scope, study_named
     from app.results import exports, ratings_exports
     from app.results.catalog import task_label
+    from app.results.ratings import NextWordOption
     from app.results.service import study_results
 
     if format_ not in FORMATS:
@@ -91,7 +102,10 @@ def results(
     query = _query(estimator=estimator, unit=unit, b=b, ci=ci, seed=seed, exclusions=exclusions)
     with session_scope(load_settings()) as session:
         found = study_named(session, study)
-        res = study_results(session, found, query)
+        try:
+            res = study_results(session, found, query)
+        except NextWordOption as exc:
+            fail(f"{study} is a ratings study: {exc.message}")
         label = task_label(found)
     if format_ == "json":
         typer.echo(res.model_dump_json(indent=2))
@@ -114,24 +128,28 @@ def results(
 def diagnostics(
     study: Annotated[str, typer.Argument(help="the study's slug")],
     format_: Annotated[str, typer.Option("--format", "-f", help="table | csv | json")] = "table",
-    estimator: Estimator = "single",
-    unit: Unit = "annotator",
+    estimator: Estimator = None,
+    unit: Unit = None,
     b: B = 10_000,
-    ci: Ci = "wild",
+    ci: Ci = None,
     seed: Seed = 0,
     exclusions: Exclusions = "on",
 ) -> None:
     """Print a study's diagnostics: CGD per prefix kind and length from people and from the
     reference model, with the self-recovery gaps (the same table as
-    GET /api/v1/studies/{slug}/results/diagnostics)."""
+    GET /api/v1/studies/{slug}/results/diagnostics; next-word studies)."""
     from app.cli.common import fail, load_settings, session_scope, study_named
     from app.results.diagnostics import diagnostics_csv, diagnostics_table, study_diagnostics
+    from app.results.ratings import NextWordOnly
 
     if format_ not in DIAGNOSTICS_FORMATS:
         fail(f"unknown format {format_!r}: use {', '.join(DIAGNOSTICS_FORMATS)}")
     query = _query(estimator=estimator, unit=unit, b=b, ci=ci, seed=seed, exclusions=exclusions)
     with session_scope(load_settings()) as session:
-        diag = study_diagnostics(session, study_named(session, study), query)
+        try:
+            diag = study_diagnostics(session, study_named(session, study), query)
+        except NextWordOnly as exc:
+            fail(exc.message)
     if format_ == "json":
         typer.echo(diag.model_dump_json(indent=2))
     elif format_ == "csv":

@@ -34,9 +34,11 @@ from sqlalchemy.orm import Session
 
 from app.models import Study
 from app.results import queries, service
+from app.results.ebm import is_ratings
 from app.results.exclusions import counted, exclusion_mask
 from app.results.exports import csv_text
 from app.results.queries import ATTENTION_KIND, FIXED_KINDS, Judgments
+from app.results.ratings import next_word_only
 from app.results.schemas import (
     DiagnosticRow,
     DiagnosticsOut,
@@ -73,8 +75,10 @@ NAN = float("nan")
 
 
 def shows_diagnostics(study: Study) -> bool:
-    """Whether `study` has diagnostics to show: a kind beyond data and model, or a
-    reference model."""
+    """Whether `study` has diagnostics to show: a next-word study with a kind beyond data
+    and model, or a reference model."""
+    if is_ratings(study):
+        return False
     return any(k not in FIXED_KINDS for k in study.kinds) or reference_model(study) is not None
 
 
@@ -87,7 +91,8 @@ def study_diagnostics(
 ) -> DiagnosticsOut:
     """The diagnostics table of `study` for `query` (load and compute). `synthetic`: the
     results' synthetic figures for the same `query`, when the caller has them already,
-    instead of computing them again."""
+    instead of computing them again. A ratings study has none: :class:`NextWordOnly`."""
+    next_word_only(study, "diagnostics")
     query = query or ResultQuery()
     j = queries.load_judgments(session, study)
     if synthetic is None and reference_model(study):
@@ -102,7 +107,7 @@ def results_with_diagnostics(
     None), from one load of the judgments; the synthetic figures and, where the people rows
     count the judgments the headline figures count, the headline estimate are reused."""
     done = service.load_and_compute(session, study, query)
-    if not shows_diagnostics(study):
+    if not shows_diagnostics(study) or done.judgments is None:
         return done.results, None
     synthetic = done.results.synthetic
     diag = compute_diagnostics(study, done.judgments, synthetic, query, main=done.main)

@@ -34,8 +34,9 @@ DEFAULT_RULES = {
 def exclusion_mask(
     j: Judgments | Ratings, rules: dict[str, Any] | None
 ) -> tuple[np.ndarray, ExclusionReport]:
-    """Which judgments the pre-declared rules keep (of a ratings study: which ratings, by
-    the same rules; an attention pair is answered right when its quality is at most 1).
+    """Which judgments the pre-declared rules keep (of a ratings study: which ratings of its
+    submitted HITs, by the same rules; an attention pair is answered right when its
+    quality is at most ``scale_max / 5``, 1 on the paper's 0-5 scale).
 
     - ``blocked``: every judgment of an annotator who is blocked *and* whose past work
       was marked for exclusion (``exclude_past``);
@@ -112,7 +113,7 @@ def attention_accuracy(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per annotator with attention judgments (of those in `among`, if given): ``(ids,
     share of them answered as expected)`` (`attention_correct`: a judgment choosing the
-    top-1; a rating of an attention pair's quality at most 1)."""
+    top-1; a rating of an attention pair's quality at most ``scale_max / 5``)."""
     att = j.attention if among is None else j.attention & among
     ids, a = np.unique(j.annotator[att], return_inverse=True)
     correct = np.bincount(a, weights=j.attention_correct[att], minlength=ids.size)

@@ -116,7 +116,7 @@ class Judgments:
     @property
     def attention_correct(self) -> np.ndarray:
         """Per judgment: the answer an attention item expects, its top-1 (the exclusion
-        rules read this; a rating's is a quality of at most 1)."""
+        rules read this; a rating's is a quality of at most the scale's fifth)."""
         return self.choice == 1
 
     @property
@@ -418,8 +418,9 @@ def clear_item_cache() -> None:
 
 
 def study_assignments(study: Study) -> Any:
-    """The study's assignments (id, annotator, HIT and the flags of kept work that may not
-    count) as an alias of `Assignment` over a subquery: what judgments and ratings join to.
+    """The study's assignments (id, annotator, HIT, status and the flags of kept work that
+    may not count) as an alias of `Assignment` over a subquery: what judgments and ratings
+    join to.
 
     The study's assignments first (with their HITs), then the judgments (or ratings)
     against that one table: one hash probe per row instead of two. OFFSET 0 keeps the
@@ -430,6 +431,7 @@ def study_assignments(study: Study) -> Any:
             Assignment.id,
             Assignment.annotator_id,
             Assignment.hit_id,
+            Assignment.status,
             *(getattr(Assignment, name) for name, _ in _ASSIGNMENT_FLAGS),
         )
         .join(Hit, Hit.id == Assignment.hit_id)

@@ -1,15 +1,20 @@
 """The SQL of a ratings study's results (the later paper's second protocol).
 
-- :func:`load_ratings`: every rating of a study as the columns the ratings statistics read
-  (:class:`~app.results.stats.ratings_columns.RatingColumns`), with what the exclusion
-  rules and the quality table need beside them (:class:`Ratings`): one query joins the
-  ratings to the study's assignments (:func:`app.results.queries.study_assignments`, the
-  same join and the same flags of kept work that may not count as the judgments') and to
-  their pairs, shown pairs only; plus the study's annotators
-  (:func:`app.results.queries.load_annotators`). Which work counts is decided after, by
-  :mod:`app.results.exclusions`, from those flags: exactly as for judgments.
-- :func:`iter_rating_rows`: every rating with its pair and its annotator's opaque id,
-  streamed in batches (the ``ratings.csv`` export).
+- :func:`load_ratings`: the ratings of a study's submitted HITs as the columns the ratings
+  statistics read (:class:`~app.results.stats.ratings_columns.RatingColumns`), with what
+  the exclusion rules and the quality table need beside them (:class:`Ratings`): one query
+  joins the ratings to the study's assignments (:func:`app.results.queries.study_assignments`,
+  the same join and the same flags of kept work that may not count as the judgments') and
+  to their pairs, shown pairs only; plus the study's annotators
+  (:func:`app.results.queries.load_annotators`). A rating counts once its assignment is
+  submitted, as a next-word judgment (stored only at submission) does, so the late, cap,
+  replica and block flags that the submission sets apply to it; the ratings of unfinished
+  HITs stay stored and are only counted (``unfinished_ratings``, ``unfinished_hits``).
+  Which work counts is decided after, by :mod:`app.results.exclusions`, from those flags:
+  exactly as for judgments.
+- :func:`iter_rating_rows`: every rating, unfinished HITs' too, with its pair, its
+  assignment's status and its annotator's opaque id, streamed in batches (the
+  ``ratings.csv`` export).
 
 A rating is one annotator's ratings of one context-continuation pair: the quality (always
 there) and the consistency (NaN while the rater is between the two steps).
@@ -24,7 +29,7 @@ import numpy as np
 from sqlalchemy import Boolean, Float, Integer, SmallInteger, case, func, or_, select
 from sqlalchemy.orm import Session
 
-from app.models import Annotator, Assignment, Hit, Item, Rating, Study
+from app.models import Annotator, Assignment, AssignmentStatus, Hit, Item, Rating, Study
 from app.results.queries import (
     ATTENTION_KIND,
     _columns,
@@ -37,6 +42,7 @@ from app.results.queries import (
     study_assignments,
 )
 from app.results.stats.ratings_columns import RatingColumns
+from app.results.stats.ratings_figures import attention_max, attention_passed
 from app.studies.schemas import RatingsSection
 
 # A consistency not given yet travels as this (no NULL in the packed columns).
@@ -46,12 +52,14 @@ _DEFAULTS = RatingsSection()
 
 @dataclass
 class Ratings(RatingColumns):
-    """A study's ratings (:class:`RatingColumns`, in rating-id order) and, beside them, what
-    the exclusion rules read: per rating its assignment's flags (``FLAG_*`` bits), per
-    annotator (indexed like ``annotator_ids``) blocked, exclude_past, label, channel,
-    simulated. It reads as :class:`app.results.queries.Judgments` does where the rules
-    look (``flagged``, ``attention_correct``), so :func:`app.results.exclusions.exclusion_mask`
-    applies to it as it is."""
+    """A study's counted ratings (:class:`RatingColumns`, in rating-id order: those of
+    submitted HITs) and, beside them, what the exclusion rules read: per rating its
+    assignment's flags (``FLAG_*`` bits), per annotator (indexed like ``annotator_ids``)
+    blocked, exclude_past, label, channel, simulated. It reads as
+    :class:`app.results.queries.Judgments` does where the rules look (``flagged``,
+    ``attention_correct``), so :func:`app.results.exclusions.exclusion_mask` applies to it
+    as it is. ``unfinished_ratings``: the ratings stored in ``unfinished_hits``
+    assignments not submitted (begun, given back or lapsed), which count nowhere."""
 
     rating_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     assignment_flags: np.ndarray | None = None
@@ -61,14 +69,22 @@ class Ratings(RatingColumns):
     annotator_labels: list[str] = field(default_factory=list)
     annotator_channels: list[str] = field(default_factory=list)
     annotator_simulated: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    unfinished_ratings: int = 0
+    unfinished_hits: int = 0
 
     def __len__(self) -> int:
         return self.n
 
     @property
+    def attention_max(self) -> float:
+        """The quality an attention pair should get at most on this scale (scale_max / 5)."""
+        return attention_max(self.scale_max)
+
+    @property
     def attention_correct(self) -> np.ndarray:
-        """Per rating: an attention pair (shuffled words) rated as expected, quality <= 1."""
-        return self.quality <= 1.0
+        """Per rating: an attention pair (shuffled words) rated as expected, a quality of
+        at most :attr:`attention_max`."""
+        return attention_passed(self.quality, self.scale_max)
 
     def flagged(self, flag: int) -> np.ndarray:
         """Which ratings' assignments carry `flag` (a FLAG_* bit)."""
@@ -93,9 +109,12 @@ def _attention():
 
 
 def load_ratings(session: Session, study: Study) -> Ratings:
-    """Every rating of `study` on a shown (not skipped) pair, whatever its assignment's
-    state (a rater between two pairs, or one who gave the HIT back, has ratings already
-    stored: they are answers, kept as a late answer is), as columns in rating-id order.
+    """The ratings of `study` on shown (not skipped) pairs in its submitted HITs, as columns
+    in rating-id order; the ratings of HITs not submitted (a rater between two pairs, one
+    who gave the HIT back or let it lapse) are counted in ``unfinished_ratings`` and
+    ``unfinished_hits`` (assignments) and left out: a HIT's flags (late, past the cap or
+    the replicas, after a block) are set when it is submitted, so a rating counts, as a
+    next-word judgment does, once its HIT is. They stay stored (``ratings.csv`` has them).
 
     ``kind`` is a code into :func:`app.results.queries.kind_codes` (data 0, model 1; -1 for
     a kind the study does not list); ``simulated`` marks the ratings of simulated
@@ -108,6 +127,8 @@ def load_ratings(session: Session, study: Study) -> Ratings:
     spec = [
         ("id", Rating.id, Integer, ">i4"),
         ("item", Rating.item_id, Integer, ">i4"),
+        ("assignment", Rating.assignment_id, Integer, ">i4"),
+        ("submitted", asg.status == AssignmentStatus.submitted, Boolean, "?"),
         ("annotator", asg.annotator_id, Integer, ">i4"),
         ("hit", asg.hit_id, Integer, ">i4"),
         ("flags", assignment_flags(asg), Integer, ">i4"),
@@ -126,8 +147,10 @@ def load_ratings(session: Session, study: Study) -> Ratings:
         .where(Item.skip_reason.is_(None))
     )
     cols = _columns(session, stmt, spec)
-    order = np.argsort(cols["id"], kind="stable")
-    cols = {k: v[order] for k, v in cols.items()}
+    submitted = cols["submitted"].astype(bool)
+    unfinished = cols["assignment"][~submitted]
+    order = np.argsort(cols["id"][submitted], kind="stable")
+    cols = {k: v[submitted][order] for k, v in cols.items()}
     annotators = load_annotators(session, study)
     annotator = cols["annotator"].astype(np.int64)
     scale_max, step = scale_of(study)
@@ -150,13 +173,16 @@ def load_ratings(session: Session, study: Study) -> Ratings:
         rating_id=cols["id"].astype(np.int64),
         assignment_flags=cols["flags"].astype(np.int64),
         **annotators.columns(),
+        unfinished_ratings=int(unfinished.size),
+        unfinished_hits=int(np.unique(unfinished).size),
     )
 
 
 def iter_rating_rows(session: Session, study: Study) -> Iterator[tuple[list[str], list[tuple]]]:
-    """Every rating of `study` (skipped pairs' too, flagged by ``skip_reason``) with its pair
-    and its annotator's opaque id: ``(column names, batch of rows)`` in rating-id order,
-    streamed like :func:`app.results.queries.iter_judgment_rows`."""
+    """Every rating of `study` (skipped pairs' and unfinished HITs' too, flagged by
+    ``skip_reason`` and ``assignment_status``) with its pair and its annotator's opaque id:
+    ``(column names, batch of rows)`` in rating-id order, streamed like
+    :func:`app.results.queries.iter_judgment_rows`."""
     spec = [
         (Rating.id.label("rating_id"), None),
         (Hit.id.label("hit_id"), None),

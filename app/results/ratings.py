@@ -2,13 +2,19 @@
 
 ``ratings_document`` loads the study's ratings (:func:`app.results.queries_ratings.load_ratings`)
 and hands them to ``compute_ratings``, which is pure: columns in, :class:`RatingsOut` out.
-As for a next-word study (:mod:`app.results.service`), every figure is computed twice, with
-and without the study's pre-declared exclusions (:mod:`app.results.exclusions`, the same
-rules: blocked annotators whose past work is excluded, attention accuracy below the
-study's threshold — an attention pair of shuffled words is answered right when its quality
-is at most 1 —, too-fast ratings, kept work past the cap or the replicas; unconfirmed MTurk
-work counts in neither), and the ``exclusions`` option only says which is the main one.
-The statistics are :func:`app.results.stats.ratings.ratings_results` and
+A rating counts once its HIT is submitted, as a next-word judgment (stored only at
+submission) does; the ratings of unfinished HITs stay stored, count in neither variant and
+are reported as a count. As for a next-word study (:mod:`app.results.service`), every
+figure is computed twice, with and without the study's pre-declared exclusions
+(:mod:`app.results.exclusions`, the same rules: blocked annotators whose past work is
+excluded, attention accuracy below the study's threshold — an attention pair of shuffled
+words is answered right when its quality is at most ``scale_max / 5``, 1 on 0-5
+(:func:`app.results.stats.ratings_figures.attention_max`) —, too-fast ratings, kept work
+after a block, past the cap or the replicas; unconfirmed MTurk work counts in neither),
+and the ``exclusions`` option only says which is the main one. The next-word options
+(estimator, unit, ci) are refused (:class:`NextWordOption`), as the next-word figures
+(diagnostics, the planner) are (:class:`NextWordOnly`). The statistics are
+:func:`app.results.stats.ratings.ratings_results` and
 :func:`~app.results.stats.ratings.rater_quality`; the stored EB-M scores come with them
 (:mod:`app.results.ebm`). Services read; they never commit.
 """
@@ -24,9 +30,9 @@ from sqlalchemy.orm import Session
 
 from app import __version__
 from app.models import Study
-from app.results.ebm import stored_ebm
+from app.results.ebm import is_ratings, stored_ebm
 from app.results.exclusions import counted, exclusion_mask
-from app.results.queries_ratings import Ratings, load_ratings
+from app.results.queries_ratings import Ratings, load_ratings, scale_of
 from app.results.ratings_schemas import (
     AgreementRowOut,
     CellMeanOut,
@@ -41,7 +47,13 @@ from app.results.ratings_schemas import (
     figures,
     simulated_ratings_label,
 )
-from app.results.schemas import ExclusionReport, ResultQuery, ResultsOut
+from app.results.schemas import (
+    NEXTWORD_OPTIONS,
+    ExclusionReport,
+    RatingsQuery,
+    ResultQuery,
+    ResultsOut,
+)
 from app.results.stats.ratings import (
     PAPER_RUNS_LABEL,
     STEPS,
@@ -49,8 +61,53 @@ from app.results.stats.ratings import (
     rater_quality,
     ratings_results,
 )
+from app.results.stats.ratings_figures import attention_max
+from app.validation import BadInput
 
 PAPER_LABEL = f"Paper-comparable: {PAPER_RUNS_LABEL}."
+
+
+class NextWordOption(BadInput):
+    """Next-word options (estimator, unit, ci) given for a ratings study's figures: refused
+    rather than ignored (a 4xx; ``fields`` names them, ``field`` the first)."""
+
+    def __init__(self, message: str, fields: list[str]) -> None:
+        super().__init__(message)  # the message names the fields
+        self.field = fields[0]
+        self.fields = fields
+
+
+class NextWordOnly(LookupError):
+    """A next-word figure (diagnostics, the planner) asked of a ratings study: there is none
+    (a 404, as a download a study's type does not have)."""
+
+    def __init__(self, study: Study, what: str) -> None:
+        self.message = f"{study.slug} is a ratings study: it has no {what} (a next-word figure)."
+        super().__init__(self.message)
+
+
+def next_word_only(study: Study, what: str) -> None:
+    """Raise :class:`NextWordOnly` when `study` is a ratings study."""
+    if is_ratings(study):
+        raise NextWordOnly(study, what)
+
+
+def ratings_query(query: ResultQuery | RatingsQuery) -> RatingsQuery:
+    """The options of a ratings study's figures (:class:`RatingsQuery`) from the results'
+    options; a next-word option that was given (estimator, unit, ci) is refused with
+    :class:`NextWordOption`, never silently ignored."""
+    if isinstance(query, RatingsQuery):
+        return query
+    given = [name for name in NEXTWORD_OPTIONS if name in query.model_fields_set]
+    if given:
+        what = "are next-word options" if len(given) > 1 else "is a next-word option"
+        raise NextWordOption(
+            f"{', '.join(given)} {what}; a ratings study takes b, seed, exclusions and level "
+            "(its headline intervals are two-way, annotator x pair; the secondary ones an "
+            "annotator bootstrap)",
+            given,
+        )
+    return RatingsQuery.model_validate(query.model_dump(include=set(RatingsQuery.model_fields)))
 
 
 class RatingsComputed(NamedTuple):
@@ -58,24 +115,33 @@ class RatingsComputed(NamedTuple):
     exclusions: ExclusionReport
 
 
-def study_ratings(session: Session, study: Study, query: ResultQuery | None = None) -> RatingsOut:
+def study_ratings(
+    session: Session, study: Study, query: ResultQuery | RatingsQuery | None = None
+) -> RatingsOut:
     """The ratings figures of `study` for `query` (load and compute)."""
-    return compute_ratings(study, load_ratings(session, study), query or ResultQuery()).ratings
+    opts = ratings_query(query or RatingsQuery())
+    return compute_ratings(study, load_ratings(session, study), opts).ratings
 
 
 def ratings_document(
-    session: Session, study: Study, query: ResultQuery, *, started: float | None = None
+    session: Session,
+    study: Study,
+    query: ResultQuery | RatingsQuery,
+    *,
+    started: float | None = None,
 ) -> ResultsOut:
     """The results document of a ratings study: its ratings figures (``ratings``), its
     stored EB-M (``ebm``) and its exclusion report counted in ratings; the next-word
-    figures (CGD, EB-C, the planner) do not apply and are empty."""
+    figures (CGD, EB-C, the planner) do not apply and are empty, and a next-word option
+    given in `query` is refused (:class:`NextWordOption`)."""
     started = time.perf_counter() if started is None else started
+    opts = ratings_query(query)
     r = load_ratings(session, study)
-    done = compute_ratings(study, r, query)
+    done = compute_ratings(study, r, opts)
     return ResultsOut(
         study=study.slug,
         kinds=r.kinds,
-        options=query,
+        options=opts,
         service_version=__version__,
         computed_at=datetime.now(UTC),
         seconds=time.perf_counter() - started,
@@ -91,10 +157,34 @@ def ratings_document(
     )
 
 
-def compute_ratings(study: Study, r: Ratings, query: ResultQuery) -> RatingsComputed:
+def rater_quality_rows(session: Session, study: Study) -> list[RaterQualityOut]:
+    """The per-annotator quality figures of a ratings study alone (the Annotators page):
+    its counted ratings loaded once, the exclusion rules, no resampling."""
+    r = load_ratings(session, study)
+    keep, _ = exclusion_mask(r, study.exclusions)
+    return _quality(r, keep)
+
+
+def study_attention_max(study: Study) -> float:
+    """The quality at most which `study`'s attention pairs pass (scale_max / 5)."""
+    return attention_max(scale_of(study)[0])
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n:,} {what}{'' if n == 1 else 's'}"
+
+
+def compute_ratings(study: Study, r: Ratings, query: ResultQuery | RatingsQuery) -> RatingsComputed:
     """Every figure of a ratings study from its loaded ratings (no database)."""
     keep, report = exclusion_mask(r, study.exclusions)
     messages: list[str] = []
+    if r.unfinished_ratings:
+        messages.append(
+            f"{_count(r.unfinished_ratings, 'rating')} in "
+            f"{_count(r.unfinished_hits, 'unfinished HIT')}, not counted: a rating counts "
+            "once its HIT is submitted, as a next-word judgment does (ratings.csv keeps "
+            "every rating, with its assignment_status)"
+        )
     if report.excluded_by_rule.get("unverified"):
         messages.append(
             f"{report.excluded_by_rule['unverified']} ratings of MTurk assignments not yet "
@@ -119,6 +209,9 @@ def compute_ratings(study: Study, r: Ratings, query: ResultQuery) -> RatingsComp
         other=other,
         quality=_quality(r, keep),
         n_ratings=r.n,
+        unfinished_ratings=r.unfinished_ratings,
+        unfinished_hits=r.unfinished_hits,
+        attention_max=r.attention_max,
         open_consistency=int(np.isnan(r.consistency).sum()),
         simulated_ratings=max((v.n_simulated for v in (main, other) if v), default=0),
         messages=sorted(set(messages)),
@@ -129,7 +222,7 @@ def compute_ratings(study: Study, r: Ratings, query: ResultQuery) -> RatingsComp
 def _variant(
     r: Ratings,
     keep: np.ndarray | None,
-    query: ResultQuery,
+    query: ResultQuery | RatingsQuery,
     *,
     applied: bool,
     messages: list[str],
@@ -235,8 +328,14 @@ def _quality(r: Ratings, keep: np.ndarray) -> list[RaterQualityOut]:
 
 __all__ = [
     "PAPER_LABEL",
+    "NextWordOnly",
+    "NextWordOption",
     "RatingsComputed",
     "compute_ratings",
+    "next_word_only",
+    "rater_quality_rows",
     "ratings_document",
+    "ratings_query",
+    "study_attention_max",
     "study_ratings",
 ]

@@ -2,18 +2,21 @@
 as the later paper's Table 3 (CSV, one row per figure; a booktabs LaTeX table; a terminal
 table).
 
-``ratings.csv`` columns, one row per rating (one annotator's ratings of one pair), in
-rating-id order: ``study``, ``rating_id``, ``assignment`` (public id), ``hit_id``,
-``hit_index``, ``position`` (of the pair in its HIT), ``item_id``, ``kind``, ``length``,
-``is_attention``, ``skip_reason``, ``prompt``, ``prefix``, ``continuation``, ``quality``,
-``consistency`` (empty: not given yet), ``quality_ms``, ``consistency_ms`` (the client's
-time), ``quality_at``, ``consistency_at`` (UTC, ISO 8601), ``too_fast``, ``late``,
-``annotator_id`` (the service's opaque id: no platform worker id, no label; the judgments
-and the annotators page hold those), ``channel``, ``simulated`` (true: a simulated crowd's
-annotator, not a person), ``annotator_blocked``, ``annotator_exclude_past``,
-``assignment_status``, and the assignment's flags on kept work that may not count:
-``over_cap``, ``extra_replica``, ``after_block``, ``unverified``. Text cells a spreadsheet
-would run as a formula are neutralised as in every export (:mod:`app.results.exports`).
+``ratings.csv`` columns, one row per rating stored (one annotator's ratings of one
+pair), those of unfinished HITs too (``assignment_status`` other than ``submitted``:
+they count in no figure until the HIT is submitted), in rating-id order: ``study``,
+``rating_id``, ``assignment`` (public id), ``hit_id``, ``hit_index``, ``position`` (of
+the pair in its HIT), ``item_id``, ``kind``, ``length``, ``is_attention``,
+``skip_reason``, ``prompt``, ``prefix``, ``continuation``, ``quality``, ``consistency``
+(empty: not given yet), ``quality_ms``, ``consistency_ms`` (the client's time),
+``quality_at``, ``consistency_at`` (UTC, ISO 8601), ``too_fast``, ``late``,
+``annotator_id`` (the service's opaque id: no platform worker id, no label; the
+judgments and the annotators page hold those), ``channel``, ``simulated`` (true: a
+simulated crowd's annotator, not a person), ``annotator_blocked``,
+``annotator_exclude_past``, ``assignment_status``, and the assignment's flags on kept
+work that may not count: ``over_cap``, ``extra_replica``, ``after_block``,
+``unverified``. Text cells a spreadsheet would run as a formula are neutralised as in
+every export (:mod:`app.results.exports`).
 
 ``ratings_table.csv`` columns, one row per figure, main variant first: ``study``,
 ``exclusions`` (on/off), ``figure`` (``mean`` of a kind; ``gap`` = data - model; ``ratio`` =
@@ -24,7 +27,8 @@ agreement: ``alpha_interval``, ``alpha_ordinal``, ``exact``, ``within_step``,
 ``within_point``), ``length``, ``step``, ``kind``, ``estimate``, ``low``, ``high``,
 ``level``, ``method``, ``n_ratings``, ``n_pairs``, ``n_annotators``,
 ``effective_annotators``, ``paper_mean``, ``paper_std`` (the paper's mean +- std over
-``paper_runs`` runs of ``paper_pairs`` pairs), ``b``, ``seed``, ``n_simulated``,
+``paper_runs`` runs of ``paper_pairs`` pairs, which may differ between lengths), ``b``,
+``seed``, ``n_simulated``,
 ``simulated``, ``note`` (agreement: which figure is the paper's "agreement" and why).
 Empty cells are nulls.
 """
@@ -250,10 +254,9 @@ def ratings_latex(res: ResultsOut, task_label: str, *, paper: bool = False) -> s
         n += f"; {tex_escape(v.simulated or '')}, not people"
         who = "Simulated-crowd" if v.n_simulated >= v.n_ratings else "Human and simulated"
     if paper and v is not None and v.paper:
-        p = v.paper[0]
         what = (
-            f"mean $\\pm$ std over {p.runs} random disjoint runs of {p.pairs} pairs "
-            "(paper-comparable)"
+            "mean $\\pm$ std over random disjoint runs of pairs, "
+            f"{v.paper_design('$l={}$')} (paper-comparable)"
         )
     elif paper:
         what = "mean $\\pm$ std over random disjoint runs of pairs (paper-comparable)"
@@ -317,7 +320,7 @@ def ratings_table(res: ResultsOut) -> str:
                     f"{ratio:>21}  {n_ann:>5}  {eff or '--':>5}"
                 )
         if v.paper:
-            out.append(f"paper-comparable (mean +- std over {v.paper[0].runs} runs):")
+            out.append(f"paper-comparable (mean +- std over {v.paper_design()}):")
             for row in v.table:
                 for step in STEP_LABELS:
                     figs = getattr(row, step).paper

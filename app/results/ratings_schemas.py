@@ -113,6 +113,25 @@ class RatingsSet(_Out):
     agreement: list[AgreementRowOut]  # type: ignore[valid-type]
     warnings: list[str]
 
+    def paper_design(self, length: str = "l={}") -> str:
+        """The paper-comparable figure's runs x pairs: once (``5 runs of 50 pairs``) when
+        every length has the same, else per length (``5 runs of 50 pairs at l=10, 5 runs
+        of 3 pairs at l=20``; `length` formats the length); empty without figures."""
+        return paper_design(self.paper, length)
+
+
+def _runs(runs: int, pairs: int) -> str:
+    return f"{runs} runs of {pairs} pair{'' if pairs == 1 else 's'}"
+
+
+def paper_design(paper: list[Any], length: str = "l={}") -> str:
+    """See :meth:`RatingsSet.paper_design` (`paper`: its rows, each with length, runs,
+    pairs; a length's runs and pairs are the same at both steps)."""
+    per_length = sorted({(p.length, p.runs, p.pairs) for p in paper})
+    if len({(r, n) for _, r, n in per_length}) == 1:
+        return _runs(*per_length[0][1:])
+    return ", ".join(f"{_runs(r, n)} at {length.format(ln)}" for ln, r, n in per_length)
+
 
 class RaterQualityOut(_Out):
     """One annotator's quality-control figures, on all their ratings (attention pairs
@@ -125,7 +144,9 @@ class RaterQualityOut(_Out):
     blocked: bool
     n_ratings: int
     n_attention: int = Field(description="attention pairs rated")
-    attention_pass: Figure = Field(description="share of them rated at most 1 (expected)")
+    attention_pass: Figure = Field(
+        description="share of them rated at most attention_max, scale_max / 5 (expected)"
+    )
     top_value_share: Figure = Field(description="share of the most frequent value given")
     leniency: Figure = Field(
         description="mean deviation from the other raters of the same pair (null: none shared)"
@@ -148,9 +169,23 @@ class RatingsOut(_Out):
     results: RatingsSet | None = Field(description="main figures (as the exclusions option)")
     other: RatingsSet | None = Field(description="the same with the opposite exclusions")
     quality: list[RaterQualityOut] = Field(description="per annotator, on all their ratings")
-    n_ratings: int = Field(description="every rating stored on a shown pair")
+    n_ratings: int = Field(
+        description="every rating of a submitted HIT on a shown pair (before exclusions)"
+    )
+    unfinished_ratings: int = Field(
+        0,
+        description="ratings stored in HITs not submitted (begun, given back or lapsed): "
+        "counted in neither variant, kept in ratings.csv with their assignment_status",
+    )
+    unfinished_hits: int = Field(
+        0, description="the unfinished HITs those are in (assignments: one annotator's HIT)"
+    )
+    attention_max: float = Field(
+        description="an attention pair passes at a quality of at most this: scale_max / 5"
+    )
     open_consistency: int = Field(
-        description="ratings whose consistency is not given yet (a rater between the steps)"
+        description="counted ratings without a consistency (a HIT is submitted with its "
+        "last consistency, so none are expected)"
     )
     simulated_ratings: int = Field(
         0, description="ratings by simulated annotators these figures include (most of both)"
@@ -182,5 +217,6 @@ __all__ = [
     "TrendOut",
     "figures",
     "figures_model",
+    "paper_design",
     "simulated_ratings_label",
 ]

@@ -64,6 +64,29 @@ class ResultQuery(_Out):
     level: float = Field(0.95, gt=0.5, lt=1.0, description="interval coverage")
 
 
+NEXTWORD_OPTIONS = ("estimator", "unit", "ci")
+
+
+class RatingsQuery(_Out):
+    """The options of a ratings study's figures: :class:`ResultQuery`'s without the
+    next-word ones (``estimator``, ``unit``, ``ci``), which a ratings study refuses: its
+    headline intervals are two-way (annotator x pair), its secondary ones an annotator
+    bootstrap."""
+
+    b: int = Field(
+        10_000,
+        ge=100,
+        le=200_000,
+        description="resamples of the secondary annotator bootstrap (the agreement's pair "
+        "bootstrap takes at most 2,000)",
+    )
+    seed: int = Field(0, ge=0, lt=2**63, description="seed of every resampling")
+    exclusions: OnOff = Field(
+        "on", description="apply the study's pre-declared exclusions to the main figures"
+    )
+    level: float = Field(0.95, gt=0.5, lt=1.0, description="interval coverage")
+
+
 class LengthRow(_Out):
     """One row of the paper's Table 4: CGD(M|D), CGD(M|M) and EB-C at one length."""
 
@@ -227,7 +250,12 @@ class EBMOut(_Out):
 class ResultsOut(_Out):
     study: str
     kinds: list[str]
-    options: ResultQuery
+    # RatingsQuery first: its fields are a subset of ResultQuery's (extra fields forbidden),
+    # so a document read back keeps the options it was written with.
+    options: RatingsQuery | ResultQuery = Field(
+        description="the options the figures were computed with (a ratings study's: "
+        "RatingsQuery, without the next-word estimator, unit and ci)"
+    )
     service_version: str
     computed_at: datetime
     seconds: float = Field(description="time spent loading and computing")

@@ -31,7 +31,8 @@ from app.results.ebm import is_ratings
 from app.results.exclusions import counted, exclusion_mask
 from app.results.planning import plan_from_judgments
 from app.results.queries import Judgments, References
-from app.results.ratings import ratings_document
+from app.results.ratings import rater_quality_rows, ratings_document
+from app.results.ratings_schemas import RaterQualityOut
 from app.results.schemas import (
     AnnotatorQualityOut,
     ExclusionReport,
@@ -61,12 +62,8 @@ from app.results.stats import (
     position_bias,
     sanity,
 )
+from app.results.stats.agreement import AGREEMENT_B
 from app.results.synthetic import reference_model, synthetic_results
-
-# Item bootstrap of the agreement coefficients: a secondary figure over thousands of
-# overlap items, where 2,000 resamples put the Monte Carlo error of a 95% bound well
-# below its sampling error and cost a fifth of 10,000.
-AGREEMENT_B = 2000
 
 
 class _Variant(NamedTuple):
@@ -88,12 +85,32 @@ class MainEstimate(NamedTuple):
 
 
 class Computed(NamedTuple):
-    """The results, the judgments they were computed from and the main estimate (None:
-    no figures), for a caller that computes more from the same load (the results page)."""
+    """The results, the judgments they were computed from (None: a ratings study, which
+    has none) and the main estimate (None: no figures), for a caller that computes more
+    from the same load (the results page)."""
 
     results: ResultsOut
-    judgments: Judgments
+    judgments: Judgments | None
     main: MainEstimate | None
+
+
+# The Annotators page's next-word figures need no error bars: the fewest resamples the
+# results accept.
+QUALITY_QUERY = ResultQuery(b=100)
+
+
+def quality_by_annotator(
+    session: Session, study: Study
+) -> dict[int, AnnotatorQualityOut | RaterQualityOut]:
+    """Per annotator id, the quality figures of the Annotators page: a ratings study's
+    per-rater figures from its ratings alone (:func:`app.results.ratings.rater_quality_rows`:
+    no resampling), a next-word study's from its results at the fewest resamples."""
+    rows: list[AnnotatorQualityOut] | list[RaterQualityOut]
+    if is_ratings(study):
+        rows = rater_quality_rows(session, study)
+    else:
+        rows = study_results(session, study, QUALITY_QUERY).quality
+    return {q.annotator_id: q for q in rows}
 
 
 def study_results(session: Session, study: Study, query: ResultQuery | None = None) -> ResultsOut:
@@ -104,10 +121,10 @@ def study_results(session: Session, study: Study, query: ResultQuery | None = No
 def load_and_compute(session: Session, study: Study, query: ResultQuery | None = None) -> Computed:
     """`study_results` with what it loaded and its main estimate (see `Computed`)."""
     started = time.perf_counter()
-    j = queries.load_judgments(session, study)
     if is_ratings(study):  # measured in ratings, not judgments: app.results.ratings
         res = ratings_document(session, study, query or ResultQuery(), started=started)
-        return Computed(res, j, None)
+        return Computed(res, None, None)
+    j = queries.load_judgments(session, study)
     refs = queries.load_references(session, study) if reference_model(study) else None
     res, main = _compute(study, j, query or ResultQuery(), started=started, references=refs)
     return Computed(res, j, main)
@@ -402,4 +419,12 @@ def _quality(j: Judgments, study: Study, report: ExclusionReport) -> list[Annota
     return out
 
 
-__all__ = ["Computed", "MainEstimate", "compute_results", "load_and_compute", "study_results"]
+__all__ = [
+    "AGREEMENT_B",
+    "Computed",
+    "MainEstimate",
+    "compute_results",
+    "load_and_compute",
+    "quality_by_annotator",
+    "study_results",
+]

@@ -7,15 +7,18 @@ committed and closed before the body is sent).
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
 from app.models import Study, User
 from app.results import catalog, diagnostics, downloads, planning, service
+from app.results.ebm import is_ratings
+from app.results.ratings import NextWordOnly, NextWordOption, next_word_only, ratings_query
 from app.results.schemas import (
     DiagnosticsOut,
     ManifestOut,
@@ -62,6 +65,11 @@ ERRORS: dict[int | str, dict] = {
 class LatexQuery(ResultQuery):
     paper: bool = False  # ± as the paper-comparable std over 5 parts instead of the SE
 
+    def results_query(self) -> ResultQuery:
+        """The results' options, only those given set (a ratings study refuses the
+        next-word ones when given)."""
+        return ResultQuery.model_validate(self.model_dump(exclude={"paper"}, exclude_unset=True))
+
 
 router = APIRouter(
     tags=["studies"],
@@ -80,7 +88,51 @@ _404_NEXTWORD = {
 # The study, if the token's user may see it: 404 otherwise, as for a study that does not
 # exist (app.web.security.api_study). Every route here only reads.
 StudyDep = ApiStudyDep
-ResultQueryDep = Annotated[ResultQuery, Query()]
+
+
+def _next_word_study(what: str) -> Any:
+    """The study, if it has `what` (a next-word figure): a ratings study's is a 404, as a
+    download a study's type does not have."""
+
+    def dependency(study: StudyDep) -> Study:
+        try:
+            next_word_only(study, what)
+        except NextWordOnly as exc:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, exc.message) from None
+        return study
+
+    return Annotated[Study, Depends(dependency)]
+
+
+def _no_next_word_options(study: Study, query: ResultQuery) -> None:
+    """On a ratings study, a next-word option given (estimator, unit, ci) is a 422 that
+    names it, not silently ignored."""
+    if not is_ratings(study):
+        return
+    try:
+        ratings_query(query)
+    except NextWordOption as exc:
+        errors = [
+            {"loc": ("query", name), "msg": exc.message, "type": "value_error"}
+            for name in exc.fields
+        ]
+        raise RequestValidationError(errors) from None
+
+
+def result_options(study: StudyDep, query: Annotated[ResultQuery, Query()]) -> ResultQuery:
+    _no_next_word_options(study, query)
+    return query
+
+
+def latex_options(study: StudyDep, query: Annotated[LatexQuery, Query()]) -> LatexQuery:
+    _no_next_word_options(study, query.results_query())
+    return query
+
+
+ResultQueryDep = Annotated[ResultQuery, Depends(result_options)]
+LatexQueryDep = Annotated[LatexQuery, Depends(latex_options)]
+DiagnosticsStudyDep = _next_word_study("diagnostics")
+PlanStudyDep = _next_word_study("planner")
 
 
 def _file(content_type: str, what: str, missing: dict = _404) -> dict:
@@ -145,12 +197,12 @@ def results(study: StudyDep, session: SessionDep, query: ResultQueryDep) -> Resu
 @router.get(
     "/studies/{slug}/results/diagnostics",
     response_model=DiagnosticsOut,
-    responses=_404,
+    responses=_404_NEXTWORD,
     summary="Diagnostic curves: CGD per prefix kind and length from people and from the "
-    "reference model, with the self-recovery gaps",
+    "reference model, with the self-recovery gaps (next-word studies)",
 )
 def results_diagnostics(
-    study: StudyDep, session: SessionDep, query: ResultQueryDep
+    study: DiagnosticsStudyDep, session: SessionDep, query: ResultQueryDep
 ) -> DiagnosticsOut:
     return diagnostics.study_diagnostics(session, study, query)
 
@@ -204,7 +256,7 @@ def results_tex(
     user: ApiUserDep,
     query: Annotated[LatexQuery, Query()],
 ) -> Response:
-    opts = ResultQuery.model_validate(query.model_dump(exclude={"paper"}))
+    opts = query.results_query()
     return _file_response(_download(session, study, "results.tex", opts, user, query.paper))
 
 
@@ -337,9 +389,9 @@ def results_ratings_table(
     session: SessionDep,
     user: ApiUserDep,
     fmt: Literal["csv", "tex"],
-    query: Annotated[LatexQuery, Query()],
+    query: LatexQueryDep,
 ) -> Response:
-    opts = ResultQuery.model_validate(query.model_dump(exclude={"paper"}))
+    opts = query.results_query()
     d = _download(session, study, f"ratings_table.{fmt}", opts, user, query.paper)
     return _file_response(d)
 
@@ -381,17 +433,18 @@ def manifest(study: StudyDep, session: SessionDep) -> ManifestOut:
     "/studies/{slug}/plan",
     response_model=StudyPlan,
     responses={
-        **_404,
+        **_404_NEXTWORD,
         422: {
             "model": ValidationErrorOut,
             "description": "invalid parameters, or a target no study can reach (the detail "
             "says why: EB-C x CGD(data) >= 1, or more judgments than any study collects)",
         },
     },
-    summary="Power and budget planner (design effect measured on the study's data)",
+    summary="Power and budget planner (design effect measured on the study's data; "
+    "next-word studies)",
 )
 def plan(
-    study: StudyDep,
+    study: PlanStudyDep,
     session: SessionDep,
     target_ebc: Annotated[float | None, Query(gt=1.0, le=3.0)] = PlanTarget.target_ebc,
     halfwidth: Annotated[float | None, Query(gt=0, le=1)] = PlanTarget.halfwidth,

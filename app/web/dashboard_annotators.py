@@ -24,8 +24,9 @@ from app.annotation.errors import AnnotationError
 from app.annotation.identities import crowd_entry_urls
 from app.annotation.leases import annotator_cap
 from app.models import Annotator, Study
-from app.results.schemas import ResultQuery
-from app.results.service import study_results
+from app.results.ebm import is_ratings
+from app.results.ratings import study_attention_max
+from app.results.service import quality_by_annotator
 from app.studies.queries import annotator_rows
 from app.studies.service import Access, StudyError, set_study_cap
 from app.validation import INT32_MAX, MAX_CAP, check_text, parse_int
@@ -34,9 +35,6 @@ from app.web.pages import LOGIN, StudyDep, flash, redirect, render, study_url
 from app.web.security import CsrfDep, ManageStudyDep, UserDep, access_of
 
 router = APIRouter(prefix="/dashboard/studies", include_in_schema=False, dependencies=LOGIN)
-
-# The quality figures need no error bars: the fewest resamples the results accept.
-QUALITY_QUERY = ResultQuery(b=100)
 
 
 def _annotator(session, study: Study, annotator_id: int) -> Annotator:
@@ -55,15 +53,18 @@ def _back(study: Study) -> RedirectResponse:
 def annotators(request: Request, session: SessionDep, study: StudyDep) -> HTMLResponse:
     settings = request.app.state.settings
     rows = annotator_rows(session, study)
-    quality = {q.annotator_id: q for q in study_results(session, study, QUALITY_QUERY).quality}
     can_manage = access_of(request) >= Access.manage
+    ratings = is_ratings(study)
     return render(
         request,
         "annotators.html",
         {
             "study": study,
             "rows": rows,
-            "quality": quality,
+            "quality": quality_by_annotator(session, study),
+            # A ratings study's figures are per rater (RaterQuality), not per judgment.
+            "ratings": ratings,
+            "attention_max": study_attention_max(study) if ratings else None,
             "can_manage": can_manage,
             # Invite links are credentials: only those who may manage the study see them.
             "links": {

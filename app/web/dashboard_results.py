@@ -39,7 +39,10 @@ class PageQuery(ResultQuery):
     paper: bool = False
 
     def results_query(self) -> ResultQuery:
-        return ResultQuery.model_validate(self.model_dump(include=set(ResultQuery.model_fields)))
+        """The results' options, only those given set (a ratings study refuses the
+        next-word ones when given: a 400)."""
+        fields = set(ResultQuery.model_fields)
+        return ResultQuery.model_validate(self.model_dump(include=fields, exclude_unset=True))
 
     def target(self) -> PlanTarget:
         """The planner's target: a half-width, when one is given, replaces the EB-C."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 
+import pytest
 from sqlalchemy import func, select
 
 from app.annotation.identities import annotator_for_invite, read_invite_token
@@ -170,3 +172,34 @@ def test_the_annotator_table_shows_the_llm_assistance_signal(logged_in, session)
     assert "LLM-assisted?" in row and "1.00 vs" in row
     assert "agrees with the reference model&#39;s top-1 far beyond the crowd" in row
     assert r.text.count("LLM-assisted?") == 1
+
+
+def test_a_ratings_study_shows_each_raters_quality_figures(logged_in, session, monkeypatch):
+    """Per rater (RaterQuality): ratings, attention pass share, straight-lining, leniency,
+    too fast, from the ratings alone: the figures' resampling is not run for them."""
+    from app.results import ratings as ratings_service
+    from tests.results.ratings_study import make_rated_study
+
+    rated = make_rated_study(session)
+    session.commit()
+
+    def no_figures(*_args, **_kwargs):
+        raise AssertionError("the Annotators page computes no results document")
+
+    monkeypatch.setattr(ratings_service, "ratings_results", no_figures)
+    r = logged_in.get("/dashboard/studies/rated/annotators")
+    assert r.status_code == 200
+    quality = r.context["quality"]
+    ids = {name: a.id for name, a in rated.annotators.items()}
+    assert set(quality) == set(ids.values())
+    careless, steady = quality[ids["careless"]], quality[ids["steady"]]
+    assert careless.attention_pass == 0 and careless.top_value_share == 1 and careless.excluded
+    assert steady.attention_pass == 1 and steady.n_ratings == 22 and not steady.excluded
+    assert steady.too_fast_share == pytest.approx(2 / 22)
+    table = re.search(r'<table class="grid compact" id="annotators">.*?</table>', r.text, re.S)
+    head = table.group(0).split("</thead>")[0]
+    for column in ("Ratings", "Attention pairs rated ≤ 1", "Most frequent value", "Leniency"):
+        assert column in head
+    assert "Top-1 rate" not in head and '"None" share' not in head
+    row = re.search(r"<tr[^>]*>\s*<td><strong>careless</strong>.*?</tr>", table.group(0), re.S)
+    assert "excluded by the rules" in row.group(0) and "1.00" in row.group(0)

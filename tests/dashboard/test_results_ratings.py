@@ -143,3 +143,76 @@ def test_the_study_page_shows_progress_in_ratings(logged_in, session, rated):
     # 10 pairs of a cell, 3 ratings each; every one given both steps.
     assert table.group(0).count('<td class="cell-count">30 / 30</td>') == 4
     assert table.group(0).count('<td class="cell-consistency">30</td>') == 4
+
+
+def _skip_pairs(session, study, length: int, kind: str, n: int) -> None:
+    """Take `n` pairs of a cell out of the results (skipped), as a pair the worker could
+    not make is."""
+    from sqlalchemy import select, update
+
+    from app.models import Item
+
+    ids = session.scalars(
+        select(Item.id)
+        .where(Item.study_id == study.id, Item.length == length, Item.kind == kind)
+        .where(Item.is_attention.is_(False))
+        .order_by(Item.id)
+        .limit(n)
+    ).all()
+    session.execute(update(Item).where(Item.id.in_(ids)).values(skip_reason="tests"))
+
+
+def test_the_paper_runs_are_stated_per_length_when_they_differ(logged_in, session, rated):
+    """l = 10 keeps its 10 pairs a kind (5 runs of 2), l = 20 only 5 data pairs (5 runs of
+    1): every surface says which length has which runs, not the first row's for all."""
+    from app.results.ratings_exports import ratings_latex, ratings_table
+
+    _skip_pairs(session, rated.study, 20, "data", 5)
+    session.commit()
+    r = logged_in.get(f"{PAGE}?b={B}")
+    res = r.context["res"]
+    runs = {(p.length, p.runs, p.pairs) for p in res.ratings.results.paper}
+    assert runs == {(10, 5, 2), (20, 5, 1)}
+    label = re.search(r'id="paper-label">(.*?)</p>', r.text, re.S).group(1)
+    assert "Here: 5 runs of 2 pairs at l=10, 5 runs of 1 pair at l=20." in label
+    paper = re.search(r'<table class="grid compact" id="ratings-paper">.*?</table>', r.text, re.S)
+    cells = re.findall(r'<td class="runs">(.*?)</td>', paper.group(0))
+    assert cells == ["5 \u00d7 2"] * 2 + ["5 \u00d7 1"] * 2  # runs x pairs, per row
+    tex = ratings_latex(res, "LM", paper=True)
+    assert "5 runs of 2 pairs at $l=10$, 5 runs of 1 pair at $l=20$" in tex
+    text = ratings_table(res)
+    runs = "5 runs of 2 pairs at l=10, 5 runs of 1 pair at l=20"
+    assert f"paper-comparable (mean +- std over {runs})" in text
+
+
+def test_the_attention_threshold_on_the_page_is_the_scales(logged_in, session):
+    from app.annotation.leases import next_assignment
+    from app.annotation.ratings import CONSISTENCY, QUALITY, RatingPost, rate
+    from tests.hits.factory import annotator
+    from tests.hits.ratings_factory import make_ratings_study
+
+    study = make_ratings_study(session, slug="ten", per_cell=10, replicas=1, scale_max=10)
+    who = annotator(session, study, "rater")
+    lease = next_assignment(session, who, serve=True).assignment
+    for position in range(11):
+        for step in (QUALITY, CONSISTENCY):
+            rate(session, who, RatingPost(lease.public_id, position, step, "2", 4000))
+    other = annotator(session, study, "unfinished")
+    begun = next_assignment(session, other, serve=True).assignment
+    rate(session, other, RatingPost(begun.public_id, 0, QUALITY, "2", 4000))
+    session.commit()
+    r = logged_in.get(f"/dashboard/studies/ten/results?b={B}")
+    assert r.status_code == 200
+    assert "is rated as expected when its quality is at most 2 (a fifth of the scale)" in r.text
+    assert "Rated ≤ 2 (expected)" in r.text
+    quality = r.context["res"].ratings.quality
+    assert [(q.label, q.attention_pass) for q in quality] == [("rater", 1.0)]
+    assert "1 rating in 1 unfinished HIT, not counted" in r.text
+
+
+def test_next_word_options_on_the_ratings_page_are_refused(logged_in, rated):
+    r = logged_in.get(f"{PAGE}?b={B}&unit=twoway")
+    assert r.status_code == 400 and "unit is a next-word option" in r.text
+    table = logged_in.get(f"{PAGE}/ratings_table.csv?b={B}&estimator=plurality")
+    assert table.status_code == 400
+    assert logged_in.get(f"{PAGE}/ratings_table.csv?b={B}&exclusions=off").status_code == 200

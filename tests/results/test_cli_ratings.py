@@ -54,10 +54,47 @@ def test_table_3_in_every_format(db):
     c = q["contrast"]
     assert f"{c['ratio']:.3f} [{c['ratio_low']:.3f}, {c['ratio_high']:.3f}]" in line
     assert "agreement on quality" in text and "within one point" in text
-    assert "paper-comparable (mean +- std over 5 runs)" in text
+    assert "paper-comparable (mean +- std over 5 runs of 2 pairs)" in text
     rows = list(csv.DictReader(io.StringIO(run("rated", "--b", "200", "-f", "csv").output)))
     assert {r["exclusions"] for r in rows} == {"on", "off"}
     tex = run("rated", "--b", "200", "-f", "latex", "--paper").output
     assert "\\begin{tabular}{llcccccccc}" in tex and "paper-comparable" in tex
+    assert "random disjoint runs of pairs, 5 runs of 2 pairs (paper-comparable)" in tex
     off = json.loads(run("rated", "--b", "200", "-f", "json", "--exclusions", "off").output)
     assert off["ratings"]["results"]["n_ratings"] > main["n_ratings"]
+
+
+def test_next_word_options_and_diagnostics_are_refused(db):
+    refused = run("rated", "--b", "200", "--unit", "twoway")
+    assert refused.exit_code == 1
+    assert "rated is a ratings study: unit is a next-word option" in refused.output
+    assert run("rated", "--b", "200", "--estimator", "plurality").exit_code == 1
+    diagnostics = run("diagnostics", "rated", "--b", "200")
+    assert diagnostics.exit_code == 1
+    assert "rated is a ratings study: it has no diagnostics" in diagnostics.output
+    doc = json.loads(run("rated", "--b", "200", "-f", "json").output)
+    assert set(doc["options"]) == {"b", "seed", "exclusions", "level"}
+
+
+def test_unfinished_hits_are_a_note(db, empty_db):
+    from app.annotation.leases import next_assignment
+    from app.annotation.ratings import CONSISTENCY, QUALITY, RatingPost, rate
+    from tests.hits.factory import annotator
+    from tests.hits.ratings_factory import make_ratings_study
+
+    engine = build_engine(empty_db.settings())
+    with make_sessionmaker(engine)() as session, session.begin():
+        study = make_ratings_study(session, slug="part", per_cell=10, replicas=1)
+        done, late = annotator(session, study, "done"), annotator(session, study, "late")
+        lease = next_assignment(session, done, serve=True).assignment
+        for position in range(11):
+            for step in (QUALITY, CONSISTENCY):
+                rate(session, done, RatingPost(lease.public_id, position, step, "3", 4000))
+        begun = next_assignment(session, late, serve=True).assignment
+        for position, step in ((0, QUALITY), (0, CONSISTENCY), (1, QUALITY)):
+            rate(session, late, RatingPost(begun.public_id, position, step, "4", 4000))
+    engine.dispose()
+    out = run("part", "--b", "200")
+    assert out.exit_code == 0, out.output
+    assert "note: 2 ratings in 1 unfinished HIT, not counted" in out.output
+    assert "exclusions; 10 ratings by 1 annotators" in out.output  # the finished HIT's

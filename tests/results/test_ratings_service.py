@@ -5,18 +5,24 @@ why, the simulated flag, unconfirmed MTurk work."""
 
 from __future__ import annotations
 
+import csv
+import io
+from datetime import timedelta
+
 import numpy as np
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
+from app.annotation.admin import block
 from app.annotation.leases import next_assignment
 from app.annotation.ratings import CONSISTENCY, QUALITY, RatingPost, rate
-from app.models import Assignment, Rating
+from app.models import Assignment, Rating, utcnow
 from app.results.exclusions import exclusion_mask
+from app.results.queries import FLAG_AFTER_BLOCK
 from app.results.queries_ratings import load_ratings
-from app.results.ratings import study_ratings
+from app.results.ratings import NextWordOnly, NextWordOption, study_ratings
 from app.results.schemas import ResultQuery
-from app.results.service import study_results
+from app.results.service import AGREEMENT_B, load_and_compute, study_results
 from app.results.stats.ratings import ratings_results
 from tests.factories import StudyFactory
 from tests.hits.factory import annotator
@@ -151,7 +157,8 @@ def test_no_ratings_yet(session):
 
 
 def test_a_rater_between_the_two_steps(session):
-    """A quality stored, its consistency not yet: counted in the quality figures only."""
+    """A quality stored, its consistency not yet: the HIT is unfinished, so nothing of it
+    counts yet; the ratings are stored and reported."""
     study = make_ratings_study(session, slug="half", per_cell=5)
     who = annotator(session, study)
     lease = next_assignment(session, who, serve=True).assignment
@@ -159,13 +166,192 @@ def test_a_rater_between_the_two_steps(session):
         rate(session, who, RatingPost(lease.public_id, position, QUALITY, "3", 4000))
         rate(session, who, RatingPost(lease.public_id, position, CONSISTENCY, "2", 4000))
     rate(session, who, RatingPost(lease.public_id, 4, QUALITY, "5", 4000))
+    assert len(session.scalars(select(Rating)).all()) == 5
     r = load_ratings(session, study)
-    assert r.n == 5 and np.isnan(r.consistency).tolist() == [False] * 4 + [True]
+    assert r.n == 0 and (r.unfinished_ratings, r.unfinished_hits) == (5, 1)
     out = study_ratings(session, study, QUERY)
-    assert out.open_consistency == 1 and out.n_ratings == 5
-    cells = out.results.cells
-    regular = int((~r.attention).sum())
-    assert sum(c.n_ratings for c in cells if c.step == "quality") == regular
-    assert sum(c.n_ratings for c in cells if c.step == "consistency") == regular - int(
-        not r.attention[4]
+    assert out.results is None and out.other is None and out.quality == []
+    assert (out.n_ratings, out.open_consistency, out.unfinished_ratings) == (0, 0, 5)
+    assert any("5 ratings in 1 unfinished HIT, not counted" in m for m in out.messages)
+
+
+# --------------------------------------------------------------------------- review fixes
+
+
+def _positions(session, lease) -> list[tuple[int, bool]]:
+    """The HIT's positions in order, with whether each is an attention pair."""
+    from app.models import HitPosition, Item
+
+    return session.execute(
+        select(HitPosition.position, Item.is_attention)
+        .join(Item, Item.id == HitPosition.item_id)
+        .where(HitPosition.hit_id == lease.hit_id)
+        .order_by(HitPosition.position)
+    ).all()
+
+
+def _rate(session, who, lease, *, upto=None, start=0, now, attention="0.5", value="3"):
+    """Rate the HIT's pairs from `start` (both steps) up to `upto` (None: to the end, which
+    submits it): attention pairs `attention`, the others `value`."""
+    rows = _positions(session, lease)[start:upto]
+    for position, is_attention in rows:
+        v = attention if is_attention else value
+        rate(session, who, RatingPost(lease.public_id, position, QUALITY, v, 4000), now=now)
+        rate(session, who, RatingPost(lease.public_id, position, CONSISTENCY, "2", 4000), now=now)
+    return rows
+
+
+def test_ratings_of_unfinished_hits_count_in_neither_variant(session):
+    """A rating counts once its HIT is submitted (as a next-word judgment, stored only at
+    submission): an unfinished HIT's ratings stay stored and are reported as a count."""
+    from app.results.ratings_exports import ratings_csv
+
+    study = make_ratings_study(session, slug="unfinished", per_cell=10, replicas=1)
+    done, partial = annotator(session, study, "done"), annotator(session, study, "partial")
+    now = utcnow()
+    finished = next_assignment(session, done, now=now, serve=True).assignment
+    rows = _rate(session, done, finished, now=now)
+    begun = next_assignment(session, partial, now=now, serve=True).assignment
+    assert begun.hit_id != finished.hit_id
+    _rate(session, partial, begun, upto=3, now=now, value="5")
+    assert session.scalar(select(func.count(Rating.id))) == len(rows) + 3  # all stored
+
+    r = load_ratings(session, study)
+    assert set(r.annotator.tolist()) == {done.id} and r.n == len(rows)
+    assert (r.unfinished_ratings, r.unfinished_hits) == (3, 1)
+    out = study_ratings(session, study, QUERY)
+    regular = sum(1 for _, att in rows if not att)
+    for v in (out.results, out.other):
+        assert v.n_ratings == regular and v.n_annotators == 1
+    assert {c.mean for c in out.results.cells if c.step == "quality"} == {3.0}
+    assert (out.n_ratings, out.unfinished_ratings, out.unfinished_hits) == (len(rows), 3, 1)
+    assert [q.label for q in out.quality] == ["done"]
+    assert "3 ratings in 1 unfinished HIT, not counted" in " ".join(out.messages)
+    doc = study_results(session, study, QUERY)
+    assert doc.exclusions.n_judgments == len(rows)
+    assert any("3 ratings in 1 unfinished HIT" in m for m in doc.messages)
+    # The raw export keeps every rating, with its assignment's status.
+    exported = csv.DictReader(io.StringIO("".join(ratings_csv(session, study))))
+    statuses = [row["assignment_status"] for row in exported]
+    assert statuses.count("leased") == 3 and statuses.count("submitted") == len(rows)
+
+
+def test_a_lapsed_hit_finished_late_takes_the_replica_rules(session):
+    """X begins the only HIT and lets the lease lapse; Y takes the slot and finishes; X
+    comes back and finishes late. X's ratings count in neither variant while X's HIT is
+    unfinished, then as every late extra replica: without exclusions only."""
+    study = make_ratings_study(session, slug="lapse", per_cell=5, replicas=1)
+    x, y = annotator(session, study, "x"), annotator(session, study, "y")
+    now = utcnow()
+    lx = next_assignment(session, x, now=now, serve=True).assignment
+    _rate(session, x, lx, upto=3, now=now)
+    later = now + timedelta(hours=2)  # past x's lease: the slot is back in the pool
+    ly = next_assignment(session, y, now=later, serve=True).assignment
+    assert ly.hit_id == lx.hit_id
+    _rate(session, y, ly, now=later)
+    _rate(session, x, lx, start=3, upto=4, now=later)  # x, back, rates one more: unfinished
+
+    r = load_ratings(session, study)
+    assert set(r.annotator.tolist()) == {y.id} and r.unfinished_ratings == 4
+    keep, _ = exclusion_mask(r, study.exclusions)
+    assert np.bincount(r.item[keep & ~r.attention]).max() == 1  # one replica
+    out = study_ratings(session, study, QUERY)
+    assert out.results.n_annotators == out.other.n_annotators == 1
+
+    _rate(session, x, lx, start=4, now=later)  # x finishes: a late extra replica
+    session.expire_all()
+    assert session.get(Assignment, lx.id).extra_replica
+    r = load_ratings(session, study)
+    keep, report = exclusion_mask(r, study.exclusions)
+    assert r.unfinished_ratings == 0 and set(r.annotator.tolist()) == {x.id, y.id}
+    assert not keep[r.annotator == x.id].any() and report.excluded_by_rule["extra_replica"] > 0
+    out = study_ratings(session, study, QUERY)
+    assert (out.results.n_annotators, out.other.n_annotators) == (1, 2)
+
+
+def test_ratings_given_after_a_block_count_once_the_hit_is_submitted_flagged(session):
+    study = make_ratings_study(session, slug="blk", per_cell=5, replicas=1)
+    x = annotator(session, study, "x")
+    now = utcnow()
+    lease = next_assignment(session, x, now=now, serve=True).assignment
+    _rate(session, x, lease, upto=2, now=now)
+    block(session, x, reason="spam", exclude_past=False)
+    session.flush()
+    _rate(session, x, lease, start=2, upto=6, now=now)
+    out = study_ratings(session, study, QUERY)
+    assert out.results is None and out.other is None and out.unfinished_ratings == 6
+    _rate(session, x, lease, start=6, now=now)  # the HIT is submitted, flagged after_block
+    r = load_ratings(session, study)
+    keep, report = exclusion_mask(r, study.exclusions)
+    assert r.n > 0 and r.flagged(FLAG_AFTER_BLOCK).all() and not keep.any()
+    assert report.excluded_by_rule["blocked"] == r.n
+
+
+def test_the_agreement_bootstrap_takes_at_most_agreement_b_resamples(session, rated, monkeypatch):
+    from app.results.stats import ratings_agreement
+
+    drawn = []
+    real = ratings_agreement.resample_pairs
+
+    def spy(x, b, seed):
+        drawn.append(b)
+        return real(x, b, seed)
+
+    monkeypatch.setattr(ratings_agreement, "resample_pairs", spy)
+    out = study_ratings(session, rated.study, ResultQuery(b=AGREEMENT_B * 5, seed=3))
+    assert out.results.b == AGREEMENT_B * 5 and out.results.agreement
+    assert drawn and set(drawn) == {AGREEMENT_B}
+    drawn.clear()
+    study_ratings(session, rated.study, ResultQuery(b=300, seed=3))
+    assert set(drawn) == {300}
+
+
+@pytest.mark.parametrize(("scale_max", "passing", "failing"), [(5, "1", "1.5"), (10, "2", "2.5")])
+def test_the_attention_rule_is_relative_to_the_scale(session, scale_max, passing, failing):
+    """An attention pair passes at a quality of at most scale_max / 5 (1 on 0-5)."""
+    study = make_ratings_study(
+        session, slug=f"scale{scale_max}", per_cell=10, replicas=1, scale_max=scale_max
     )
+    ok, bad = annotator(session, study, "ok"), annotator(session, study, "bad")
+    now = utcnow()
+    for who, value in ((ok, passing), (bad, failing)):
+        _rate(session, who, next_assignment(session, who, now=now, serve=True).assignment,
+              now=now, attention=value)  # fmt: skip
+    r = load_ratings(session, study)
+    assert r.attention_correct[r.attention].tolist() == [
+        a == ok.id for a in r.annotator[r.attention]
+    ]
+    _, report = exclusion_mask(r, study.exclusions)
+    assert report.annotators_excluded["attention"] == ["bad"]
+    out = study_ratings(session, study, QUERY)
+    assert {q.label: q.attention_pass for q in out.quality} == {"ok": 1.0, "bad": 0.0}
+    assert r.attention_max == out.attention_max == scale_max / 5
+
+
+def test_a_ratings_study_loads_no_judgments(session, rated, monkeypatch):
+    from app.results import queries
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("a ratings study has no judgments to load")
+
+    monkeypatch.setattr(queries, "load_judgments", refuse)
+    done = load_and_compute(session, rated.study, QUERY)
+    assert done.results.ratings is not None and done.judgments is None
+
+
+def test_next_word_options_are_refused_for_a_ratings_study(session, rated):
+    for option, value in (("unit", "twoway"), ("estimator", "plurality"), ("ci", "bca")):
+        with pytest.raises(NextWordOption) as refused:
+            study_results(session, rated.study, ResultQuery(**{option: value}))
+        assert refused.value.field == option and "ratings study" in refused.value.message
+    res = study_results(session, rated.study, ResultQuery(b=200, seed=3, exclusions="off"))
+    assert res.options.model_dump() == {"b": 200, "seed": 3, "exclusions": "off", "level": 0.95}
+
+
+def test_diagnostics_and_plan_are_next_word_only(session, rated):
+    from app.results.diagnostics import study_diagnostics
+    from app.results.planning import study_plan
+
+    for compute in (study_diagnostics, study_plan):
+        with pytest.raises(NextWordOnly, match="rated is a ratings study"):
+            compute(session, rated.study)

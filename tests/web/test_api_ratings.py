@@ -11,6 +11,7 @@ import json
 import pytest
 from sqlalchemy import select
 
+from app.annotation.ratings import CONSISTENCY
 from app.auth.service import create_api_token
 from app.models import AuditEvent, User
 from app.results.ratings_exports import RATING_FIELDS, TABLE_FIELDS
@@ -144,3 +145,69 @@ def test_the_openapi_document_names_the_ratings(client):
     assert "/api/v1/studies/{slug}/results/ratings_table.{fmt}" in spec["paths"]
     mean = spec["components"]["schemas"]["CellMeanOut"]["properties"]["mean"]
     assert {"type": "null"} in mean["anyOf"]  # a figure that cannot be computed is null
+
+
+@pytest.mark.parametrize("url", ["/rated/results/diagnostics", "/rated/plan"])
+def test_a_ratings_study_has_no_next_word_figures(client, rated, auth, url):
+    r = client.get(API + url, headers=auth)
+    assert r.status_code == 404
+    assert r.json()["detail"].startswith("rated is a ratings study: it has no ")
+    assert client.get(API + url.replace("rated", "nw"), headers=auth).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("query", "fields"),
+    [
+        ("unit=twoway", ["unit"]),
+        ("estimator=plurality", ["estimator"]),
+        ("ci=bca&unit=item", ["unit", "ci"]),
+    ],
+)
+@pytest.mark.parametrize("path", ["/rated/results", "/rated/results/ratings_table.csv"])
+def test_next_word_options_are_refused_for_a_ratings_study(
+    client, rated, auth, path, query, fields
+):
+    r = client.get(f"{API}{path}?b=200&{query}", headers=auth)
+    assert r.status_code == 422
+    errors = r.json()["errors"]
+    assert [e["loc"] for e in errors] == [["query", f] for f in fields]
+    assert all("next-word option" in e["msg"] for e in errors)
+    nw = client.get(f"{API}{path.replace('rated', 'nw')}?b=200&{query}", headers=auth)
+    assert nw.status_code == (200 if path.endswith("/results") else 404)
+
+
+def test_a_ratings_document_echoes_only_its_own_options(client, rated, auth):
+    doc = client.get(f"{API}/rated/results?b=200&seed=4&exclusions=off", headers=auth).json()
+    assert doc["options"] == {"b": 200, "seed": 4, "exclusions": "off", "level": 0.95}
+    assert ResultsOut.model_validate(doc).options.model_dump() == doc["options"]
+    nw = client.get(f"{API}/nw/results?b=200", headers=auth).json()
+    assert {"estimator", "unit", "ci"} <= set(nw["options"])
+
+
+def test_unfinished_hits_are_reported_not_counted(client, session, auth):
+    from app.annotation.leases import next_assignment
+    from app.annotation.ratings import QUALITY, RatingPost, rate
+    from tests.hits.factory import annotator
+    from tests.hits.ratings_factory import make_ratings_study
+
+    study = make_ratings_study(session, slug="part", per_cell=10, replicas=1)
+    done, late = annotator(session, study, "done"), annotator(session, study, "late")
+    finished = next_assignment(session, done, serve=True).assignment
+    for position in range(11):
+        for step in (QUALITY, CONSISTENCY):
+            rate(session, done, RatingPost(finished.public_id, position, step, "3", 4000))
+    begun = next_assignment(session, late, serve=True).assignment
+    rate(session, late, RatingPost(begun.public_id, 0, QUALITY, "5", 4000))
+    session.commit()
+    doc = client.get(f"{API}/part/results?b=200", headers=auth).json()
+    ratings = doc["ratings"]
+    assert (ratings["unfinished_ratings"], ratings["unfinished_hits"]) == (1, 1)
+    assert ratings["n_ratings"] == doc["exclusions"]["n_judgments"] == 11
+    assert ratings["results"]["n_annotators"] == 1
+    assert [q["label"] for q in ratings["quality"]] == ["done"]
+    assert "1 rating in 1 unfinished HIT, not counted" in " ".join(doc["messages"])
+    export = client.get(f"{API}/part/ratings.csv", headers=auth).text
+    rows = list(csv.DictReader(io.StringIO(export)))
+    assert len(rows) == 12
+    status = {x["assignment_status"] for x in rows if x["quality"] == "5.0"}
+    assert status == {"leased"}

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
+from .agreement import AGREEMENT_B
 from .bootstrap import percentile_interval
 from .columns import codes, unique_inverse
 
@@ -173,7 +174,8 @@ def rating_agreement(
     level: float = 0.95,
 ) -> RatingAgreement | None:
     """Krippendorff's alpha (interval and ordinal metric) with pair-bootstrap percentile
-    intervals (``b`` resamples of the units with replacement; alpha recomputed from the
+    intervals (``min(b, AGREEMENT_B)`` resamples of the units with replacement, as the
+    next-word agreement: :data:`.agreement.AGREEMENT_B`; alpha recomputed from the
     resampled coincidence sums, the ordinal distances from the resample's value totals),
     and pairwise percent agreement: exact, within one scale ``step``, within one point.
     Only units with two or more ratings enter; ``None`` when fewer than two do.
@@ -181,6 +183,7 @@ def rating_agreement(
     counts, values = value_counts(pair, value)
     if counts.shape[0] < 2:
         return None
+    b = min(b, AGREEMENT_B)  # the resamples are held as b x V x V coincidence sums
     o = coincidences(counts)
     total = o.sum(axis=0)
     upper = np.triu_indices(values.size)  # o is symmetric: resample c <= k only

@@ -23,8 +23,9 @@ class RatingColumns:
     :func:`app.results.queries.kind_codes` names them); ``length`` the prefix length in
     words. ``quality`` is always given; ``consistency`` is NaN where the rater has not
     given it yet (an assignment left between the two steps). ``attention`` marks the
-    attention pairs (a continuation of shuffled words: expected quality at most 1), kept
-    out of every mean and used for quality control. ``too_fast`` and ``late`` as stored.
+    attention pairs (a continuation of shuffled words: expected quality at most
+    ``scale_max / 5``, :func:`.ratings_figures.attention_max`), kept out of every mean
+    and used for quality control. ``too_fast`` and ``late`` as stored.
     ``scale_max`` and ``step``: the study's scale (0 to ``scale_max`` in ``step`` steps).
     """
 

@@ -14,8 +14,23 @@ PAPER_RUNS_LABEL = (
     "mean ± std over disjoint random runs of pairs (the later paper's figure; "
     "std with ddof 0; not a confidence interval)"
 )
-ATTENTION_MAX = 1.0
-"""The rating an attention pair (a continuation of shuffled words) should get at most."""
+ATTENTION_SHARE = 0.2
+"""An attention pair's expected quality at most, as a share of the scale: 1 on 0-5."""
+
+
+def attention_max(scale_max: float) -> float:
+    """The quality an attention pair (a continuation of shuffled words) should get at most
+    on a 0 to ``scale_max`` scale: ``scale_max / 5`` (1 on the later paper's 0-5 scale,
+    its "invalid" end; 2 on 0-10). The one threshold the quality figures, the exclusion
+    rule (through :attr:`app.results.queries_ratings.Ratings.attention_correct`), bulk
+    approval and the pages read."""
+    return float(scale_max) * ATTENTION_SHARE
+
+
+def attention_passed(quality: np.ndarray, scale_max: float) -> np.ndarray:
+    """Per rating: its quality is at most :func:`attention_max` (with a margin of 1e-9,
+    the values being stored floats)."""
+    return np.asarray(quality, dtype=float) <= attention_max(scale_max) + 1e-9
 
 
 @dataclass(frozen=True)
@@ -132,8 +147,9 @@ def rater_figures(cols: RatingColumns) -> RaterFigures:
     """Per annotator (sorted ids), over every row of ``cols``:
 
     - ``n_ratings``: pairs rated (one row each); ``n_attention``: attention pairs rated;
-    - ``attention_pass``: share of attention pairs rated at most 1 for quality (their
-      expected rating), NaN without any;
+    - ``attention_pass``: share of attention pairs rated at most
+      :func:`attention_max` (``scale_max / 5``) for quality (their expected rating), NaN
+      without any;
     - ``top_value_share``: ``max_v #{ratings = v} / #ratings`` over the annotator's
       quality and consistency ratings of non-attention pairs (1.0: one value for
       everything, straight-lining), NaN without any;
@@ -147,7 +163,9 @@ def rater_figures(cols: RatingColumns) -> RaterFigures:
     att = cols.attention.astype(bool)
     n_ratings = np.bincount(a, minlength=g)
     n_att = np.bincount(a, weights=att, minlength=g)
-    passed = np.bincount(a, weights=att & (cols.quality <= ATTENTION_MAX + 1e-9), minlength=g)
+    passed = np.bincount(
+        a, weights=att & attention_passed(cols.quality, cols.scale_max), minlength=g
+    )
     fast = np.bincount(a, weights=cols.too_fast.astype(float), minlength=g)
     p, n_p = codes(cols.item)
     dev_sum, dev_n = np.zeros(g), np.zeros(g)
