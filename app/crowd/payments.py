@@ -352,7 +352,8 @@ def _excluded_annotators(session: Session, study: Study) -> dict[int, list[str]]
             out.setdefault(annotator_id, []).append("blocked, past work excluded")
     threshold = rules.get("attention_min_accuracy")
     if threshold is not None:
-        # A ratings study's attention pairs are its ratings (passed at quality <= 1).
+        # A ratings study's attention pairs are its ratings (passed at a quality of at
+        # most scale_max / 5).
         ratings = study.study_type is StudyType.ratings
         j = load_ratings(session, study) if ratings else load_judgments(session, study)
         ids, accuracy = attention_accuracy(j, among=~j.flagged(FLAG_UNVERIFIED))

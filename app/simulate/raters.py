@@ -27,8 +27,9 @@ cover.
 
 Inattention leaves the truth alone: ``noisy`` (a share of ratings are uniform over the
 scale's points) and ``spammers`` (a share of raters rate uniformly throughout, attention
-pairs included). An attentive rater rates an attention pair (shuffled words) at most 1
-with probability ``attention_accuracy`` (uniform over 0..1's points), else uniformly.
+pairs included). An attentive rater rates an attention pair (shuffled words) at most
+``attention_max`` (a fifth of the scale: 1 on 0-5) with probability
+``attention_accuracy`` (uniform over those points), else uniformly.
 
 Pure numpy and scipy; randomness only through a passed Generator or an explicit seed.
 """
@@ -44,6 +45,7 @@ from scipy import optimize, special
 
 from app.results.stats import DATA_KIND, MODEL_KIND
 from app.results.stats.ratings_columns import STEPS, RatingColumns
+from app.results.stats.ratings_figures import attention_max
 from app.simulate.crowd import Heterogeneity
 from app.simulate.study import Design, assign_slots
 
@@ -227,10 +229,10 @@ class Rater:
             return float(rng.choice(points))
         if attention:
             if step == "quality" and rng.random() < raters.attention_accuracy:
-                return float(rng.choice(points[points <= 1.0]))
+                return float(rng.choice(points[points <= attention_max(raters.scale_max) + 1e-9]))
             if step == "quality":
                 return float(rng.choice(points))
-            return float(rng.choice(points[points <= 1.5]))
+            return float(rng.choice(points[points <= 1.5 * attention_max(raters.scale_max) + 1e-9]))
         s = STEPS.index(step)
         y = (
             raters.mu[(length, kind, step)]
@@ -299,7 +301,8 @@ def simulate_ratings(design: Design, raters: Raters, rng: np.random.Generator) -
         e = rng.normal(0.0, h.sd_pair, n_items)
         y = mu + u[annotator] + v[annotator, kind] + e[item] + rng.normal(0.0, h.sd_noise, n)
         r = round_to_scale(y, raters.scale_max, raters.step)
-        low = points[points <= (1.0 if step == "quality" else 1.5)]
+        top = attention_max(raters.scale_max) * (1.0 if step == "quality" else 1.5)
+        low = points[points <= top + 1e-9]
         right = rng.random(n) < (raters.attention_accuracy if step == "quality" else 1.0)
         r = np.where(attention, np.where(right, rng.choice(low, n), rng.choice(points, n)), r)
         out[step] = r

@@ -153,10 +153,10 @@ class AgreementRow:
 @dataclass(frozen=True)
 class RaterQuality:
     """Quality-control figures of one annotator (``annotator`` is the columns' id):
-    ratings given, attention pairs rated and the share rated at most 1 (their expected
-    rating), the share of the annotator's most frequent value (straight-lining), the mean
-    deviation from the other raters' mean of the same pair (leniency; NaN when no pair is
-    shared), and the share of ratings flagged too fast."""
+    ratings given, attention pairs rated and the share rated at most a fifth of the scale
+    (1 on 0-5: their expected rating), the share of the annotator's most frequent value
+    (straight-lining), the mean deviation from the other raters' mean of the same pair
+    (leniency; NaN when no pair is shared), and the share of ratings flagged too fast."""
 
     annotator: int
     n_ratings: int
