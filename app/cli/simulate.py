@@ -26,6 +26,34 @@ CROWD_HELP = (
 
 RATERS = "ratings studies only"
 
+# The options `ebc simulate` and `ebc simulate-http` share.
+CgdDataOption = Annotated[
+    float | None, typer.Option(help="population CGD(data) of the stand-in (default 0.73)")
+]
+QualityOption = Annotated[
+    str | None,
+    typer.Option(
+        help=f"true mean quality after data and after model prefixes, at every length "
+        f"(default 3.4,3.1; {RATERS})",
+        metavar="DATA,MODEL",
+    ),
+]
+ConsistencyOption = Annotated[
+    str | None,
+    typer.Option(
+        help=f"true mean consistency after data and after model prefixes (default "
+        f"3.3,2.9; {RATERS})",
+        metavar="DATA,MODEL",
+    ),
+]
+SD_HELP = {
+    "sd_rater": f"sd of a rater's leniency, rating points (default 0.5; {RATERS})",
+    "sd_rater_kind": f"sd of the rater x kind effect (default 0.25; {RATERS})",
+    "sd_pair": f"sd of how good a pair is (default 0.6; {RATERS})",
+    "sd_noise": f"sd of one rating's noise (default 0.7; {RATERS})",
+}
+"""The raters' spreads' help (`ebc simulate-http` also refuses a negative one itself)."""
+
 
 def register(cli: typer.Typer) -> None:
     cli.command("simulate")(simulate)
@@ -38,9 +66,7 @@ def simulate(
         float | None,
         typer.Option(help="population EB-C of the stand-in P_D (default: the target's)"),
     ] = None,
-    cgd_data: Annotated[
-        float | None, typer.Option(help="population CGD(data) of the stand-in (default 0.73)")
-    ] = None,
+    cgd_data: CgdDataOption = None,
     target_ebc: Annotated[
         float | None,
         typer.Option(help="the EB-C the study should detect (default: the planner's, 1.02)"),
@@ -60,35 +86,12 @@ def simulate(
         str | None,
         typer.Option(help="price one channel: mturk | prolific | local (default: all three)"),
     ] = None,
-    quality: Annotated[
-        str | None,
-        typer.Option(
-            help=f"true mean quality after data and after model prefixes, at every length "
-            f"(default 3.4,3.1; {RATERS})",
-            metavar="DATA,MODEL",
-        ),
-    ] = None,
-    consistency: Annotated[
-        str | None,
-        typer.Option(
-            help=f"true mean consistency after data and after model prefixes (default "
-            f"3.3,2.9; {RATERS})",
-            metavar="DATA,MODEL",
-        ),
-    ] = None,
-    sd_rater: Annotated[
-        float | None,
-        typer.Option(help=f"sd of a rater's leniency, rating points (default 0.5; {RATERS})"),
-    ] = None,
-    sd_rater_kind: Annotated[
-        float | None, typer.Option(help=f"sd of the rater x kind effect (default 0.25; {RATERS})")
-    ] = None,
-    sd_pair: Annotated[
-        float | None, typer.Option(help=f"sd of how good a pair is (default 0.6; {RATERS})")
-    ] = None,
-    sd_noise: Annotated[
-        float | None, typer.Option(help=f"sd of one rating's noise (default 0.7; {RATERS})")
-    ] = None,
+    quality: QualityOption = None,
+    consistency: ConsistencyOption = None,
+    sd_rater: Annotated[float | None, typer.Option(help=SD_HELP["sd_rater"])] = None,
+    sd_rater_kind: Annotated[float | None, typer.Option(help=SD_HELP["sd_rater_kind"])] = None,
+    sd_pair: Annotated[float | None, typer.Option(help=SD_HELP["sd_pair"])] = None,
+    sd_noise: Annotated[float | None, typer.Option(help=SD_HELP["sd_noise"])] = None,
     half_width: Annotated[
         float | None,
         typer.Option(

@@ -16,9 +16,14 @@ from typing import Annotated, Literal
 
 import typer
 
-from app.cli.simulate import CROWD_HELP
-
-RATERS = "ratings studies only"
+from app.cli.simulate import (
+    CROWD_HELP,
+    RATERS,
+    SD_HELP,
+    CgdDataOption,
+    ConsistencyOption,
+    QualityOption,
+)
 
 
 def register(cli: typer.Typer) -> None:
@@ -65,43 +70,15 @@ def simulate_http(
     true_ebc: Annotated[
         float | None, typer.Option(help="population EB-C of the stand-in P_D (default 1)")
     ] = None,
-    cgd_data: Annotated[
-        float | None, typer.Option(help="population CGD(data) of the stand-in (default 0.73)")
-    ] = None,
-    quality: Annotated[
-        str | None,
-        typer.Option(
-            help=f"true mean quality after data and after model prefixes, at every length "
-            f"(default 3.4,3.1; {RATERS})",
-            metavar="DATA,MODEL",
-        ),
-    ] = None,
-    consistency: Annotated[
-        str | None,
-        typer.Option(
-            help=f"true mean consistency after data and after model prefixes (default 3.3,2.9; "
-            f"{RATERS})",
-            metavar="DATA,MODEL",
-        ),
-    ] = None,
-    sd_rater: Annotated[
-        float | None,
-        typer.Option(
-            help=f"sd of a rater's leniency, rating points (default 0.5; {RATERS})", min=0
-        ),
-    ] = None,
+    cgd_data: CgdDataOption = None,
+    quality: QualityOption = None,
+    consistency: ConsistencyOption = None,
+    sd_rater: Annotated[float | None, typer.Option(help=SD_HELP["sd_rater"], min=0)] = None,
     sd_rater_kind: Annotated[
-        float | None,
-        typer.Option(help=f"sd of the rater x kind effect (default 0.25; {RATERS})", min=0),
+        float | None, typer.Option(help=SD_HELP["sd_rater_kind"], min=0)
     ] = None,
-    sd_pair: Annotated[
-        float | None,
-        typer.Option(help=f"sd of how good a pair is (default 0.6; {RATERS})", min=0),
-    ] = None,
-    sd_noise: Annotated[
-        float | None,
-        typer.Option(help=f"sd of one rating's noise (default 0.7; {RATERS})", min=0),
-    ] = None,
+    sd_pair: Annotated[float | None, typer.Option(help=SD_HELP["sd_pair"], min=0)] = None,
+    sd_noise: Annotated[float | None, typer.Option(help=SD_HELP["sd_noise"], min=0)] = None,
     max_hits: Annotated[
         int | None,
         typer.Option(help="assignments to submit in all (default: until no work)", min=1),

@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import httpx
 import numpy as np
@@ -65,9 +65,10 @@ RETRIES = 5  # sends of one request that failed in transit or with a 503
 
 
 @dataclass(frozen=True)
-class Answered:
-    """One answer the server acknowledged, as the simulator recorded it (page values,
-    and the god-view's item, kind, length and model rank)."""
+class Acknowledged:
+    """Who answered which item, as the server acknowledged it: the simulated annotator,
+    the assignment (page values) and the god-view's item, kind, length and attention flag;
+    the common head of a run's records (:class:`Answered`, and a ratings run's pairs)."""
 
     annotator: str
     annotator_id: int
@@ -78,6 +79,30 @@ class Answered:
     length: int
     kind: str
     attention: bool
+
+    @classmethod
+    def at(cls, who: Recruit, assignment: str, item: ItemTruth, **rest: Any) -> Self:
+        """The record of `who`'s answer to `item` in `assignment`, with the rest of its
+        fields."""
+        return cls(
+            annotator=who.label,
+            annotator_id=who.annotator_id,
+            assignment=assignment,
+            hit_id=item.hit_id,
+            position=item.position,
+            item_id=item.item_id,
+            length=item.length,
+            kind=item.kind,
+            attention=item.attention,
+            **rest,
+        )
+
+
+@dataclass(frozen=True)
+class Answered(Acknowledged):
+    """One answer the server acknowledged, as the simulator recorded it (page values,
+    and the god-view's item, kind, length and model rank)."""
+
     shown: tuple[str, ...]
     option: int
     word: str | None  # None: "None of the above is plausible"
@@ -151,16 +176,21 @@ class HttpRun:
         )
 
     def summary(self) -> str:
-        stops: dict[str, int] = {}
-        for r in self.annotators:
-            stops[r.stopped] = stops.get(r.stopped, 0) + 1
-        why = ", ".join(f"{n} by {k}" for k, n in sorted(stops.items()))
+        why = stopped_by(self.annotators)
         return (
             f"SIMULATED crowd ({self.crowd}) over HTTP on {self.study}: "
             f"{len(self.annotators)} simulated annotators did {self.hits} HITs, "
             f"{len(self.answers)} judgments acknowledged ({self.resent} posts resent on "
             f"purpose, {self.retried} retried); stopped: {why or 'none'}; {self.judge}"
         )
+
+
+def stopped_by(annotators: list[AnnotatorRun]) -> str:
+    """How many annotators stopped for each reason: ``"3 by activity, 1 by cap_reached"``."""
+    stops: dict[str, int] = {}
+    for r in annotators:
+        stops[r.stopped] = stops.get(r.stopped, 0) + 1
+    return ", ".join(f"{n} by {k}" for k, n in sorted(stops.items()))
 
 
 # -- simulated annotators ---------------------------------------------------------------
@@ -482,16 +512,10 @@ class HttpCrowd(CrowdOverHttp):
             form[f"o{item.position}"] = str(option)
             form[f"ms{item.position}"] = str(ms)
             answers.append(
-                Answered(
-                    annotator=who.label,
-                    annotator_id=who.annotator_id,
-                    assignment=public_id,
-                    hit_id=item.hit_id,
-                    position=item.position,
-                    item_id=item.item_id,
-                    length=item.length,
-                    kind=item.kind,
-                    attention=item.attention,
+                Answered.at(
+                    who,
+                    public_id,
+                    item,
                     shown=tuple(words),
                     option=option,
                     word=words[option] if option < len(words) else None,
@@ -564,6 +588,7 @@ def run_http_crowd(
 
 
 __all__ = [
+    "Acknowledged",
     "AnnotatorRun",
     "Answered",
     "CrowdOverHttp",
@@ -573,4 +598,5 @@ __all__ = [
     "client_ms",
     "run_http_crowd",
     "simulated_annotator",
+    "stopped_by",
 ]

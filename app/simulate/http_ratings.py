@@ -38,7 +38,14 @@ import httpx
 import numpy as np
 
 from app.results.stats.ratings_columns import RatingColumns
-from app.simulate.http import AnnotatorRun, CrowdOverHttp, Recruit, client_ms
+from app.simulate.http import (
+    Acknowledged,
+    AnnotatorRun,
+    CrowdOverHttp,
+    Recruit,
+    client_ms,
+    stopped_by,
+)
 from app.simulate.judges import ItemTruth, SimulationError
 from app.simulate.page import RATING_PAGE, Page, read_page
 from app.simulate.rater_judges import RaterJudge
@@ -48,19 +55,10 @@ QUALITY, CONSISTENCY = "quality", "consistency"
 
 
 @dataclass(frozen=True)
-class RatedPair:
+class RatedPair(Acknowledged):
     """One pair rated by one simulated rater, as acknowledged by the server (page values,
     and the god-view's item, kind, length and attention flag)."""
 
-    annotator: str
-    annotator_id: int
-    assignment: str
-    hit_id: int
-    position: int
-    item_id: int
-    length: int
-    kind: str
-    attention: bool
     quality: float
     quality_ms: int
     consistency: float | None = None  # None: the run ended between the pair's two steps
@@ -120,10 +118,7 @@ class RatingsRun:
         )
 
     def summary(self) -> str:
-        stops: dict[str, int] = {}
-        for a in self.annotators:
-            stops[a.stopped] = stops.get(a.stopped, 0) + 1
-        why = ", ".join(f"{n} by {k}" for k, n in sorted(stops.items()))
+        why = stopped_by(self.annotators)
         lapsed = f"{self.abandoned} HITs left when their lease ran out; " if self.abandoned else ""
         return (
             f"SIMULATED raters over HTTP on {self.study}: {len(self.annotators)} simulated "
@@ -177,16 +172,10 @@ class RatersOverHttp(CrowdOverHttp):
                 form = {**page.fields, "rating": page.point(value), "ms": str(ms)}
                 where, done, late = self._post_step(client, page, form)
                 if page.step == QUALITY:
-                    rated[item.position] = RatedPair(
-                        annotator=who.label,
-                        annotator_id=who.annotator_id,
-                        assignment=public_id,
-                        hit_id=item.hit_id,
-                        position=item.position,
-                        item_id=item.item_id,
-                        length=item.length,
-                        kind=item.kind,
-                        attention=item.attention,
+                    rated[item.position] = RatedPair.at(
+                        who,
+                        public_id,
+                        item,
                         quality=value,
                         quality_ms=ms,
                         too_fast=ms < min_ms,

@@ -281,19 +281,13 @@ def simulate_before_paying(
         crowd = Crowd.parse(options.crowd)
     except CrowdSpecError as exc:
         raise PreviewError(str(exc), "crowd") from None
-    unknown = [p for p in options.providers if p not in CHANNELS]
-    if unknown:
-        raise PreviewError(f"unknown channel {unknown[0]!r}: one of {', '.join(CHANNELS)}")
+    check_channels(options.providers)
     if study.study_type == StudyType.ratings:
         raise PreviewError(
             f"study {study.slug!r} is a ratings study: app.simulate.ratings_preview "
             "simulates its raters"
         )
-    try:
-        design = Design.from_study(study)
-        design.check()
-    except ValueError as exc:
-        raise PreviewError(f"study {study.slug!r}: {exc}") from None
+    design = study_design(study)
     size = DesignSize.of(design)
     workload = Workload.of(design, size.judgments, size.assignments, crowd.hetero, options.b)
     check_limits(options.replications, workload, limits)
@@ -314,16 +308,9 @@ def simulate_before_paying(
         seed=options.seed,
         b=options.b,
         level=level,
-        deadline=None if limits.seconds is None else time.monotonic() + limits.seconds,
+        deadline=deadline(limits),
     )
-    stopped = None
-    if len(reps) < options.replications:
-        stopped = (
-            f"Stopped after {len(reps)} of the {options.replications} replications asked: "
-            f"the time budget here ({limits.seconds:g} s) ran out, so every figure is over "
-            f"the {len(reps)} done so far (as the first {len(reps)} of a full run give them). "
-            f"`ebc simulate STUDY --replications {options.replications}` has no limit."
-        )
+    stopped = stopped_note(len(reps), options.replications, limits)
     summary = summarise(design, stand_in, crowd, reps, alpha=target.alpha, level=level)
     rows = []
     for s in summary.rows:
@@ -373,6 +360,41 @@ def max_replications(work: Workload, limits: Limits) -> int | None:
     if limits.max_work is not None:
         bounds.append(math.floor(limits.max_work / max(work.ns, 1.0)))
     return min(bounds) if bounds else None
+
+
+def check_channels(providers: tuple[str, ...] | list[str]) -> None:
+    """A `PreviewError` naming the first of `providers` that is not a channel."""
+    unknown = [p for p in providers if p not in CHANNELS]
+    if unknown:
+        raise PreviewError(f"unknown channel {unknown[0]!r}: one of {', '.join(CHANNELS)}")
+
+
+def study_design(study: Any) -> Design:
+    """`study`'s design, checked, or a `PreviewError` saying what is wrong with it."""
+    try:
+        design = Design.from_study(study)
+        design.check()
+    except ValueError as exc:
+        raise PreviewError(f"study {study.slug!r}: {exc}") from None
+    return design
+
+
+def deadline(limits: Limits) -> float | None:
+    """When a run within `limits` stops (``time.monotonic()``), None: never."""
+    return None if limits.seconds is None else time.monotonic() + limits.seconds
+
+
+def stopped_note(done: int, asked: int, limits: Limits) -> str | None:
+    """What the page says when the time budget of `limits` stopped a run after `done` of
+    the `asked` replications; None when all were done."""
+    if done >= asked:
+        return None
+    return (
+        f"Stopped after {done} of the {asked} replications asked: "
+        f"the time budget here ({limits.seconds:g} s) ran out, so every figure is over "
+        f"the {done} done so far (as the first {done} of a full run give them). "
+        f"`ebc simulate STUDY --replications {asked}` has no limit."
+    )
 
 
 def check_limits(replications: int, work: Workload, limits: Limits) -> None:
@@ -521,10 +543,14 @@ __all__ = [
     "PreviewOptions",
     "PreviewRow",
     "channel_costs",
+    "check_channels",
     "check_limits",
+    "deadline",
     "form_values",
     "max_replications",
     "options_from_form",
     "rejection_label",
     "simulate_before_paying",
+    "stopped_note",
+    "study_design",
 ]

@@ -47,7 +47,7 @@ from app.results.stats import DATA_KIND, MODEL_KIND
 from app.results.stats.ratings_columns import STEPS, RatingColumns
 from app.results.stats.ratings_figures import attention_max
 from app.simulate.crowd import Heterogeneity
-from app.simulate.study import Design, assign_slots
+from app.simulate.study import Design, Slots, assign_slots, hit_layout
 
 # Default true means (after data, after model prefixes) per step: a model-prefix
 # continuation rated a little lower, as in the later paper's Table 3.
@@ -268,25 +268,14 @@ def simulate_ratings(design: Design, raters: Raters, rng: np.random.Generator) -
             "for every length and kind of the design"
         )
     h = raters.hetero
-    att = design.attention_code
-    pos_kind = np.array(
-        [code for code, n in sorted(design.mix.items()) for _ in range(n)]
-        + [att] * design.attention,
-        np.int64,
-    )
+    pos_kind, hit_length = hit_layout(design)
     per_hit = pos_kind.size
-    n_per = design.hits_per_length
-    hit_length = np.repeat(np.array(design.lengths, np.int64), n_per)
     replicas = np.full(hit_length.size, design.replicas, np.int64)
     a_annot, a_hit, _ = assign_slots(rng, design, h.activity(), hit_length, replicas)
     n_annot = int(a_annot.max()) + 1
-    annotator = np.repeat(a_annot, per_hit)
-    hit = np.repeat(a_hit, per_hit)
-    pos = np.tile(np.arange(per_hit), a_hit.size)
-    item = hit * per_hit + pos
-    kind = pos_kind[pos]
-    length = hit_length[hit]
-    attention = kind == att
+    slots = Slots.of(design, a_annot, a_hit, pos_kind, hit_length)
+    annotator, hit, item = slots.annotator, slots.hit, slots.item
+    kind, length, attention = slots.kind, slots.length, slots.attention
     n_kinds, n_items, n = len(design.kinds), hit_length.size * per_hit, annotator.size
     points = raters.points()
 

@@ -45,7 +45,11 @@ from app.simulate.preview import (
     Limits,
     PreviewError,
     channel_costs,
+    check_channels,
     check_limits,
+    deadline,
+    stopped_note,
+    study_design,
 )
 from app.simulate.preview import form_values as _form_values
 from app.simulate.preview import options_from_form as _options_from_form
@@ -206,16 +210,10 @@ def simulate_ratings_before_paying(
     started = time.perf_counter()
     options = options.with_limits(limits)
     crowd = raters_crowd(options.crowd)
-    unknown = [p for p in options.providers if p not in CHANNELS]
-    if unknown:
-        raise PreviewError(f"unknown channel {unknown[0]!r}: one of {', '.join(CHANNELS)}")
+    check_channels(options.providers)
     if study.study_type != StudyType.ratings:
         raise PreviewError(f"study {study.slug!r} is not a ratings study: nothing to rate")
-    try:
-        design = Design.from_study(study)
-        design.check()
-    except ValueError as exc:
-        raise PreviewError(f"study {study.slug!r}: {exc}") from None
+    design = study_design(study)
     scale_max, step = scale_of(study)
     for name in ("quality", "consistency"):
         if not all(0 < x < scale_max for x in getattr(options, name)):
@@ -249,16 +247,9 @@ def simulate_ratings_before_paying(
         b=options.b,
         level=LEVEL,
         fast=crowd.fast,
-        deadline=None if limits.seconds is None else time.monotonic() + limits.seconds,
+        deadline=deadline(limits),
     )
-    stopped = None
-    if len(reps) < options.replications:
-        stopped = (
-            f"Stopped after {len(reps)} of the {options.replications} replications asked: "
-            f"the time budget here ({limits.seconds:g} s) ran out, so every figure is over "
-            f"the {len(reps)} done so far (as the first {len(reps)} of a full run give them). "
-            f"`ebc simulate STUDY --replications {options.replications}` has no limit."
-        )
+    stopped = stopped_note(len(reps), options.replications, limits)
     summary = summarise_ratings(design, raters, reps, level=LEVEL)
     return RatingsPreview(
         options=options,

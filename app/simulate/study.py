@@ -112,6 +112,58 @@ class Design:
             raise ValueError("the HIT mix needs data and model items to estimate EB-C")
 
 
+def hit_layout(design: Design) -> tuple[np.ndarray, np.ndarray]:
+    """The design's HITs: each position's kind code (the mix in code order, then the
+    attention items) and each HIT's length (``hits_per_length`` HITs per length)."""
+    pos_kind = np.array(
+        [code for code, n in sorted(design.mix.items()) for _ in range(n)]
+        + [design.attention_code] * design.attention,
+        np.int64,
+    )
+    hit_length = np.repeat(np.array(design.lengths, np.int64), design.hits_per_length)
+    return pos_kind, hit_length
+
+
+@dataclass(frozen=True)
+class Slots:
+    """Every (assignment, position) of a simulated study, one entry per answer: who, which
+    HIT and position, the item (``hit * per_hit + position``), its kind, length and
+    whether it is an attention item."""
+
+    annotator: np.ndarray
+    hit: np.ndarray
+    pos: np.ndarray
+    item: np.ndarray
+    kind: np.ndarray
+    length: np.ndarray
+    attention: np.ndarray
+
+    @classmethod
+    def of(
+        cls,
+        design: Design,
+        a_annot: np.ndarray,
+        a_hit: np.ndarray,
+        pos_kind: np.ndarray,
+        hit_length: np.ndarray,
+    ) -> Slots:
+        """The answers of the assignments ``(a_annot, a_hit)`` (from :func:`assign_slots`)
+        to HITs laid out as :func:`hit_layout` says."""
+        per_hit = pos_kind.size
+        hit = np.repeat(a_hit, per_hit)
+        pos = np.tile(np.arange(per_hit), a_hit.size)
+        kind = pos_kind[pos]
+        return cls(
+            annotator=np.repeat(a_annot, per_hit),
+            hit=hit,
+            pos=pos,
+            item=hit * per_hit + pos,
+            kind=kind,
+            length=hit_length[hit],
+            attention=kind == design.attention_code,
+        )
+
+
 def assign_slots(
     rng: np.random.Generator,
     design: Design,
@@ -205,15 +257,10 @@ def simulate_judgments(
     hetero = crowd.hetero
     k = design.top_k
     att = design.attention_code
-    pos_kind = np.array(
-        [code for code, n in sorted(design.mix.items()) for _ in range(n)]
-        + [att] * design.attention,
-        np.int64,
-    )
+    pos_kind, hit_length = hit_layout(design)
     per_hit = pos_kind.size
     n_len = len(design.lengths)
     n_per = design.hits_per_length
-    hit_length = np.repeat(np.array(design.lengths, np.int64), n_per)
     replicas = np.full(hit_length.size, design.replicas, np.int64)
     n_overlap = round(design.overlap_share * n_per)
     for li in range(n_len):
@@ -222,13 +269,9 @@ def simulate_judgments(
     a_annot, a_hit, _looked = assign_slots(rng, design, hetero, hit_length, replicas)
     n_annot = int(a_annot.max()) + 1
 
-    annotator = np.repeat(a_annot, per_hit)
-    hit = np.repeat(a_hit, per_hit)
-    pos = np.tile(np.arange(per_hit), a_hit.size)
-    item = hit * per_hit + pos
-    kind = pos_kind[pos]
-    length = hit_length[hit]
-    attention = kind == att
+    slots = Slots.of(design, a_annot, a_hit, pos_kind, hit_length)
+    annotator, hit, item = slots.annotator, slots.hit, slots.item
+    kind, length, attention = slots.kind, slots.length, slots.attention
 
     n_items = hit_length.size * per_hit
     n_kinds = len(design.kinds)
@@ -548,7 +591,10 @@ __all__ = [
     "LengthSummary",
     "Replica",
     "SimulationSummary",
+    "Slots",
+    "assign_slots",
     "estimate",
+    "hit_layout",
     "replicate",
     "run_replication",
     "simulate_judgments",
