@@ -100,6 +100,18 @@ def api(tmp_path_factory):
         yield app, {"Authorization": f"Bearer {secret}"}
 
 
+def _checks(case) -> list:
+    """The checks for `case`. A query parameter the operation does not declare (e.g. one
+    with an empty name, ``?=0``) is ignored by the API, as HTTP frameworks do, so a
+    negative case that carries one is not held to "rejected" (schemathesis counts the
+    extra parameter as the case's negation; see schemathesis PR 4762 for the same false
+    positive between locations). Every other check still runs on it."""
+    declared = {p.name for p in case.operation.query} if case.operation.query else set()
+    if set(case.query or {}) - declared:
+        return [c for c in CHECKS if c is not negative_data_rejection]
+    return CHECKS
+
+
 def test_the_api_matches_its_document(api):
     """Each operation runs as a Hypothesis test of its own (schemathesis's strategies; its
     pytest plug-in for fixtures does not support this pytest); every failing one is named."""
@@ -127,7 +139,7 @@ def test_the_api_matches_its_document(api):
                 # The seeded studies: answers with data.
                 ratings = case.operation.path.endswith(RATINGS_ONLY)
                 case.path_parameters["slug"] = RATINGS_SLUG if ratings else SLUG
-            response = case.call_and_validate(headers=auth, checks=CHECKS)
+            response = case.call_and_validate(headers=auth, checks=_checks(case))
             answered[case.operation.label, response.status_code // 100] += 1
 
         try:
