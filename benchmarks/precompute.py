@@ -1,53 +1,65 @@
-"""Benchmark: batched precompute of `model` items against a naive loop and a forward-pass bound.
+"""Benchmark: precompute of `model` items against the forward-pass bound and the peer.
 
 Builds a model with GPT-2 small's shape (12 layers, 768 wide, 50,257 tokens) with random weights
 and a synthetic byte-level-BPE-style vocabulary (80% of the tokens start a word, so that a
 random model writes about 1.25 tokens per word, as GPT-2 does on English), then measures for
-each prefix length l:
+each prefix length l, side by side in one run:
 
-- **batched**: `worker.prefixes.make_items(kind="model")` -- continuous batching of ancestral
-  sampling with the KV cache (finished prefixes leave, waiting ones take their places), then the
-  exact top-5 word search on the finished prefixes' caches, each partial word kept in the cache
-  (one token per expansion);
-- **naive**: per item one ``model.generate()`` of the same number of tokens plus one forward
-  for the top-5 tokens (no word search at all).  Timed on ``--naive-sample`` items and
-  extrapolated to ``--items`` (the output says so);
-- **forward bound**: the run's tokens (every sampled token plus one per word-search expansion)
-  divided by the tokens per second of one plain batched forward ``model(ids)`` of the same model
-  on random ids [rows, tokens per item] (about ``--bound-tokens`` tokens, no cache, the logits of
-  every position, best of two).
+- **ours**: `worker.prefixes.make_items(kind="model")` -- every row of the batch samples its
+  prefix and then searches its exact top-5 words in its own slot of the KV cache, one token per
+  row and step, a finished row's slot taken by the next prefix (`worker.sampler`);
+- **peer**: what a researcher would write with ``transformers`` alone: batched
+  ``model.generate(do_sample=True, output_scores=True, return_dict_in_generate=True)`` at the
+  same batch size and the same number of tokens per item (full vocabulary, temperature 1), then
+  the top-5 *tokens* of one more forward on the returned cache.  It does less than we do (no word
+  search, a fixed number of tokens instead of l words).  Timed on ``--peer-batches`` full
+  batches; items per second is batch size / seconds per batch;
+- **naive** (secondary): per item one ``model.generate()`` plus one forward for the top-5 tokens,
+  timed on ``--naive-sample`` items and extrapolated;
+- **forward bound**: the tokens the items need (every sampled token plus one per expansion of
+  the word search, speculative ones left out) at the tokens per second of one plain batched
+  forward ``model(ids)`` of the same model on random ids [rows, tokens per item] (about
+  ``--bound-tokens`` tokens, no cache, the logits of every position, best of two).
 
-Each ratio is printed twice: wall clock / CPU time of this process (all threads).  On a shared
-machine the wall time of each part depends on what else runs at that moment; the CPU time much
-less.  Inexact word searches and skipped items are counted per length.
+Ratios are printed as wall clock / CPU time of this process (all threads): on a shared machine
+the wall time of each part depends on what else runs at that moment, the CPU time much less.  On
+a GPU the CPU time says little; read the wall-clock figures there.  "tok/s" is the needed tokens
+per second of ours (CPU time on a CPU, wall clock on a GPU): constant when the cost is linear in
+l.  Peak memory is measured per part (the process's peak resident set since the part began, or
+the GPU's peak allocation).  Also counted: items whose search was flagged inexact, items whose
+words merged several tokenisations of one string (DESIGN.md: identical strings are one word),
+skipped items.  ``--demo-model DIR`` (a built demo model, ``python -m worker.demo.build``) counts
+the merges on it too.
 
 Random GPT-2 weights give a nearly uniform next-token distribution, which no trained model has
 and which makes any exact word search expand thousands of candidates.  ``--logit-scale`` (default
 8) multiplies the final layer norm's gain so that the distribution is peaked like a trained
 model's; the mean entropy it gives is printed.  ``--cont-scale`` (default 0.9) shortens the
 (tied) embedding rows of continuation pieces: at 1.0 the peaked random model repeats a
-continuation piece into words of dozens of tokens (about 1.65 tokens per word, long sequential
-word searches and sampling tails), at 0.9 it writes about 1.1 tokens per word with some
-multi-token words.  Compute per token is unchanged.
+continuation piece into words of dozens of tokens, at 0.9 it writes about 1.1 tokens per word
+with some multi-token words.  Compute per token is unchanged.
 
-Run: ``python benchmarks/precompute.py`` (1,000 items, l = 10, 20, 30, 60, 100) or a reduced
-scale on a CPU, e.g. ``--items 64 --lengths 10,20 --naive-sample 3``.
+Run: ``python benchmarks/precompute.py`` (1,000 items, l = 10, 20, 30, 60, 100; peak memory of a
+batch of 256 at l = 100 with ``--memory-items 256``) or a reduced scale on a CPU, e.g.
+``--items 300 --lengths 10,20 --naive-sample 2``.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import resource
+import re
 import time
+from collections import Counter
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
 from worker.hf import HFCausalLM
-from worker.models import DEFAULT_BATCH_SIZE
+from worker.models import auto_batch_size, load_model, memory_budget
 from worker.prefixes import PrefixSpec, make_items
+from worker.sampler import expected_columns
 from worker.words import token_classes
 
 VOCAB = 50257
@@ -102,10 +114,32 @@ def build_model(
     return HFCausalLM(model, tok, name="gpt2-small-shape-random")
 
 
-def peak_memory(device: torch.device) -> str:
-    if device.type == "cuda":
-        return f"{torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB GPU"
-    return f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB RSS"
+class Peak:
+    """Peak memory of a block: the process's peak resident set (VmHWM, reset at the start
+    through /proc/self/clear_refs) on a CPU, the peak allocation on a GPU."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def __enter__(self):
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            try:
+                with open("/proc/self/clear_refs", "w") as f:
+                    f.write("5")
+            except OSError:
+                pass
+        return self
+
+    def __exit__(self, *exc):
+        if self.device.type == "cuda":
+            self.gib = torch.cuda.max_memory_allocated(self.device) / 2**30
+            self.label = "GiB GPU"
+        else:
+            with open("/proc/self/status") as f:
+                self.gib = int(re.search(r"VmHWM:\s+(\d+)", f.read()).group(1)) / 2**20
+            self.label = "GiB RSS"
 
 
 def sync(device: torch.device) -> None:
@@ -114,17 +148,55 @@ def sync(device: torch.device) -> None:
 
 
 class Clock:
-    """Wall seconds and this process's CPU seconds (all threads) of a block.  On a shared
-    machine the wall time of each measurement depends on what else runs at that moment; the
-    CPU time much less, so both ratios are printed."""
+    """Wall seconds and this process's CPU seconds (all threads) of a block."""
+
+    def __init__(self, device: torch.device | None = None):
+        self.device = device
 
     def __enter__(self):
         self.w, self.c = time.perf_counter(), time.process_time()
         return self
 
     def __exit__(self, *exc):
+        if self.device is not None:
+            sync(self.device)
         self.wall = time.perf_counter() - self.w
         self.cpu = time.process_time() - self.c
+
+
+@torch.inference_mode()
+def peer_batch(lm: HFCausalLM, rows: int, new_tokens: int) -> torch.Tensor:
+    """The peer on one batch: ``rows`` texts of ``new_tokens`` sampled tokens after the start
+    token by batched ``generate`` (scores kept), then the top-5 tokens of one more forward on
+    the returned cache."""
+    start = torch.full((rows, 1), lm.start_token_id, device=lm.device)
+    out = lm.model.generate(
+        start,
+        attention_mask=torch.ones_like(start),
+        do_sample=True,
+        top_k=0,
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        output_scores=True,
+        return_dict_in_generate=True,
+        pad_token_id=lm.start_token_id,
+    )
+    last = out.sequences[:, -1:]
+    mask = torch.ones_like(out.sequences)
+    logits = lm.model(
+        input_ids=last, attention_mask=mask, use_cache=True, **{lm._cache_kw: out.past_key_values}
+    ).logits
+    return logits[:, -1].topk(5).indices
+
+
+def peer_seconds(lm, rows, new_tokens, batches) -> tuple[float, float]:
+    """(wall, CPU) seconds per batch of the peer, the mean of ``batches`` batches."""
+    peer_batch(lm, min(rows, 8), 2)
+    sync(lm.device)
+    with Clock(lm.device) as clock:
+        for _ in range(batches):
+            peer_batch(lm, rows, new_tokens)
+    return clock.wall / batches, clock.cpu / batches
 
 
 @torch.inference_mode()
@@ -133,7 +205,7 @@ def naive_item_seconds(lm: HFCausalLM, new_tokens: int, sample: int) -> tuple[fl
     start = torch.tensor([[lm.start_token_id]], device=lm.device)
     lm.model.generate(start, do_sample=True, max_new_tokens=2, min_new_tokens=2, top_k=0)
     sync(lm.device)
-    with Clock() as clock:
+    with Clock(lm.device) as clock:
         for _ in range(sample):
             out = lm.model.generate(
                 start,
@@ -145,7 +217,6 @@ def naive_item_seconds(lm: HFCausalLM, new_tokens: int, sample: int) -> tuple[fl
                 pad_token_id=lm.start_token_id,
             )
             lm.model(out).logits[0, -1].topk(5)
-        sync(lm.device)
     return clock.wall / sample, clock.cpu / sample
 
 
@@ -161,9 +232,8 @@ def forward_tokens_per_second(
     sync(lm.device)
     best_w = best_c = float("inf")
     for _ in range(repeats):
-        with Clock() as clock:
+        with Clock(lm.device) as clock:
             lm.model(ids)
-            sync(lm.device)
         best_w, best_c = min(best_w, clock.wall), min(best_c, clock.cpu)
     return rows * seq_len / best_w, rows * seq_len / best_c
 
@@ -175,77 +245,166 @@ def mean_entropy(lm: HFCausalLM) -> float:
     return float(-(lp.exp() * lp).sum(-1).mean())
 
 
+class FeedCounter:
+    """Counts what `HFCausalLM.feed` computes: forwards, tokens (speculative ones included) and
+    padding positions."""
+
+    def __init__(self, lm: HFCausalLM):
+        self.counts: Counter = Counter()
+        self.real = lm.feed
+
+        def feed(state, slots, tokens, parents, want):
+            q = max(Counter(slots).values())
+            self.counts["forwards"] += 1
+            self.counts["tokens"] += len(tokens)
+            self.counts["padding"] += (max(slots) + 1) * q - len(tokens)
+            return self.real(state, slots, tokens, parents, want)
+
+        lm.feed = feed
+
+
+def merged_items(items) -> int:
+    return sum(i.provenance.get("choices", {}).get("merged_tokenisations", 0) > 0 for i in items)
+
+
+def demo_merges(path: str, lengths: list[int], n: int) -> None:
+    """Items of a built demo model whose words merged several tokenisations."""
+    demo = load_model(path, device="cpu")
+    for length in lengths:
+        items = make_items(demo, None, PrefixSpec(), length, "model", 0, n, seed=1)
+        method = items[0].provenance["choices"]["method"]
+        print(
+            f"demo model {path}, l = {length}: {merged_items(items)} of {n} items merged "
+            f"tokenisations (method {method}, {items[0].provenance['token_convention']} vocabulary)"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--items", type=int, default=1000)
     parser.add_argument("--lengths", default="10,20,30,60,100")
-    parser.add_argument("--naive-sample", type=int, default=5)
-    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument(
+        "--memory-items",
+        type=int,
+        default=256,
+        help="items of one extra run at the longest length for its peak memory "
+        "(one batch; 0: none)",
+    )
+    parser.add_argument("--naive-sample", type=int, default=3)
+    parser.add_argument("--peer-batches", type=int, default=1)
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="rows per batch (default: worker.models.auto_batch_size)",
+    )
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     parser.add_argument("--logit-scale", type=float, default=8.0)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--cont-scale", type=float, default=0.9)
-    parser.add_argument("--bound-tokens", type=int, default=4096,
-                        help="tokens in the bound's forward (rows x tokens per item)")
+    parser.add_argument(
+        "--bound-tokens",
+        type=int,
+        default=4096,
+        help="tokens in the bound's forward (rows x tokens per item)",
+    )
     parser.add_argument(
         "--max-word-tokens",
         type=int,
         default=16,
-        help="PrefixSpec.max_word_tokens (default 16, the study default; 0: no limit)",
+        help="PrefixSpec.max_word_tokens (default 16, the study default; 0: none)",
     )
+    parser.add_argument("--demo-model", default=None, help="a built demo model's directory")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    where = "GPU" if device.type == "cuda" else "CPU"
     print(f"load average at start: {os.getloadavg()} ({os.cpu_count()} CPUs)")
     lm = build_model(device, args.logit_scale, getattr(torch, args.dtype), args.cont_scale)
-    batch = args.batch_size or DEFAULT_BATCH_SIZE
     lengths = [int(x) for x in args.lengths.split(",")]
-    print(f"device {device} ({torch.get_num_threads()} threads), dtype {args.dtype}, batch {batch}")
-    print(f"model: GPT-2 small shape, random weights, logit scale {args.logit_scale}, "
-          f"continuation scale {args.cont_scale}, "
-          f"mean next-token entropy {mean_entropy(lm):.2f} nats")
-    print(f"{args.items} `model` items per length, top-5 words; naive loop timed on "
-          f"{args.naive_sample} items and extrapolated to {args.items}; bound: best of 2 "
-          f"forwards of about {args.bound_tokens} tokens, extrapolated to the run's tokens")
-    print("ratios: wall-clock / CPU-time (this process, all threads)")
+    budget = memory_budget(lm)
+    print(f"device {device} ({where}; {torch.get_num_threads()} CPU threads), dtype {args.dtype}")
+    if device.type == "cuda":
+        print(f"GPU: {torch.cuda.get_device_name(device)}")
+    print(
+        f"model: GPT-2 small shape, random weights, logit scale {args.logit_scale}, "
+        f"continuation scale {args.cont_scale}, "
+        f"mean next-token entropy {mean_entropy(lm):.2f} nats; "
+        f"{lm.kv_bytes_per_token / 1024:.1f} KiB of KV cache per token"
+    )
+    print(
+        f"{args.items} `model` items per length, top-5 words; peer timed on "
+        f"{args.peer_batches} batch(es); naive loop on {args.naive_sample} items, extrapolated; "
+        f"bound: best of 2 forwards of about {args.bound_tokens} tokens"
+    )
+    print(f"memory budget {budget / 2**30:.1f} GiB ({where} free memory x share)")
+    print("ratios and seconds: wall clock / CPU time (this process, all threads)")
     header = (
-        f"{'l':>4} {'items/s':>8} {'tok/item':>8} {'exp/item':>8} {'ours s':>7} "
-        f"{'naive s':>8} {'x naive':>11} {'bound s':>8} {'of bound':>11} {'inexact':>7} "
-        f"{'skipped':>7}  {'peak memory':>14}  load"
+        f"{'l':>4} {'batch':>5} {'items/s':>8} {'tok/item':>8} {'exp/item':>8} {'ours s':>7} "
+        f"{'peer s':>8} {'x peer':>11} {'naive s':>8} {'x naive':>11} {'of bound':>11} "
+        f"{'tok/s':>6} {'pad%':>5} {'spec%':>5} {'inexact':>7} {'merged':>6} {'skip':>4} "
+        f"{'peak ours':>9} {'peak peer':>9}  load"
     )
     print(header)
-    for length in lengths:
+    rates = {}
+    runs = [(length, args.items) for length in lengths]
+    if args.memory_items:
+        runs.append((max(lengths), args.memory_items))
+    for length, n_items in runs:
+        spec_auto = PrefixSpec(max_word_tokens=args.max_word_tokens or None)
+        batch = args.batch_size or auto_batch_size(
+            lm, expected_columns(spec_auto, length), budget=budget
+        )
         spec = PrefixSpec(batch_size=batch, max_word_tokens=args.max_word_tokens or None)
         make_items(lm, None, spec, length, "model", 0, min(batch, 8), seed=99)  # warm-up
-        sync(device)
-        with Clock() as ours:
-            items = make_items(lm, None, spec, length, "model", 0, args.items, seed=1)
-            sync(device)
+        counter = FeedCounter(lm)
+        with Peak(device) as ours_peak, Clock(device) as ours:
+            items = make_items(lm, None, spec, length, "model", 0, n_items, seed=1)
+        lm.feed = counter.real
         sampled = sum(i.provenance.get("context_tokens", 0) for i in items)
         expansions = sum(i.provenance.get("choices", {}).get("expansions", 0) for i in items)
+        needed = sampled + expansions
         per_item = sampled / len(items)
-        n_tok = max(1, round(per_item))
-        naive_w, naive_c = naive_item_seconds(lm, n_tok, args.naive_sample)
-        naive_w, naive_c = naive_w * args.items, naive_c * args.items
-        # The bound: the run's tokens (each sampled one, plus one per word-search expansion)
-        # at the tokens per second of one large forward.
-        total_tokens = sampled + expansions
-        rows = max(1, min(batch, args.bound_tokens // n_tok))
-        tps_w, tps_c = forward_tokens_per_second(lm, n_tok, rows, repeats=2)
-        bound_w, bound_c = total_tokens / tps_w, total_tokens / tps_c
+        n_tok = max(2, round(per_item))
+        rows = batch
+        with Peak(device) as peer_peak:
+            peer_w, peer_c = peer_seconds(lm, rows, n_tok - 1, args.peer_batches)
+        peer_w, peer_c = peer_w / rows * len(items), peer_c / rows * len(items)
+        naive_w, naive_c = naive_item_seconds(lm, n_tok - 1, args.naive_sample)
+        naive_w, naive_c = naive_w * len(items), naive_c * len(items)
+        bound_rows = max(1, min(batch, args.bound_tokens // n_tok))
+        tps_w, tps_c = forward_tokens_per_second(lm, n_tok, bound_rows, repeats=2)
+        bound_w, bound_c = needed / tps_w, needed / tps_c
+        rate = needed / (ours.wall if device.type == "cuda" else ours.cpu)
+        if n_items == args.items:
+            rates[length] = rate
+        fed = counter.counts
+        pad = fed["padding"] / max(1, fed["tokens"] + fed["padding"])
+        spec_share = (fed["tokens"] - needed) / max(1, fed["tokens"])
         skipped = sum(i.skipped for i in items)
         inexact = sum(not i.provenance.get("choices", {}).get("exact", True) for i in items)
-        load = os.getloadavg()[0]
         print(
-            f"{length:>4} {len(items) / ours.wall:>8.2f} {per_item:>8.1f} "
-            f"{expansions / len(items):>8.1f} {ours.wall:>7.1f} {naive_w:>8.1f} "
-            f"{naive_w / ours.wall:>5.1f}/{naive_c / ours.cpu:<5.1f} {bound_w:>8.1f} "
-            f"{bound_w / ours.wall:>5.2f}/{bound_c / ours.cpu:<5.2f} {inexact:>7} {skipped:>7}  "
-            f"{peak_memory(device):>14}  {load:.1f}",
+            f"{length:>4} {batch:>5} {len(items) / ours.wall:>8.2f} {per_item:>8.1f} "
+            f"{expansions / len(items):>8.1f} {ours.wall:>7.1f} {peer_w:>8.1f} "
+            f"{peer_w / ours.wall:>5.2f}/{peer_c / ours.cpu:<5.2f} {naive_w:>8.1f} "
+            f"{naive_w / ours.wall:>5.1f}/{naive_c / ours.cpu:<5.1f} "
+            f"{bound_w / ours.wall:>5.2f}/{bound_c / ours.cpu:<5.2f} {rate:>6.0f} "
+            f"{100 * pad:>5.1f} {100 * spec_share:>5.1f} {inexact:>7} {merged_items(items):>6} "
+            f"{skipped:>4} {ours_peak.gib:>9.2f} {peer_peak.gib:>9.2f}  "
+            f"{os.getloadavg()[0]:.1f}"
+            + ("" if n_items == args.items else f"  ({n_items} items: one batch)"),
             flush=True,
         )
+    if len(rates) > 1:
+        base = rates[min(rates)]
+        spread = ", ".join(f"l={k}: {v / base:.2f}" for k, v in sorted(rates.items()))
+        print(f"tokens per second relative to l = {min(rates)} ({where}): {spread}")
+    unit = "GiB of GPU allocation" if where == "GPU" else "GiB of peak resident set (whole process)"
+    print(f"peak memory in {unit}; tok/s: needed tokens per {where} second of ours")
+    if args.demo_model:
+        demo_merges(args.demo_model, lengths[:2], 256)
     print(f"load average at end: {os.getloadavg()}")
 
 

@@ -5,7 +5,7 @@ from a seed over a small byte-BPE-style vocabulary (``Ġ`` starts a word; suffix
 ``s`` continue one, so the word search meets multi-token words).  It needs no weights and no
 ``transformers``, runs on the CPU in microseconds, and gives the same items for the same seed
 whatever the batch, so the prefix, word-search, shard and HIT pipeline can be tested end to end
-on it.  It implements `worker.models.CausalLM` and `RowReset`.
+on it.  It implements `worker.models.CausalLM`.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+
+from worker.models import APPEND
 
 EOS = "<|endoftext|>"
 UNK = "<unk>"
@@ -92,6 +94,14 @@ class FakeState:
     rows: list[list[int]]
 
 
+@dataclass
+class FakeSlots:
+    """Each slot's context and how many tokens it was fed (a partial word's handle)."""
+
+    contexts: list[list[int]]
+    fed: list[int]
+
+
 class FakeCausalLM:
     """A `CausalLM` whose next token depends on the previous one only, through ``table``."""
 
@@ -132,12 +142,6 @@ class FakeCausalLM:
         state = FakeState([list(c) for c in contexts])
         return self._after(state.rows), state
 
-    def step(self, state: FakeState, tokens: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-        for row, t, a in zip(state.rows, tokens.tolist(), active.tolist(), strict=True):
-            if a:
-                row.append(int(t))
-        return self._after(state.rows)
-
     def extend(
         self, state: FakeState, rows: Sequence[int], continuations: Sequence[Sequence[int]]
     ) -> torch.Tensor:
@@ -149,15 +153,36 @@ class FakeCausalLM:
     def select(self, state: FakeState, rows: Sequence[int]) -> FakeState:
         return FakeState([list(state.rows[r]) for r in rows])
 
-    def concat(self, states: Sequence[FakeState]) -> FakeState:
-        return FakeState([list(row) for s in states for row in s.rows])
+    # Slots (`worker.models.CausalLM.open_slots`): the next token depends on the fed one only.
+    kv_bytes_per_token = 64  # nominal: the fake keeps no cache
 
-    def width(self, state: FakeState) -> int:
-        return max((len(row) for row in state.rows), default=0)
+    def open_slots(self, rows: int, columns: int) -> FakeSlots:
+        """See `worker.models.CausalLM.open_slots` (and the methods below)."""
+        return FakeSlots([[] for _ in range(rows)], [0] * rows)
 
-    def reset_rows(self, state: FakeState, rows: Sequence[int]) -> None:
-        for r in rows:
-            state.rows[r] = []
+    def feed(self, state, slots, tokens, parents, want) -> tuple[torch.Tensor, list[int]]:
+        handles = []
+        for s, t, p in zip(slots, tokens, parents, strict=True):
+            if p == APPEND:
+                state.contexts[s].append(int(t))
+            handles.append(state.fed[s])
+            state.fed[s] += 1
+        picked = [int(t) for t, w in zip(tokens, want, strict=True) if w]
+        return self._logprobs[torch.tensor(picked, dtype=torch.long)], handles
+
+    def clear_slots(self, state: FakeSlots, slots: Sequence[int]) -> None:
+        for s in slots:
+            state.contexts[s], state.fed[s] = [], 0
+
+    def swap_slots(self, state: FakeSlots, a: int, b: int) -> None:
+        for field in (state.contexts, state.fed):
+            field[a], field[b] = field[b], field[a]
+
+    def resize_slots(self, state: FakeSlots, rows: int) -> None:
+        del state.contexts[rows:], state.fed[rows:]
+
+    def slot_bytes(self, state: FakeSlots) -> int:
+        return 0
 
 
 def load(rest: str, *, task: str = "lm", **_options) -> FakeCausalLM:

@@ -1,5 +1,7 @@
-"""The KV cache of `worker.hf.HFCausalLM`: buffers that grow in place, row gathering, and the
-tree of partial words the word search extends."""
+"""The KV caches of `worker.hf.HFCausalLM`: the slots of the sampler (`SlotState`: one text per
+row from column 0, each token written at its own row and column, partial words as tree nodes
+after the context), and for ``start``/``extend`` buffers that grow in place, row gathering and
+the tree of partial words the word search extends."""
 
 from __future__ import annotations
 
@@ -189,3 +191,135 @@ class WordTree:
         back = {t: r for r, t in self.row_of.items()}
         self.row_of = {back[t]: i for i, t in enumerate(tree_rows)}
         self.nodes = [self.nodes[t] for t in tree_rows]
+
+
+class _Plan:
+    """Where the tokens of one forward go: slot rows [N*Q] and columns [N*Q] of each token (row
+    major), and the columns every row attends over."""
+
+    rows: torch.Tensor
+    cols: torch.Tensor
+    width: int
+    query: int
+
+
+def slot_cache_classes():
+    """The cache of `SlotState` (built on first use, so that importing this module does not
+    import ``transformers``)."""
+    global _SLOTS
+    if _SLOTS is not None:
+        return _SLOTS
+    from transformers.cache_utils import Cache, DynamicLayer
+
+    class SlotLayer(DynamicLayer):
+        """Keys and values of every slot, [rows, heads, capacity, head dim], allocated on the
+        first forward (the model says its heads and dims).  A forward writes each token at its
+        own (row, column) of the plan and attends over the first ``plan.width`` columns."""
+
+        def __init__(self, plan: _Plan, rows: int, capacity: int):
+            super().__init__()
+            self.plan, self.n_rows, self.capacity = plan, rows, capacity
+            self.kbuf = self.vbuf = None
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            plan = self.plan
+            n, h, q, d = key_states.shape
+            if self.kbuf is None:
+                shape = (self.n_rows, h, self.capacity)
+                # Zeros, not garbage: a masked column still multiplies a zero weight, and a NaN
+                # there would spread.
+                self.kbuf = key_states.new_zeros((*shape, d))
+                self.vbuf = value_states.new_zeros((*shape, value_states.shape[-1]))
+                self.dtype, self.device = key_states.dtype, key_states.device
+                self.is_initialized = True
+            flat = (n * q, h)
+            self.kbuf[plan.rows, :, plan.cols] = key_states.transpose(1, 2).reshape(*flat, d)
+            self.vbuf[plan.rows, :, plan.cols] = value_states.transpose(1, 2).reshape(*flat, -1)
+            self.keys = self.kbuf[:n, :, : plan.width]
+            self.values = self.vbuf[:n, :, : plan.width]
+            return self.keys, self.values
+
+        def resize(self, rows: int, capacity: int) -> None:
+            """Keep the first ``rows`` rows and ``capacity`` columns (one copy of this layer)."""
+            if self.kbuf is not None:
+                keep_r, keep_c = min(rows, self.n_rows), min(capacity, self.capacity)
+                for name in ("kbuf", "vbuf"):
+                    old = getattr(self, name)
+                    new = old.new_zeros((rows, old.shape[1], capacity, old.shape[3]))
+                    new[:keep_r, :, :keep_c] = old[:keep_r, :, :keep_c]
+                    setattr(self, name, new)
+                    del old
+            self.n_rows, self.capacity = rows, capacity
+            self.keys = self.values = None
+
+        def swap(self, a: int, b: int, cols_a: int, cols_b: int) -> None:
+            """Exchange the first ``cols_a`` columns of row ``a`` and ``cols_b`` of row ``b``."""
+            if self.kbuf is None:
+                return
+            for buf in (self.kbuf, self.vbuf):
+                keep = buf[a, :, :cols_a].clone() if cols_a else None
+                if cols_b:
+                    buf[a, :, :cols_b] = buf[b, :, :cols_b]
+                if keep is not None:
+                    buf[b, :, :cols_a] = keep
+
+        def nbytes(self) -> int:
+            if self.kbuf is None:
+                return 0
+            return self.kbuf.numel() * self.kbuf.element_size() * 2
+
+        def get_seq_length(self) -> int:
+            return self.plan.width - self.plan.query
+
+        def crop(self, tokens_to_remove: int) -> None:
+            raise NotImplementedError
+
+    class SlotCache(Cache):
+        def __init__(self, rows: int, capacity: int, n_layers: int):
+            self.plan = _Plan()
+            Cache.__init__(
+                self, layers=[SlotLayer(self.plan, rows, capacity) for _ in range(n_layers)]
+            )
+
+    _SLOTS = SlotCache
+    return _SLOTS
+
+
+_SLOTS = None
+
+
+@dataclass
+class SlotState:
+    """Slots of `HFCausalLM.open_slots`: the KV cache, and per slot its context length, its used
+    columns and its partial words (column -> (parent column or `CONTEXT`, depth)).  A slot's
+    context fills its columns from 0 (no padding: the column of a context token is its
+    position); partial words take the columns after it."""
+
+    cache: Any
+    rows: int
+    capacity: int
+    lengths: list[int]
+    fills: list[int]
+    nodes: list[dict[int, tuple[int, int]]]
+
+    @classmethod
+    def open(cls, rows: int, capacity: int, n_layers: int) -> SlotState:
+        cache = slot_cache_classes()(rows, capacity, n_layers)
+        return cls(cache, rows, capacity, [0] * rows, [0] * rows, [{} for _ in range(rows)])
+
+    def resize(self, rows: int, capacity: int) -> None:
+        """Keep the first ``rows`` slots, with ``capacity`` columns (layer by layer: one layer's
+        buffers are copied at a time, so memory grows by one layer at most meanwhile)."""
+        for layer in self.cache.layers:
+            layer.resize(rows, capacity)
+        if rows < self.rows:
+            del self.lengths[rows:], self.fills[rows:], self.nodes[rows:]
+        else:
+            extra = rows - self.rows
+            self.lengths += [0] * extra
+            self.fills += [0] * extra
+            self.nodes += [{} for _ in range(extra)]
+        self.rows, self.capacity = rows, capacity
+
+    def nbytes(self) -> int:
+        return sum(layer.nbytes() for layer in self.cache.layers)

@@ -5,12 +5,13 @@ as float32 tensors of shape [batch, vocab_size] on the model's device; batching,
 attention masks and the KV cache stay inside the implementation, in a state the callers treat
 as opaque.  Everything runs under ``torch.inference_mode()``.
 
-- `CausalLM` (language modelling): ``start`` reads a batch of contexts, ``step`` appends one
-  token to every row (ancestral sampling), ``extend`` scores continuations of chosen rows
-  without changing the state (the word search), ``select``/``concat`` reorganise states so that
-  finished rows can leave a sampling batch and join a search batch later, ``width`` says how
-  many columns a state's rows are padded to.  One optional capability, `RowReset`
-  (``reset_rows``), lets a new prefix take a finished row's place in a running batch.
+- `CausalLM` (language modelling): ``start`` reads a batch of contexts and ``extend`` scores
+  continuations of chosen rows without changing the state (text prefixes of a reference model,
+  `worker.synthetic`), ``select`` takes some rows.  The sampler and the word search run in
+  *slots* (``open_slots``, ``feed``, ``clear_slots``, ``swap_slots``, ``resize_slots``): each
+  row of a KV cache holds one text, which takes one token per step (a context token, a sampled
+  token, or a partial word scored as a tree node after the context) and leaves its slot to the
+  next text when it is over, so no cache is copied between sampling and search.
 - `Seq2SeqLM` (translation): ``start`` reads sources and target prefixes, ``extend`` as above,
   ``beam_search`` decodes sources.
 
@@ -21,18 +22,31 @@ or ``fake:<seed>``), a seeded toy that needs no weights; `load_model` picks one 
 
 from __future__ import annotations
 
+import ctypes
 import importlib
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # torch loads with a backend, not with the interface
     import torch
 
-# Rows per batch when the study does not say: 256 on a GPU and on a CPU too, where a one-token
-# step of GPT-2 small over 256 rows runs at about 0.9 of the tokens per second of one large
-# forward (1.64 against 1.51 ms per token on the 2-core CPU, 2026-11-24), over 128 rows at 0.83.
-# Shards hold as many items by default (`app.precompute.service`).
+# The most rows per batch on a CPU, where a one-token step of GPT-2 small over 256 rows runs at
+# about 0.9 of the tokens per second of one large forward (1.64 against 1.51 ms per token on the
+# 2-core CPU, 2026-11-24; over 128 rows at 0.83) and more rows only cost memory; a GPU keeps
+# gaining to about a thousand.  Below these caps `auto_batch_size` picks the rows that fit in
+# memory.  Shards hold 256 items by default (`app.precompute.service`).
 DEFAULT_BATCH_SIZE = 256
+MAX_ROWS = {"cpu": DEFAULT_BATCH_SIZE, "cuda": 1024}
+# Share of the device's free memory a batch may take (a CPU is shared with other processes).
+MEMORY_FRACTION = {"cpu": 0.5, "cuda": 0.8}
+# Float32 [rows, vocabulary] buffers alive in one step: the logits, their log-softmax, and the
+# sampling's probabilities and CDF.
+LOGIT_BUFFERS = 4
+
+# Parents of the tokens fed to slots (`CausalLM.feed`).
+APPEND = -1  # the token joins the slot's context
+CONTEXT = -2  # the token is the first of a partial word, right after the context
 
 
 @runtime_checkable
@@ -71,11 +85,6 @@ class CausalLM(Protocol):
         """
         ...
 
-    def step(self, state: Any, tokens: torch.Tensor, active: torch.Tensor) -> torch.Tensor:
-        """Append ``tokens`` [B] to the rows where ``active`` [B] is true (other rows get a
-        masked placeholder and keep their length).  Mutates ``state``; returns log-probs [B, V]."""
-        ...
-
     def extend(
         self, state: Any, rows: Sequence[int], continuations: Sequence[Sequence[int]]
     ) -> torch.Tensor:
@@ -87,22 +96,45 @@ class CausalLM(Protocol):
         """A new state holding only ``rows`` (in that order)."""
         ...
 
-    def concat(self, states: Sequence[Any]) -> Any:
-        """One state holding the rows of ``states`` one after the other."""
+    kv_bytes_per_token: int
+    """Bytes one token takes in the KV cache (`auto_batch_size`)."""
+
+    def open_slots(self, rows: int, columns: int) -> Any:
+        """An empty batch of ``rows`` slots with room for ``columns`` tokens each (it grows
+        when a slot needs more)."""
         ...
 
-    def width(self, state: Any) -> int:
-        """Columns the rows of ``state`` are padded to (what a search over it pays per row)."""
+    def feed(
+        self,
+        slots: Any,
+        rows: Sequence[int],
+        tokens: Sequence[int],
+        parents: Sequence[int],
+        want: Sequence[bool],
+    ) -> tuple[torch.Tensor, list[int]]:
+        """One forward: token ``tokens[i]`` goes into slot ``rows[i]`` (a slot may take several
+        tokens, all of them tree nodes).  ``parents[i]`` is `APPEND` (the token joins the slot's
+        context, which must hold no tree nodes), `CONTEXT` (a tree node right after the
+        context) or the handle of an earlier tree node of the slot (its parent).  A tree node
+        attends to the context, its ancestors and itself, at position context length + depth -
+        1.  Returns the log-probs [n, V] after each token whose ``want`` is true (in order) and
+        a handle per token."""
         ...
 
+    def clear_slots(self, slots: Any, rows: Sequence[int]) -> None:
+        """Empty the slots ``rows`` (no context, no tree nodes)."""
+        ...
 
-@runtime_checkable
-class RowReset(Protocol):
-    """Optional `CausalLM` capability: continuous batching without a forward per new prefix."""
+    def swap_slots(self, slots: Any, a: int, b: int) -> None:
+        """Exchange the contents (and handles) of slots ``a`` and ``b`` (either may be empty)."""
+        ...
 
-    def reset_rows(self, state: Any, rows: Sequence[int]) -> None:
-        """Empty ``rows`` of ``state`` in place: they attend to nothing so far, and the next
-        token ``step`` gives them is their first, at position 0."""
+    def resize_slots(self, slots: Any, rows: int) -> None:
+        """Keep the first ``rows`` slots."""
+        ...
+
+    def slot_bytes(self, slots: Any) -> int:
+        """Memory the slots' cache takes now."""
         ...
 
 
@@ -206,3 +238,95 @@ def load_model(
         revision=revision,
         local_files_only=local_files_only,
     )
+
+
+def free_memory(device) -> int:
+    """Bytes free on ``device``: ``torch.cuda.mem_get_info`` on a GPU; on a CPU the available
+    RAM (``MemAvailable`` of /proc/meminfo, else psutil's, else free pages)."""
+    if getattr(device, "type", str(device).split(":")[0]) == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def row_bytes(model, columns: int) -> int:
+    """Memory one row of a batch takes with ``columns`` cached tokens: ``columns *
+    model.kv_bytes_per_token`` (2 x layers x key-value heads x head dim x dtype bytes) plus
+    ``LOGIT_BUFFERS`` float32 rows of the vocabulary."""
+    return columns * model.kv_bytes_per_token + LOGIT_BUFFERS * 4 * model.vocab_size
+
+
+def memory_budget(model, *, free: int | None = None, fraction: float | None = None) -> int:
+    """Bytes a batch may take on the model's device: ``fraction`` (default `MEMORY_FRACTION`
+    of the device type) of its free memory (``free``, default `free_memory`), measured after the
+    model is loaded, so the weights are not in it."""
+    kind = getattr(model.device, "type", "cpu")
+    free = free_memory(model.device) if free is None else free
+    share = fraction if fraction is not None else MEMORY_FRACTION.get(kind, 0.5)
+    return int(share * free)
+
+
+def auto_batch_size(
+    model, columns: int, *, budget: int | None = None, max_rows: int | None = None
+) -> int:
+    """Rows per batch from the model's size and the device's free memory.
+
+    ``rows = min(max_rows, floor(budget / row_bytes(model, columns)))`` where ``budget`` is
+    `memory_budget` (a share of the free memory), ``row_bytes`` is ``columns x 2 x layers x
+    key-value heads x head dim x dtype bytes + LOGIT_BUFFERS x 4 x vocabulary`` and ``columns``
+    the tokens a row is expected to hold (context, prefix, continuation and the word search's
+    partial words); ``max_rows`` defaults to `MAX_ROWS` of the device type (256 on a CPU).  The
+    rows grow with the free memory and shrink with the model and the prefix length.  Raises
+    `MemoryError` when not even one row fits.
+    """
+    budget = memory_budget(model) if budget is None else budget
+    per_row = row_bytes(model, columns)
+    rows = budget // per_row
+    if rows < 1:
+        raise MemoryError(
+            f"one row of {columns} tokens needs {per_row / 2**20:.1f} MiB; the batch may take "
+            f"{budget / 2**20:.1f} MiB of the device's free memory"
+        )
+    cap = max_rows or MAX_ROWS.get(getattr(model.device, "type", "cpu"), DEFAULT_BATCH_SIZE)
+    return int(min(rows, cap))
+
+
+# glibc's mallopt parameters (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_HEAP_BYTES = 1 << 30
+_heap_tuned = False
+
+
+def keep_buffers_on_heap() -> bool:
+    """Let glibc serve allocations up to 1 GiB from its heap and keep freed memory there, once
+    per process (a CPU worker).  A step allocates several float32 [rows, vocabulary] tensors
+    (51 MB each at 256 rows of GPT-2) that glibc would otherwise map and unmap every time,
+    faulting in and zeroing fresh pages: measured on the 2-core CPU (2026-11-25, 256 items at
+    l = 10), page faults fell from 1.35 M to 0.17 M and system time from 4.5 to 0.6 s of about
+    39 s.  The price is that the process keeps its peak heap until it exits.  No effect (False)
+    off glibc.  ``mallopt`` takes a C int, hence 1 GiB and not more."""
+    global _heap_tuned
+    if _heap_tuned:
+        return True
+    try:
+        libc = ctypes.CDLL(None)  # the process's own symbols: glibc's mallopt on Linux
+        ok = libc.mallopt(_M_MMAP_THRESHOLD, _HEAP_BYTES) and libc.mallopt(
+            _M_TRIM_THRESHOLD, _HEAP_BYTES
+        )
+    except (OSError, AttributeError, TypeError):
+        return False
+    _heap_tuned = bool(ok)
+    return _heap_tuned

@@ -57,11 +57,12 @@ from app.precompute.datasets import Dataset, DatasetError
 from app.studies.schemas import WORKER_DEFAULTS as _STUDY
 from app.studies.schemas import parse_kind
 from worker.continuations import continuation, continue_texts
-from worker.models import DEFAULT_BATCH_SIZE
-from worker.sampler import ContinuousSampler
+from worker.models import LOGIT_BUFFERS, auto_batch_size, memory_budget
+from worker.sampler import ContinuousSampler, expected_columns
 from worker.seeds import item_seed, stable_seed
 from worker.words import (
     NextWords,
+    SearchSettings,
     TokenClasses,
     decode_word,
     segment_words,
@@ -79,8 +80,8 @@ class PrefixSpec:
     ancestral sampling).  ``eos_policy``: ``"resample"`` or ``"skip"`` an end of text before l
     words; ``max_attempts`` bounds re-sampling.  ``num_beams``: seq2seq model prefixes.
     ``special_policy``: ``"renormalise"`` or ``"skip"`` when a special token is the top-1.
-    ``batch_size``: rows per batch (None: `DEFAULT_BATCH_SIZE`).  ``max_expansions``: word-search
-    budget per context.  ``punctuation_splits``: the punctuation rule of `worker.words`.
+    ``batch_size``: rows per batch (None: `worker.models.auto_batch_size`).  ``max_expansions``:
+    word-search budget per context.  ``punctuation_splits``: the punctuation rule of `worker.words`.
     ``max_word_tokens``: longest choice word in tokens (default: a study file's
     ``decoding.max_word_tokens``; None: no limit, the exact search).  The limit bounds the
     search's sequential forwards on a model that keeps a partial word probable token after token;
@@ -325,12 +326,25 @@ def make_items(
                     d.info["data_continuation"] = " ".join(row.words[end : end + following])
         drafts.append(d)
 
-    batch = spec.batch_size or DEFAULT_BATCH_SIZE
+    # Rows per batch: the spec's, else what the device's free memory holds (`auto_batch_size`);
+    # the slots' KV cache then keeps within the rest of the budget, whatever the prefixes' width.
+    budget = memory_budget(model)
+    batch = spec.batch_size or auto_batch_size(model, expected_columns(spec, length), budget=budget)
+    memory = max(0, budget - batch * LOGIT_BUFFERS * 4 * model.vocab_size)
     if sampled_data:
         # P_D's samples take the dataset lines' place; shuffling and corruption apply to them.
         data_classes = get_token_classes(data_from, spec.punctuation_splits)
         _sample_lm(
-            data_from, data_classes, drafts, length, spec, seed, kind_key, batch, search=False
+            data_from,
+            data_classes,
+            drafts,
+            length,
+            spec,
+            seed,
+            kind_key,
+            batch,
+            search=False,
+            memory=memory,
         )
         for d in drafts:
             d.info["data_prefix_model"] = data_from.name
@@ -367,21 +381,42 @@ def make_items(
             batch,
             search=False,
             continuation=phase,
+            memory=memory,
         )
         results = [None] * len(drafts)
     elif base == "model":
         results = _sample_lm(
-            model, classes, drafts, length, spec, seed, kind_key, batch, keep_roots=keep_roots
+            model,
+            classes,
+            drafts,
+            length,
+            spec,
+            seed,
+            kind_key,
+            batch,
+            keep_roots=keep_roots,
+            memory=memory,
         )
     else:
         if base == "model_corrupted":
-            _sample_lm(model, classes, drafts, length, spec, seed, kind_key, batch, search=False)
+            _sample_lm(
+                model,
+                classes,
+                drafts,
+                length,
+                spec,
+                seed,
+                kind_key,
+                batch,
+                search=False,
+                memory=memory,
+            )
         if base in ("model_corrupted", "data_corrupted"):
             for d in drafts:
                 if d.skip is None:
                     d.words, d.info["corrupted_positions"] = _corrupt(d.words, rate, vocab, d.rng)
         if not ratings:
-            results = _choices_lm_text(model, classes, drafts, spec, batch, keep_roots)
+            results = _choices_lm_text(model, classes, drafts, spec, batch, keep_roots, memory)
         else:
             results = [None] * len(drafts)
             if not prefixes_only:
@@ -453,6 +488,7 @@ def _sample_lm(
     search: bool = True,
     keep_roots: bool = False,
     continuation=None,
+    memory: int | None = None,
 ) -> list[NextWords | None]:
     """Model prefixes for a causal LM (`ContinuousSampler`), with their next words when
     ``search`` or their ``continuation`` (a `worker.sampler.Continuation`); a re-sampled attempt
@@ -461,9 +497,6 @@ def _sample_lm(
     def reseed(d: _Draft, attempt: int) -> np.random.Generator:
         return np.random.default_rng(item_seed(seed, length, kind, d.index, attempt))
 
-    def next_words(state, root) -> list[NextWords]:
-        return _search(model, state, root, classes, spec)
-
     sampler = ContinuousSampler(
         model,
         classes,
@@ -471,14 +504,29 @@ def _sample_lm(
         length,
         batch,
         reseed,
-        next_words if search else None,
+        search_settings(model, classes, spec) if search else None,
         keep_roots=keep_roots,
         continuation=continuation,
+        memory=memory,
     )
     return sampler.run(drafts)
 
 
+def search_settings(model, classes: TokenClasses, spec: PrefixSpec) -> SearchSettings:
+    """The word search of ``spec`` over ``model``'s vocabulary."""
+    return SearchSettings(
+        classes,
+        model.tokenizer,
+        k=spec.top_k,
+        policy=spec.special_policy,
+        max_expansions=spec.max_expansions,
+        max_word_tokens=spec.max_word_tokens,
+    )
+
+
 def _search(model, state, root, classes, spec) -> list[NextWords]:
+    """The next words after the contexts of ``state`` (``model.start``'s), by rounds of
+    ``model.extend`` (`worker.words.top_words`)."""
     return top_words(
         root,
         lambda rows, conts: model.extend(state, rows, conts),
@@ -496,27 +544,34 @@ def _chunks(seq: Sequence, size: int):
         yield seq[lo : lo + size]
 
 
-def _choices_lm_text(model, classes, drafts, spec, batch, keep_roots) -> list[NextWords | None]:
-    """Next words after text prefixes (data, shuffled, corrupted, random)."""
-    results: dict[int, NextWords] = {}
+def _choices_lm_text(
+    model, classes, drafts, spec, batch, keep_roots, memory=None
+) -> list[NextWords | None]:
+    """Next words after text prefixes (data, shuffled, corrupted, random): each context is fed
+    to a slot and searched there (`ContinuousSampler`, ``from_context``)."""
     todo = [d for d in drafts if d.skip is None]
-    for chunk in _chunks(todo, batch):
-        contexts = []
-        for d in chunk:
-            ids = [model.start_token_id, *model.encode(" ".join([*d.prompt, *d.words]))]
-            if model.max_positions and len(ids) >= model.max_positions:
-                raise ValueError(
-                    f"item {d.index}: {len(ids)} tokens exceed the model's "
-                    f"{model.max_positions} positions"
-                )
-            d.info["context_tokens"] = len(ids)
-            d.ids = ids
-            contexts.append(ids)
-        root, state = model.start(contexts)
-        _keep(chunk, root, keep_roots)
-        for d, res in zip(chunk, _search(model, state, root, classes, spec), strict=True):
-            results[d.index] = res
-    return [results.get(d.index) for d in drafts]
+    for d in todo:
+        ids = [model.start_token_id, *model.encode(" ".join([*d.prompt, *d.words]))]
+        if model.max_positions and len(ids) >= model.max_positions:
+            raise ValueError(
+                f"item {d.index}: {len(ids)} tokens exceed the model's "
+                f"{model.max_positions} positions"
+            )
+        d.info["context_tokens"] = len(ids)
+        d.ids = ids
+    sampler = ContinuousSampler(
+        model,
+        classes,
+        spec,
+        0,
+        batch,
+        None,
+        search_settings(model, classes, spec),
+        keep_roots=keep_roots,
+        memory=memory,
+    )
+    found = dict(zip([d.index for d in todo], sampler.run(todo, from_context=True), strict=True))
+    return [found.get(d.index) for d in drafts]
 
 
 def _keep(chunk, root, keep_roots: bool) -> None:

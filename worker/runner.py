@@ -40,7 +40,7 @@ log = logging.getLogger("ebc.worker")
 class WorkerOptions:
     device: str | None = None  # None: cuda when present, else cpu
     dtype: str = "float32"
-    batch_size: int | None = None  # None: worker.models.DEFAULT_BATCH_SIZE
+    batch_size: int | None = None  # None: worker.models.auto_batch_size
     lease_seconds: float = 120.0
     poll_seconds: float = 2.0
     once: bool = False  # stop when no shard is claimable instead of waiting

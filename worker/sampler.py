@@ -1,26 +1,40 @@
-"""Model prefixes of a causal LM by continuous batching, with their next words.
+"""Prefixes, continuations and next words of a causal LM in one continuously batched loop.
 
-`ContinuousSampler` samples up to ``batch`` prefixes together, one token per step with the KV
-cache.  A prefix is done at the token that would start word l + 1 (its distribution is the one
-the next words are read from), at an end of text, or after ``prefix_tokens_per_word * (l + 1)``
-tokens; it then stops (a masked placeholder) and, once an eighth of the batch has stopped,
-the batch is compacted and waiting prefixes take the free places, so the batch stays full until
-the queue is empty.  Finished prefixes keep their cache and root distribution; the word search
-runs on them once ``batch`` have gathered (and on the rest at the end).  Each prefix draws its
-uniforms from its own generator, only while it is sampling, so an item does not depend on the
-batch size or on which prefixes share its batch.
+`ContinuousSampler` keeps up to ``batch`` texts in the model's slots (`CausalLM.open_slots`: a
+KV cache whose rows each hold one text, from column 0, with no padding) and runs one forward
+per step in which every slot takes one token:
+
+- a context token (the start token, the prompt, or a text prefix's tokens), fed one per step;
+- a sampled token (ancestral sampling with temperature, top-k, top-p as configured);
+- the word search's next partial word (`worker.words.WordSearch`), scored on the slot's own
+  cache as a tree node after the context.
+
+A prefix is done at the token that would start word l + 1 (its distribution is the one the
+next words are read from), at an end of text, or after ``prefix_tokens_per_word * (l + 1)``
+tokens.  With a word search the row then searches in place, one partial word per step, and its
+slot is taken by the next waiting text as soon as its search is over; nothing is copied
+between caches.  The batch stays full until the queue is empty; in its tail the live slots are
+packed to the front (a forward covers only those), the buffers shrink when half are free, and
+searches that have the forward to themselves send up to ``max_speculative`` speculative partial
+words each (their own next-best ones, `WordSearch.speculate`).  Each prefix draws its uniforms
+from its own generator, only while it is sampling, and each search is sequential and memoises
+speculative results, so an item does not depend on the batch size or on which texts share its
+batch (float rounding of a different batch aside).
 
 Continuations (ratings studies, `worker.continuations`): with a `Continuation` a row that has
-its l words goes on in the same batch, on its own KV cache, to sample l_gen more words with the
-continuation's settings; ``run(drafts, from_context=True)`` starts rows at their context's end
-(data prefixes: prompt + prefix encoded) and samples the continuation only.  The first token of
-a continuation must start a new word (as after a prompt), so the prefix's last word is never
-extended.  An end of text before l_gen words re-samples the continuation alone from its
-context (the prefix stays as it was) or skips the item, by the continuation's ``eos_policy``.
+its l words goes on in the same slot to sample l_gen more words with the continuation's
+settings; ``run(drafts, from_context=True)`` starts rows at their context's end (data prefixes:
+prompt + prefix encoded) and samples the continuation only.  The first token of a continuation
+must start a new word (as after a prompt), so the prefix's last word is never extended.  An end
+of text before l_gen words re-samples the continuation alone from its context (the prefix stays
+as it was) or skips the item, by the continuation's ``eos_policy``.  Without sampling (a search
+and ``from_context``) the rows are text prefixes whose next words are searched after their
+context.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,8 +43,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from worker.models import RowReset
-from worker.words import NextWords, TokenClasses, decode_word
+from worker.models import APPEND, CONTEXT
+from worker.words import NextWords, SearchSettings, TokenClasses, WordSearch, decode_word
+
+# Tokens a row is expected to hold per word of its prompt, prefix and continuation, plus the
+# word search's partial words (`expected_columns`, for the batch size).
+TOKENS_PER_WORD = 1.5
+SEARCH_COLUMNS = 16
+
+
+def expected_columns(spec, length: int) -> int:
+    """Cached tokens a row of cell (``length``, kind) is expected to hold: the start token,
+    ``TOKENS_PER_WORD`` per word of its prompt, prefix, next word and continuation, and
+    ``SEARCH_COLUMNS`` for the word search."""
+    words = spec.prompt_words + length + 1 + spec.continuation_words
+    return 1 + math.ceil(TOKENS_PER_WORD * words) + SEARCH_COLUMNS
 
 
 def sample_tokens(logprobs: torch.Tensor, u: torch.Tensor, spec, allowed: torch.Tensor | None):
@@ -68,24 +95,6 @@ def _filtered_scores(logprobs: torch.Tensor, spec, allowed: torch.Tensor | None)
     return scores
 
 
-def width_bands(model, groups: list[tuple[list, Any, torch.Tensor]]) -> list[list]:
-    """Finished groups (rows, state, root log-probabilities) in at most two searches: those up to
-    twice the rows' median cache width, and the longer ones.  One search pads every row's cache
-    (memory, and attention in every search round) to its widest row, and a prefix of degenerate
-    many-token words can be several times wider than the rest; a second search costs its own
-    tail of small rounds, so there are never more than two.  A context's words do not depend on
-    which contexts share its search, so the split changes no word (probabilities move in float32
-    rounding, as with any other padding); the split is a function of the shard, so a retried
-    shard still makes the same items."""
-    if len(groups) < 2:
-        return [groups]
-    widths = sorted(w for group, st, _ in groups for w in [model.width(st)] * len(group))
-    limit = 2 * widths[len(widths) // 2]
-    short = [g for g in groups if model.width(g[1]) <= limit]
-    long = [g for g in groups if model.width(g[1]) > limit]
-    return [band for band in (short, long) if band]
-
-
 @dataclass(frozen=True)
 class Continuation:
     """What a row samples after its prefix: ``words`` more words (l_gen) with ``spec``'s
@@ -109,39 +118,46 @@ def sampling_record(spec) -> dict:
     }
 
 
-@dataclass
+@dataclass(eq=False)
 class _Row:
-    """One text being sampled: its draft, phase (0: the prefix, 1: the continuation), attempt
-    at that phase, random stream and tokens so far (``start`` of them, and ``split`` of their
-    word groups, before the phase began)."""
+    """One text in a slot: its draft, phase (0: the prefix, 1: the continuation, 2: a text
+    prefix's word search only), attempt at that phase, random stream, context (fed first) and
+    tokens sampled so far (``start`` of them, and ``split`` of their word groups, before the
+    phase began)."""
 
     draft: Any
     attempt: int
-    rng: np.random.Generator
+    rng: np.random.Generator | None
     context: list[int]
     cap: int  # most tokens it may have sampled when its phase ends
+    slot: int = -1
     tokens: list[int] = field(default_factory=list)
     groups: list[list[int]] = field(default_factory=list)
     phase: int = 0
     start: int = 0
     split: int = 0
-
-
-Search = Callable[[Any, torch.Tensor], list[NextWords]]
-"""``search(state, root)``: the next words of every row of a state (root log-probs [B, V])."""
+    count: int = 0  # words begun in this phase
+    in_word: bool = False
+    fed: int = 0  # context tokens fed so far
+    token: int | None = None  # sampled, to be fed
+    out: int | None = None  # where its next-token distribution is in the last output
+    search: WordSearch | None = None
+    nodes: dict[tuple[int, ...], int] = field(default_factory=dict)  # partial word -> handle
 
 
 class ContinuousSampler:
-    """Samples the prefixes of ``drafts`` (see the module docstring).
+    """Samples the prefixes of ``drafts`` and searches their next words (the module docstring).
 
     A draft (`worker.prefixes._Draft`) brings ``index``, ``rng``, ``prompt`` and ``info``; the
     sampler sets its ``words``, ``skip`` and ``info``.  ``reseed(draft, attempt)`` gives the
-    generator of a re-sampled attempt; ``search`` (None: prefixes only) the next words.  A
-    finished draft gets ``ids`` (its context tokens, without the token that starts word l + 1)
-    and, with ``keep_roots`` and a search, ``root`` (the log-probabilities its words came from).
-    With a ``continuation`` (no search) a finished prefix goes on: the draft gets
-    ``continuation`` (its words) and ``info["continuation"]``, and ``skip`` when the
-    continuation fails (``"eos_before_l_gen"``, ``"continuation_too_long"``).
+    generator of a re-sampled attempt; ``search`` (`worker.words.SearchSettings`; None: prefixes
+    only) the next words.  A finished draft gets ``ids`` (its context tokens, without the token
+    that starts word l + 1) and, with ``keep_roots`` and a search, ``root`` (the
+    log-probabilities its words came from).  With a ``continuation`` (no search) a finished
+    prefix goes on: the draft gets ``continuation`` (its words) and ``info["continuation"]``, and
+    ``skip`` when the continuation fails (``"eos_before_l_gen"``, ``"continuation_too_long"``).
+    ``memory`` (bytes; None: no limit) bounds the KV cache of the slots (`_refill`);
+    ``max_speculative`` the speculative partial words per search and step in the tail.
     """
 
     def __init__(
@@ -152,16 +168,19 @@ class ContinuousSampler:
         length: int,
         batch: int,
         reseed: Callable[[Any, int], np.random.Generator],
-        search: Search | None,
+        search: SearchSettings | None,
         *,
         keep_roots: bool = False,
         continuation: Continuation | None = None,
+        memory: int | None = None,
+        max_speculative: int = 4,
     ):
         if continuation is not None and search is not None:
             raise ValueError("a continuation follows a prefix without a word search")
         self.model, self.classes, self.spec, self.batch = model, classes, spec, batch
         self.reseed, self.search, self.keep_roots = reseed, search, keep_roots
         self.continuation = continuation
+        self.memory, self.max_speculative = memory, max_speculative
         self.sampling = sampling_record(spec)
         cont_spec = continuation.spec if continuation is not None else spec
         self.specs = (spec, cont_spec)
@@ -177,7 +196,8 @@ class ContinuousSampler:
         if classes.word_level and unk is not None and unk < allowed.numel():
             allowed[unk] = True
         self.allowed = allowed
-        self.blank_l = classes.blank.tolist()
+        self.starts_l, self.blank_l = classes.starts.tolist(), classes.blank.tolist()
+        self.ends_l = classes.ends.tolist()
         self.every_allowed = bool(allowed.all())  # GPT-2: its one special token is end of text
         # After a prompt, and at a continuation's start, the first token must start a new word.
         self.first_allowed = allowed & (classes.starts | classes.ends)
@@ -188,252 +208,234 @@ class ContinuousSampler:
             cont_spec.prefix_tokens_per_word * (continuation.words + 1) if continuation else 0
         )
         self.results: dict[int, NextWords] = {}
-        self.queue: deque = deque()  # (draft, attempt) of prefixes to sample
-        self.cont_queue: deque = deque()  # (draft, attempt) of continuations from a context
+        self.queue: deque = deque()  # (draft, attempt, phase) waiting for a slot
         self.after_prompt = False
-        self.live: list[_Row] = []
-        self.active: list[bool] = []
-        self.state = self.logprobs = self.count = self.in_word = self.goal = None
-        self.finished: list[tuple[list[_Row], Any, torch.Tensor]] = []  # (rows, state, root)
-        self.n_finished = 0
+        self.rows: list[_Row | None] = []
+        self.state: Any = None
+        self.out: torch.Tensor | None = None
+
+    # -- the loop ---------------------------------------------------------------------------
 
     def run(self, drafts: list, *, from_context: bool = False) -> list[NextWords | None]:
-        """Sample the drafts' prefixes (and continuations); with ``from_context`` the drafts
-        bring their context as ``ids`` and only continuations are sampled."""
-        if from_context:
-            if self.continuation is None:
-                raise ValueError("sampling from a context needs a continuation")
-            self.cont_queue.extend((d, 0) for d in drafts)
-        else:
-            self.queue.extend((d, 0) for d in drafts)
+        """Sample the drafts' prefixes (and continuations, or search their next words); with
+        ``from_context`` the drafts bring their context as ``ids``: only continuations are
+        sampled, or (with a search) only the next words searched."""
+        if from_context and self.continuation is None and self.search is None:
+            raise ValueError("starting from a context needs a continuation or a word search")
+        phase = (1 if self.continuation is not None else 2) if from_context else 0
+        self.queue.extend((d, 0, phase) for d in drafts)
         self.after_prompt = bool(not from_context and drafts and drafts[0].prompt)
-        # Without a prompt a new prefix's context is the start token alone: it takes a free
-        # place in the running batch and the start token goes through the next step with the
-        # others (no forward of its own, no copy of the batch's cache).
-        in_place = not from_context and not self.after_prompt
-        in_place = in_place and isinstance(self.model, RowReset)
-        self._admit()
-        while self.live:
-            tok = self._step_tokens()
-            if in_place and self.queue and not all(self.active):
-                tok = self._refill(tok)
-            n_active = sum(self.active)
-            if n_active:
-                self.logprobs = self.model.step(
-                    self.state, tok, torch.tensor(self.active, device=self.model.device)
-                )
-            stopped = len(self.live) - n_active
-            if stopped and (stopped >= max(1, self.batch // 8) or not n_active):
-                self._compact()
-                self._admit()
-            if self.n_finished >= self.batch:
-                self._run_search()
-        if self.finished:
-            self._run_search()
+        if not drafts:
+            return []
+        n_slots = min(self.batch, len(drafts))
+        self.opened = self._columns(drafts, from_context)
+        self.narrow = self._narrow(drafts, from_context)
+        self.state = self.model.open_slots(n_slots, self.opened)
+        self.rows = [None] * n_slots
+        # Bands of slots by width (`_place`): their first slots, and the width each band's
+        # rows leave it at.
+        self.band_limits = sorted({max(1, self.narrow // 4), max(2, self.narrow // 2), self.narrow})
+        self.starts = [0] + [n_slots] * len(self.band_limits)
+        while True:
+            self._advance()
+            feeds = self._feeds()
+            if not feeds[0]:
+                break
+            self._forward(*feeds)
+        self.state = self.out = None
         return [self.results.get(d.index) for d in drafts]
+
+    def _columns(self, drafts: list, from_context: bool) -> int:
+        """Columns the slots open with: the longest context and some room; the cache grows by a
+        quarter when a row needs more, so its width follows the widest row."""
+        context = max(len(d.ids) for d in drafts) if from_context else 1
+        return context + SEARCH_COLUMNS
+
+    def _narrow(self, drafts: list, from_context: bool) -> int:
+        """Columns beyond which a row is in the widest band (`_place`): what a row is expected
+        to hold (`expected_columns`; a context's median length when starting from contexts)."""
+        if not from_context:
+            return expected_columns(self.spec, self.length)
+        lengths = sorted(len(d.ids) for d in drafts)
+        words = self.goals[1] + 1
+        return lengths[len(lengths) // 2] + math.ceil(TOKENS_PER_WORD * words) + SEARCH_COLUMNS
+
+    def _advance(self) -> None:
+        """Rows with a new distribution sample their next token (or begin their search); rows
+        that are over leave their slots to waiting ones."""
+        ready = [r for r in self.rows if r is not None and r.out is not None]
+        searching = [r for r in ready if r.phase == 2]
+        sampling = [r for r in ready if r.phase != 2]
+        if sampling:
+            searching += self._sample_rows(sampling)
+        if searching:
+            self._begin_searches(searching)
+        for r in ready:
+            r.out = None
+        self._refill()
+        self._place()
+
+    def _feeds(self):
+        """Each live row's token(s) for the next forward: slots, tokens, parents, which outputs
+        are read, and for each token (row, partial word) or None."""
+        slots: list[int] = []
+        tokens: list[int] = []
+        parents: list[int] = []
+        want: list[bool] = []
+        owners: list[tuple[_Row, tuple[int, ...] | None] | None] = []
+        live = [r for r in self.rows if r is not None]
+        extra = 0
+        if live and not self.queue and all(r.search is not None for r in live):
+            # The batch's tail: only searches are left and the forward has room.
+            extra = max(0, min(self.max_speculative, self.batch // len(live) - 1))
+        for r in live:
+            if r.fed < len(r.context):
+                r.fed += 1
+                last = r.fed == len(r.context)
+                slots.append(r.slot)
+                tokens.append(r.context[r.fed - 1])
+                parents.append(APPEND)
+                want.append(last)
+                owners.append((r, None) if last else None)
+            elif r.token is not None:
+                slots.append(r.slot)
+                tokens.append(r.token)
+                parents.append(APPEND)
+                want.append(True)
+                owners.append((r, None))
+                r.token = None
+            else:
+                s = r.search
+                # Speculative words first: their results are memoised before the search's own
+                # word is expanded.
+                for node in [*s.speculate(extra), s.next()]:
+                    slots.append(r.slot)
+                    tokens.append(node[-1])
+                    parents.append(CONTEXT if len(node) == 1 else r.nodes[node[:-1]])
+                    want.append(True)
+                    owners.append((r, node))
+        return slots, tokens, parents, want, owners
+
+    def _forward(self, slots, tokens, parents, want, owners) -> None:
+        out, handles = self.model.feed(self.state, slots, tokens, parents, want)
+        self.out = out
+        jobs: list[tuple[_Row, tuple[int, ...], int]] = []
+        i = 0
+        for owner, handle, w in zip(owners, handles, want, strict=True):
+            if owner is not None:
+                r, node = owner
+                if node is None:
+                    r.out = i
+                else:
+                    r.nodes[node] = handle
+                    jobs.append((r, node, i))
+            i += w
+        if not jobs:
+            return
+        index = torch.tensor([j[2] for j in jobs], dtype=torch.long, device=out.device)
+        for (r, node, _), expansion in zip(jobs, self.search.expand(out[index]), strict=True):
+            r.search.feed(node, *expansion)
+        for r in dict.fromkeys(j[0] for j in jobs):
+            if r.search.next() is None:
+                self._finish_search(r)
+
+    # -- sampling -----------------------------------------------------------------------------
 
     def _fresh(self, r: _Row) -> bool:
         """Whether the row's next token must start a new word (its phase's first token, after
         a prompt or a prefix)."""
         return len(r.tokens) == r.start and (r.phase == 1 or self.after_prompt)
 
-    def _sample(self, logprobs: torch.Tensor, u: torch.Tensor, rows: list[_Row]) -> torch.Tensor:
-        """One token per row, each by its phase's settings."""
+    def _sample(self, logprobs: torch.Tensor, rows: list[_Row]) -> list[int]:
+        """One token per row, each by its phase's settings, from its own stream."""
+        device = logprobs.device
+        u = torch.tensor([r.rng.random() for r in rows], dtype=torch.float32).to(device)
         fresh = [self._fresh(r) for r in rows]
         if any(fresh):
-            where = torch.tensor(fresh, device=self.model.device)[:, None]
+            where = torch.tensor(fresh, device=device)[:, None]
             mask = torch.where(where, self.first_allowed, self.allowed)
         else:
             mask = None if self.every_allowed else self.allowed[None, :]
         phases = [r.phase for r in rows]
         if self.same_sampling or len(set(phases)) == 1:
-            return sample_tokens(logprobs, u, self.specs[phases[0]], mask)
-        tok = torch.empty(len(rows), dtype=torch.long, device=self.model.device)
+            return sample_tokens(logprobs, u, self.specs[phases[0]], mask).tolist()
+        tok = torch.empty(len(rows), dtype=torch.long, device=device)
         for phase in (0, 1):
             index = torch.tensor(
-                [i for i, p in enumerate(phases) if p == phase],
-                dtype=torch.long,
-                device=self.model.device,
+                [i for i, p in enumerate(phases) if p == phase], dtype=torch.long, device=device
             )
             part = mask if mask is None or mask.shape[0] == 1 else mask[index]
             tok[index] = sample_tokens(logprobs[index], u[index], self.specs[phase], part)
-        return tok
+        return tok.tolist()
 
-    def _uniforms(self, rows: list[_Row], draw: list[bool]) -> torch.Tensor:
-        return torch.tensor(
-            [r.rng.random() if d else 0.0 for r, d in zip(rows, draw, strict=True)],
-            dtype=torch.float32,
-        ).to(self.model.device)
-
-    def _step_tokens(self) -> torch.Tensor:
-        """Sample every live row's next token and settle the rows it ends; returns the tokens."""
-        live, device = self.live, self.model.device
-        tok = self._sample(self.logprobs, self._uniforms(live, self.active), live)
-        switched = self._settle(tok, list(self.active))
+    def _sample_rows(self, rows: list[_Row]) -> list[_Row]:
+        """Sample and settle one token for each row; returns the rows whose prefix is done and
+        whose search begins."""
+        index = torch.tensor([r.out for r in rows], dtype=torch.long, device=self.out.device)
+        logprobs = self.out[index]
+        done: list[_Row] = []
+        switched: list[int] = []
+        for i, (r, t) in enumerate(zip(rows, self._sample(logprobs, rows), strict=True)):
+            outcome = self._settle(r, t)
+            if outcome == "search":
+                done.append(r)
+            elif outcome == "switch":
+                switched.append(i)
         if switched:
             # Rows whose prefix just ended: their token is drawn again, from the continuation's
             # settings and stream, as the continuation's first token (a new word).
-            index = torch.tensor(switched, dtype=torch.long, device=device)
-            self.count, self.in_word = self.count.clone(), self.in_word.clone()
-            self.goal = self.goal.clone()
-            self.count[index], self.in_word[index] = 0, False
-            self.goal[index] = self.goals[1]
-            rows = [live[i] for i in switched]
-            u = self._uniforms(rows, [True] * len(rows))
-            tok = tok.clone()
-            tok[index] = self._sample(self.logprobs[index], u, rows)
-            chosen = set(switched)
-            self._settle(tok, [i in chosen for i in range(len(live))])
-        return tok
+            again = [rows[i] for i in switched]
+            index = torch.tensor(switched, dtype=torch.long, device=logprobs.device)
+            for r, t in zip(again, self._sample(logprobs[index], again), strict=True):
+                self._settle(r, t)
+        return done
 
-    def _settle(self, tok: torch.Tensor, act_l: list[bool]) -> list[int]:
-        """Apply ``tok`` to the rows of ``act_l``: extend, end or re-queue each.  Returns the
-        rows whose prefix ended and whose continuation begins (they stay active)."""
-        live, active, cl = self.live, self.active, self.classes
-        act = torch.tensor(act_l, device=self.model.device)
-        starts, blank, ends = cl.starts, cl.blank, cl.ends
-        new_word = ~blank[tok] & (starts[tok] | ~self.in_word)
-        full = self.count == self.goal
-        stop_ok = act & full & (new_word | ends[tok])
-        fail = act & ends[tok] & ~full
-        cont = act & ~stop_ok & ~fail
-        self.count = self.count + (new_word & cont).long()
-        self.in_word = torch.where(cont, ~blank[tok], self.in_word)
-        flags = zip(
-            stop_ok.tolist(),
-            fail.tolist(),
-            cont.tolist(),
-            tok.tolist(),
-            new_word.tolist(),
-            strict=True,
-        )
-        blank_l = self.blank_l
-        ok_rows: list[int] = []
-        switched: list[int] = []
-        for i, (s_ok, f, c, t, nw) in enumerate(flags):
-            if not act_l[i]:
-                continue
-            r = live[i]
-            if s_ok:
-                if self.continuation is not None and r.phase == 0:
-                    self._begin_continuation(r)
-                    switched.append(i)
-                    continue
-                self._end(r, None)
-                ok_rows.append(i)
-            elif f:
-                spec = self.specs[r.phase]
-                if spec.eos_policy == "resample" and r.attempt + 1 < spec.max_attempts:
-                    (self.cont_queue if r.phase else self.queue).append((r.draft, r.attempt + 1))
-                else:
-                    self._end(r, "eos_before_l_gen" if r.phase else "eos_before_l")
-            elif c:
-                r.tokens.append(t)
-                if not blank_l[t]:
-                    if nw or len(r.groups) == r.split:
-                        r.groups.append([t])
-                    else:
-                        r.groups[-1].append(t)
-                if len(r.tokens) >= r.cap:
-                    self._end(r, "continuation_too_long" if r.phase else "too_long")
-                    c = False
-            if not c:
-                active[i] = False
-        if ok_rows and self.search is not None:
-            # Before the step: the search's context ends before the token that starts word l+1.
-            self.finished.append(
-                (
-                    [live[i] for i in ok_rows],
-                    self.model.select(self.state, ok_rows),
-                    self.logprobs[ok_rows],
-                )
-            )
-            self.n_finished += len(ok_rows)
-        return switched
-
-    def _refill(self, tok: torch.Tensor) -> torch.Tensor:
-        """Waiting prefixes take the stopped rows' places in the running batch."""
-        fill = []
-        for i, a in enumerate(self.active):
-            if not a and self.queue:
-                self.live[i], self.active[i] = self._next_row(*self.queue.popleft(), 0), True
-                fill.append(i)
-        self.model.reset_rows(self.state, fill)
-        index = torch.tensor(fill, dtype=torch.long, device=self.model.device)
-        tok = tok.clone()
-        tok[index] = self.model.start_token_id
-        self.count, self.in_word, self.goal = (
-            self.count.clone(),
-            self.in_word.clone(),
-            self.goal.clone(),
-        )
-        self.count[index], self.in_word[index], self.goal[index] = 0, False, self.goals[0]
-        return tok
-
-    def _compact(self) -> None:
-        keep = [i for i, a in enumerate(self.active) if a]
-        self.live = [self.live[i] for i in keep]
-        self.active = [True] * len(keep)
-        if keep:
-            self.state = self.model.select(self.state, keep)
-            self.logprobs = self.logprobs[keep]
-            self.count, self.in_word = self.count[keep], self.in_word[keep]
-            self.goal = self.goal[keep]
-        else:
-            self.state = self.logprobs = self.count = self.in_word = self.goal = None
-
-    def _next_row(self, d, attempt: int, phase: int) -> _Row:
-        """A row for attempt ``attempt`` at the draft's prefix (phase 0: from the start token
-        and its prompt) or continuation (phase 1: from its context ``ids``)."""
-        if phase == 0:
-            rng = d.rng if attempt == 0 else self.reseed(d, attempt)
-            ctx = [self.model.start_token_id]
-            if d.prompt:
-                ctx += self.model.encode(" ".join(d.prompt))
-            cap, what = self.max_new, "prompts"
-        else:
-            rng = self.continuation.reseed(d, attempt)
-            ctx, cap, what = list(d.ids), self.cont_max, "contexts"
-        if self.model.max_positions:
-            cap = min(cap, self.model.max_positions - len(ctx))
-            if cap <= 0:
-                raise ValueError(
-                    f"{what} of {len(ctx)} tokens leave no room in the model's context"
-                )
-        return _Row(d, attempt, rng, ctx, cap, phase=phase)
-
-    def _admit(self) -> None:
-        new: list[_Row] = []
-        while (self.cont_queue or self.queue) and len(self.live) + len(new) < self.batch:
-            if self.cont_queue:
-                new.append(self._next_row(*self.cont_queue.popleft(), 1))
+    def _settle(self, r: _Row, t: int) -> str:
+        """Apply sampled token ``t`` to row ``r``: extend it, end it, re-queue it, begin its
+        search (``"search"``) or its continuation (``"switch"``)."""
+        blank, starts, ends = self.blank_l[t], self.starts_l[t], self.ends_l[t]
+        new_word = not blank and (starts or not r.in_word)
+        full = r.count == self.goals[1 if r.phase == 1 else 0]
+        if full and (new_word or ends):
+            if self.continuation is not None and r.phase == 0:
+                self._begin_continuation(r)
+                return "switch"
+            self._end(r, None)
+            if self.search is not None:
+                return "search"
+            self._free(r)
+            return "end"
+        if ends:
+            spec = self.specs[1 if r.phase == 1 else 0]
+            if spec.eos_policy == "resample" and r.attempt + 1 < spec.max_attempts:
+                self.queue.append((r.draft, r.attempt + 1, r.phase))
             else:
-                new.append(self._next_row(*self.queue.popleft(), 0))
-        if not new:
-            return
-        lp_new, st_new = self.model.start([r.context for r in new])
-        device = self.model.device
-        zeros = torch.zeros(len(new), dtype=torch.long, device=device)
-        goal = torch.tensor([self.goals[r.phase] for r in new], dtype=torch.long, device=device)
-        if self.state is None:
-            self.state, self.logprobs = st_new, lp_new
-            self.count, self.in_word, self.goal = zeros, zeros.bool(), goal
-        else:
-            self.state = self.model.concat([self.state, st_new])
-            self.logprobs = torch.cat([self.logprobs, lp_new])
-            self.count = torch.cat([self.count, zeros])
-            self.in_word = torch.cat([self.in_word, zeros.bool()])
-            self.goal = torch.cat([self.goal, goal])
-        self.live.extend(new)
-        self.active.extend([True] * len(new))
+                self._end(r, "eos_before_l_gen" if r.phase else "eos_before_l")
+            self._free(r)
+            return "end"
+        r.count += new_word
+        r.in_word = not blank
+        r.tokens.append(t)
+        if not blank:
+            if new_word or len(r.groups) == r.split:
+                r.groups.append([t])
+            else:
+                r.groups[-1].append(t)
+        if len(r.tokens) >= r.cap:
+            self._end(r, "continuation_too_long" if r.phase else "too_long")
+            self._free(r)
+            return "end"
+        r.token = t
+        return "go"
 
     def _begin_continuation(self, r: _Row) -> None:
         """The row's prefix is done (recorded as such); it goes on as its continuation's first
-        attempt, on the same cache."""
+        attempt, in the same slot."""
         self._end(r, None)
         r.phase, r.attempt = 1, 0
         r.rng = self.continuation.reseed(r.draft, 0)
         r.start, r.split = len(r.tokens), len(r.groups)
+        r.count, r.in_word = 0, False
         room = self.cont_max
         if self.model.max_positions:
             room = min(room, self.model.max_positions - len(r.context) - len(r.tokens))
@@ -441,6 +443,8 @@ class ContinuousSampler:
 
     def _end(self, r: _Row, skip: str | None) -> None:
         d = r.draft
+        if r.phase == 2:
+            return
         words = [decode_word(self.model.tokenizer, g) for g in r.groups[r.split :]]
         if r.phase == 1:
             d.continuation = words
@@ -462,18 +466,144 @@ class ContinuousSampler:
             d.info["context_tokens"] = len(r.context) + len(r.tokens)
             d.ids = [*r.context, *r.tokens]
 
-    def _run_search(self) -> None:
-        bands = width_bands(self.model, self.finished)
-        self.finished, self.n_finished = [], 0
-        for band in bands:
-            rows = [r for group, _, _ in band for r in group]
-            states = [st for _, st, _ in band]
-            st = states[0] if len(states) == 1 else self.model.concat(states)
-            root = torch.cat([x for _, _, x in band])
-            # Let the groups' caches go before the search (they are copied into ``st``).
-            band[:], states = [], None
-            for i, (r, res) in enumerate(zip(rows, self.search(st, root), strict=True)):
+    # -- the word search ----------------------------------------------------------------------
+
+    def _begin_searches(self, rows: list[_Row]) -> None:
+        index = torch.tensor([r.out for r in rows], dtype=torch.long, device=self.out.device)
+        roots = self.out[index]
+        if self.keep_roots:
+            for r, root in zip(rows, roots, strict=True):
+                r.draft.root = root.clone()
+        if self.search.classes.word_level:
+            for r, res in zip(rows, self.search.word_level(roots), strict=True):
                 self.results[r.draft.index] = res
-                if self.keep_roots:
-                    r.draft.root = root[i]
-            st = None
+                self._free(r)
+            return
+        for r, s in zip(rows, self.search.start(roots), strict=True):
+            r.search, r.nodes = s, {}
+            if s.next() is None:
+                self._finish_search(r)
+
+    def _finish_search(self, r: _Row) -> None:
+        self.results[r.draft.index] = r.search.result()
+        r.search = None
+        self._free(r)
+
+    # -- slots --------------------------------------------------------------------------------
+
+    def _free(self, r: _Row) -> None:
+        self.rows[r.slot] = None
+
+    def _next_row(self, d, attempt: int, phase: int) -> _Row:
+        """A row for attempt ``attempt`` at the draft's prefix (phase 0: from the start token
+        and its prompt), continuation (phase 1: from its context ``ids``) or next words (phase
+        2: after its context ``ids``)."""
+        if phase == 0:
+            rng = d.rng if attempt == 0 else self.reseed(d, attempt)
+            ctx = [self.model.start_token_id]
+            if d.prompt:
+                ctx += self.model.encode(" ".join(d.prompt))
+            cap, what = self.max_new, "prompts"
+        elif phase == 1:
+            rng = self.continuation.reseed(d, attempt)
+            ctx, cap, what = list(d.ids), self.cont_max, "contexts"
+        else:
+            return _Row(d, attempt, None, list(d.ids), 0, phase=2)
+        if self.model.max_positions:
+            cap = min(cap, self.model.max_positions - len(ctx))
+            if cap <= 0:
+                raise ValueError(
+                    f"{what} of {len(ctx)} tokens leave no room in the model's context"
+                )
+        return _Row(d, attempt, rng, ctx, cap, phase=phase)
+
+    def _row_limit(self) -> int:
+        """Rows the memory budget allows at the slots' present width (the widest row's, or
+        what the cache holds per slot if more)."""
+        if self.memory is None:
+            return len(self.rows)
+        widest = max((self._used(r) for r in self.rows if r is not None), default=0)
+        per_row = max(
+            self.model.slot_bytes(self.state) / len(self.rows),
+            max(widest + 1, self.opened) * self.model.kv_bytes_per_token,
+        )
+        return max(1, min(len(self.rows), int(self.memory // per_row)))
+
+    def _used(self, r: _Row) -> int:
+        """Columns the row's slot holds: its context, its sampled tokens, its partial words."""
+        return r.fed + len(r.tokens) + len(r.nodes)
+
+    def _swap(self, a: int, b: int) -> None:
+        rows = self.rows
+        self.model.swap_slots(self.state, a, b)
+        rows[a], rows[b] = rows[b], rows[a]
+        for i in (a, b):
+            if rows[i] is not None:
+                rows[i].slot = i
+
+    def _band_end(self, j: int) -> int:
+        return self.starts[j + 1] if j + 1 < len(self.starts) else len(self.rows)
+
+    def _refill(self) -> None:
+        """Waiting texts take the free slots (as many as the memory budget allows: a row that
+        grows wider than the slots makes them all wider).  A free slot in a band of wider rows
+        is first handed down to the narrowest band (the band's first row moves into it).  In the
+        tail (nothing waiting), or when the budget holds fewer rows than there are slots, the
+        live rows are packed to the front and the slots shrink when half of them are free (or
+        to what the budget holds)."""
+        model, rows, starts = self.model, self.rows, self.starts
+        if self.queue:
+            for j in range(len(starts) - 1, 0, -1):
+                for f in range(starts[j], self._band_end(j)):
+                    if rows[f] is None:
+                        if f != starts[j]:
+                            self._swap(starts[j], f)
+                        starts[j] += 1
+        limit = self._row_limit()
+        live = sum(r is not None for r in rows)
+        for i, r in enumerate(rows):
+            if r is None and self.queue and live < limit:
+                new = self._next_row(*self.queue.popleft())
+                new.slot = i
+                model.clear_slots(self.state, [i])
+                rows[i] = new
+                live += 1
+        if self.queue and limit >= len(rows):
+            return
+        self._pack()
+        target = max(1, limit if self.queue else live)
+        if live <= target < len(rows) and (self.queue or live <= len(rows) // 2):
+            model.resize_slots(self.state, target)
+            del rows[target:]
+            self.starts = [min(b, target) for b in starts]
+
+    def _pack(self) -> None:
+        """Move the live rows to the front (a forward covers only those), band after band, so
+        that the bands stay apart."""
+        rows, starts = self.rows, self.starts
+        first = 0
+        for j in range(len(starts)):
+            band = [r for r in rows[starts[j] : self._band_end(j)] if r is not None]
+            end = first + len(band)
+            holes = [i for i in range(first, end) if rows[i] is None]
+            for hole, r in zip(holes, [r for r in band if r.slot >= end], strict=True):
+                self._swap(r.slot, hole)
+            starts[j] = first
+            first = end
+
+    def _place(self) -> None:
+        """Rows that grew past their band's width move up to the next band (the bands are
+        contiguous runs of slots, narrowest first, at most a quarter, half and all of
+        ``self.narrow`` columns wide, then the rest): the forward's attention then reads each
+        band's width for its rows (`worker.hf`), not the widest row's for everyone."""
+        rows, starts, limits = self.rows, self.starts, self.band_limits
+        for j, limit in enumerate(limits):
+            i = starts[j]
+            while i < starts[j + 1]:
+                r = rows[i]
+                if r is not None and self._used(r) >= limit:
+                    starts[j + 1] -= 1
+                    if i != starts[j + 1]:
+                        self._swap(i, starts[j + 1])
+                    continue
+                i += 1

@@ -22,19 +22,26 @@ Definitions (DESIGN.md §1, "Next words from subword models"):
   valid UTF-8 are dropped.
 - Word-level vocabularies (every token starts a word): the words are the top-k tokens with the
   special tokens removed (method ``"word-level-topk"``), as DESIGN.md says.
-- Subword vocabularies: exact best-first search (method ``"best-first"``).  Partial words and
-  completed words share one max-heap per context; a partial word is expanded (one batched
-  forward for all contexts and partial words of a round, on top of the KV cache of the
-  contexts) when it reaches the top, a completed word is accepted when it reaches the top.  The
+- Subword vocabularies: exact best-first search (method ``"best-first"``, `WordSearch`).
+  Partial words and completed words share one max-heap per context; the search is sequential:
+  the most probable open entry is taken, a partial word is expanded (its next-token
+  distribution, scored on top of the context's KV cache) and a completed word is accepted.  The
   probability of a word never exceeds that of any of its prefixes, so the accepted words come
   out in exact order of their best tokenisation.  After the k-th distinct word the search goes
   on while the best open entry is at least ``merge_tail`` (default 0.05) times the k-th word's
   probability, expanding only partial words whose text begins one of the k words, so that
   other tokenisations of the same strings are added and the k words are re-ranked by their
-  summed probability; a tokenisation it leaves unseen is below that threshold.  Siblings are
-  pushed lazily from each expanded node's top ``children_per_node`` continuations; the search
-  reports ``exact=False`` when it ran out of its expansion budget or when a word it could not
-  see might have beaten the k-th word.
+  summed probability; a tokenisation it leaves unseen is below that threshold.  How many
+  tokenisations were summed into the k words beyond each word's first is recorded
+  (``merged_tokenisations``).  Siblings are pushed lazily from each expanded node's top
+  ``children_per_node`` continuations; the search reports ``exact=False`` when it ran out of its
+  expansion budget or when a word it could not see might have beaten the k-th word.
+- Batching: the searches of many contexts run side by side, one partial word each per forward
+  (`top_words` over ``extend``, or `worker.sampler` in the slots of a sampling batch).  When a
+  forward has room to spare (a batch's tail), a search also sends its next-best open partial
+  words (`WordSearch.speculate`); their distributions wait in a memo until the sequential search
+  asks for them, so the outcome of a context's search is a function of the context alone,
+  whatever its batch-mates and whatever was speculated.
 
 Special tokens are never returned.  If a special token is more probable than the best word
 (``special_top1``), the caller's policy applies: ``"skip"`` marks the result skipped,
@@ -51,6 +58,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 import torch
 
@@ -265,6 +273,7 @@ class NextWords:
     policy: str
     renormalised: bool
     skipped: bool
+    merged: int = 0  # tokenisations summed into the words beyond each word's first
 
     def info(self) -> dict:
         """Provenance of the choices, for the item record."""
@@ -278,6 +287,7 @@ class NextWords:
             "special_mass": self.special_mass,
             "special_policy": self.policy,
             "renormalised": self.renormalised,
+            "merged_tokenisations": self.merged,
         }
 
 
@@ -286,26 +296,42 @@ Extend = Callable[[Sequence[int], Sequence[Sequence[int]]], torch.Tensor]
 ``rows[i]`` followed by the tokens ``continuations[i]``."""
 
 
+@dataclass(frozen=True)
+class _Special:
+    """The most probable special token after a context (its name and probability) and the
+    total probability of the special tokens there."""
+
+    prob: float
+    token: str | None
+    mass: float
+
+
+def _specials(roots: torch.Tensor, classes: TokenClasses) -> list[_Special]:
+    special_lp = roots.masked_fill(~classes.special, float("-inf"))
+    sp_lp, sp_id = special_lp.max(dim=-1)
+    mass = special_lp.exp().sum(-1)
+    out = []
+    for prob, i, m in zip(sp_lp.exp().tolist(), sp_id.tolist(), mass.tolist(), strict=True):
+        name = classes.special_names.get(i, f"<{i}>") if prob > 0 else None
+        out.append(_Special(prob, name, m))
+    return out
+
+
 def _finish(
     words: list[str],
     probs: list[float],
-    root: torch.Tensor,
-    classes: TokenClasses,
+    special: _Special,
     *,
     method: str,
     exact: bool,
     expansions: int,
     policy: str,
+    merged: int = 0,
 ) -> NextWords:
-    special_lp = root.masked_fill(~classes.special, float("-inf"))
-    sp_lp, sp_id = special_lp.max(dim=-1)
-    special_prob = float(sp_lp.exp())
-    special_mass = float(special_lp.exp().sum())
-    top1 = special_prob > (probs[0] if probs else 0.0)
-    name = classes.special_names.get(int(sp_id), f"<{int(sp_id)}>") if special_prob > 0 else None
-    renormalised = policy == "renormalise" and special_mass < 1.0
+    top1 = special.prob > (probs[0] if probs else 0.0)
+    renormalised = policy == "renormalise" and special.mass < 1.0
     if renormalised:
-        probs = [p / (1.0 - special_mass) for p in probs]
+        probs = [p / (1.0 - special.mass) for p in probs]
     return NextWords(
         words=words,
         probs=probs,
@@ -313,12 +339,13 @@ def _finish(
         exact=exact,
         expansions=expansions,
         special_top1=top1,
-        special_token=name,
-        special_prob=special_prob,
-        special_mass=special_mass,
+        special_token=special.token,
+        special_prob=special.prob,
+        special_mass=special.mass,
         policy=policy,
         renormalised=renormalised,
         skipped=policy == "skip" and top1,
+        merged=merged,
     )
 
 
@@ -331,97 +358,204 @@ def top_words(
     k: int = 5,
     special_policy: str = "renormalise",
     max_expansions: int = 256,
-    nodes_per_round: int | None = None,
-    rows_per_round: int | None = None,
     children_per_node: int = 64,
     merge_tail: float = 0.05,
     max_word_tokens: int | None = None,
+    round_tokens: int = 64,
+    max_speculative: int = 4,
 ) -> list[NextWords]:
     """Top-k next words for a batch of contexts.
 
     ``root_logprobs`` [B, V]: next-token log-probabilities after each context.  ``extend`` (see
-    `Extend`) scores continuations; it is not called for word-level vocabularies.  The search
-    expands at most ``max_expansions`` partial words per context and, per round, up to
-    ``nodes_per_round`` (default ``k``) per context in one batched call.  With ``rows_per_round``
-    a context gets more when fewer than ``rows_per_round // nodes_per_round`` are still searching
-    (an equal share of ``rows_per_round``); that shortens the tail of a batch but makes a
-    context's words depend on which contexts share its search (its speculative expansions can
-    find a tokenisation that a plain run leaves below ``merge_tail``), so the default (None)
-    keeps the quota fixed and the words a function of the context alone.
-    ``max_word_tokens`` (None: no limit) leaves out words of more
-    tokens than that (a degenerate model can make a partial word that never ends, one forward per
-    token); the result is flagged inexact when such a word could have beaten the k-th.  After the
-    k-th distinct word it goes on while the best open entry is at least ``merge_tail`` times the
-    k-th word's probability, to collect other tokenisations of the same strings.
+    `Extend`) scores continuations; it is not called for word-level vocabularies.  Each
+    context's search (`WordSearch`) is the sequential best-first search of the module
+    docstring, at most ``max_expansions`` partial words; ``max_word_tokens`` (None: no limit)
+    leaves out words of more tokens than that (a degenerate model can make a partial word that
+    never ends, one forward per token), and the result is flagged inexact when such a word could
+    have beaten the k-th.  After the k-th distinct word it goes on while the best open entry is
+    at least ``merge_tail`` times the k-th word's probability, to collect other tokenisations of
+    the same strings.
+
+    The searches run in rounds, one batched ``extend`` per round with each open search's next
+    partial word.  When fewer than ``round_tokens`` searches are open (the tail of a batch), each
+    also sends up to ``max_speculative`` of its next-best partial words, so that the round's
+    spare rows do work the search will probably need; a speculative result is only kept until
+    the search asks for that word, so the words, probabilities and flags of a context do not
+    depend on which contexts share its rounds or on the speculation.
     """
-    if special_policy not in SPECIAL_POLICIES:
-        raise ValueError(f"special_policy must be one of {SPECIAL_POLICIES}")
-    classes = classes.to(root_logprobs.device)
+    settings = SearchSettings(
+        classes.to(root_logprobs.device),
+        tokenizer,
+        k=k,
+        policy=special_policy,
+        max_expansions=max_expansions,
+        children_per_node=children_per_node,
+        merge_tail=merge_tail,
+        max_word_tokens=max_word_tokens,
+    )
     root_logprobs = root_logprobs.float()
-    if classes.word_level:
-        masked = root_logprobs.masked_fill(classes.special, float("-inf"))
-        vals, idx = masked.topk(min(k, masked.shape[-1]), dim=-1)
+    if settings.classes.word_level:
+        return settings.word_level(root_logprobs)
+    if extend is None:
+        raise ValueError("a subword vocabulary needs an extend function")
+    searches = settings.start(root_logprobs)
+    while True:
+        open_ = [(b, s) for b, s in enumerate(searches) if s.next() is not None]
+        if not open_:
+            break
+        extra = 0
+        if len(open_) < round_tokens:
+            extra = max(0, min(max_speculative, round_tokens // len(open_) - 1))
+        rows: list[int] = []
+        jobs: list[tuple[WordSearch, tuple[int, ...]]] = []
+        for b, s in open_:
+            for node in s.speculate(extra):
+                rows.append(b)
+                jobs.append((s, node))
+        # The searches' own next words last: a speculative result is memoised before the
+        # search's expansion can ask for it.
+        for b, s in open_:
+            rows.append(b)
+            jobs.append((s, s.next()))
+        out = extend(rows, [list(node) for _, node in jobs])
+        for (s, node), expansion in zip(jobs, settings.expand(out), strict=True):
+            s.feed(node, *expansion)
+    return [s.result() for s in searches]
+
+
+@dataclass(frozen=True, eq=False)
+class SearchSettings:
+    """What the word searches over one vocabulary share: its token classes (on the device of
+    the log-probabilities), the tokenizer and the limits of `top_words`.  ``start`` opens one
+    `WordSearch` per context, ``expand`` turns the next-token log-probabilities after partial
+    words into what `WordSearch.feed` takes; both work on whole batches."""
+
+    classes: TokenClasses
+    tokenizer: Any
+    k: int = 5
+    policy: str = "renormalise"
+    max_expansions: int = 256
+    children_per_node: int = 64
+    merge_tail: float = 0.05
+    max_word_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.policy not in SPECIAL_POLICIES:
+            raise ValueError(f"special_policy must be one of {SPECIAL_POLICIES}")
+        cl = self.classes
+        vocab = cl.vocab_size
+        set_ = object.__setattr__
+        set_(self, "root_ok", cl.starts & ~cl.blank & ~cl.special)
+        set_(self, "cont_ok", ~cl.starts & ~cl.special)
+        set_(self, "boundary", cl.starts | cl.ends)
+        set_(self, "m_root", min(vocab, max(self.children_per_node, 4 * self.k)))
+        set_(self, "m_child", min(vocab, self.children_per_node))
+        set_(self, "more_root", int(self.root_ok.sum()) > self.m_root)
+        set_(self, "more_child", int(self.cont_ok.sum()) > self.m_child)
+        # For `expand`: the continuation tokens' ids, and the boundary as a 0/1 vector.
+        set_(self, "cont_ids", self.cont_ok.nonzero().flatten())
+        set_(self, "boundary_f", self.boundary.float())
+        method = f"best-first(merge_tail={self.merge_tail:g}"
+        method += f", max_word_tokens={self.max_word_tokens})" if self.max_word_tokens else ")"
+        set_(self, "method", method)
+
+    def word_level(self, roots: torch.Tensor) -> list[NextWords]:
+        """Word-level vocabularies: the top-k tokens without the special ones."""
+        masked = roots.masked_fill(self.classes.special, float("-inf"))
+        vals, idx = masked.topk(min(self.k, masked.shape[-1]), dim=-1)
         out = []
-        for b in range(root_logprobs.shape[0]):
+        specials = _specials(roots, self.classes)
+        for v_row, i_row, special in zip(vals.exp().tolist(), idx.tolist(), specials, strict=True):
             pairs = [
-                (decode_word(tokenizer, [i]), float(v))
-                for v, i in zip(vals[b].exp().tolist(), idx[b].tolist(), strict=True)
+                (decode_word(self.tokenizer, [i]), v)
+                for v, i in zip(v_row, i_row, strict=True)
                 if v > 0
             ]
             out.append(
                 _finish(
                     [w for w, _ in pairs],
                     [p for _, p in pairs],
-                    root_logprobs[b],
-                    classes,
+                    special,
                     method="word-level-topk",
                     exact=True,
                     expansions=0,
-                    policy=special_policy,
+                    policy=self.policy,
                 )
             )
         return out
-    if extend is None:
-        raise ValueError("a subword vocabulary needs an extend function")
-    return _best_first(
-        root_logprobs,
-        extend,
-        classes,
-        tokenizer,
-        k=k,
-        policy=special_policy,
-        max_expansions=max_expansions,
-        nodes_per_round=nodes_per_round or k,
-        rows_per_round=rows_per_round,
-        children_per_node=children_per_node,
-        merge_tail=merge_tail,
-        max_word_tokens=max_word_tokens,
-    )
+
+    def start(self, roots: torch.Tensor) -> list[WordSearch]:
+        """One search per root [B, V] (subword vocabularies)."""
+        roots = roots.float()
+        lps, ids = roots.masked_fill(~self.root_ok, float("-inf")).topk(self.m_root, dim=-1)
+        searches = []
+        for lp_row, id_row, special in zip(
+            lps.tolist(), ids.tolist(), _specials(roots, self.classes), strict=True
+        ):
+            pairs = [(lp, i) for lp, i in zip(lp_row, id_row, strict=True) if lp > float("-inf")]
+            searches.append(WordSearch(self, pairs, special))
+        return searches
+
+    def expand(self, out: torch.Tensor) -> list[tuple[float, list[float], list[int]]]:
+        """For each row of ``out`` [N, V] (the log-probabilities after a partial word): the
+        probability that a word ends there, and the best continuation tokens with their
+        log-probabilities (at most ``children_per_node``)."""
+        out = out.float()
+        bnd = (out.exp() * self.boundary_f).sum(-1).tolist()
+        m = min(self.m_child, self.cont_ids.numel())
+        if not m:
+            return [(b, [], []) for b in bnd]
+        c_lps, pos = out.index_select(1, self.cont_ids).topk(m, dim=-1)
+        c_lps, c_ids = c_lps.tolist(), self.cont_ids[pos].tolist()
+        result = []
+        for b, lp_row, id_row in zip(bnd, c_lps, c_ids, strict=True):
+            keep = [j for j, lp in enumerate(lp_row) if lp > -1e30]
+            result.append((b, [lp_row[j] for j in keep], [id_row[j] for j in keep]))
+        return result
 
 
-class _Search:
-    """Best-first state of one context."""
+class WordSearch:
+    """The best-first search of one context's top-k words (the module docstring), driven from
+    outside: `next` runs it until it needs the next-token distribution after a partial word and
+    returns that word's tokens (None: the search is over), `feed` gives a distribution (as
+    `SearchSettings.expand` makes it), `result` reads the words.
 
-    __slots__ = ("bound", "counter", "done", "emitted", "expansions", "heap", "lists", "order")
+    The order of the search is sequential (one partial word at a time, always the most probable
+    open one), so its outcome is a function of the context alone.  `speculate` names words the
+    search will probably ask for next; their results, fed before they are asked for, wait in a
+    memo, which saves rounds (a batch's tail) without changing the outcome.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = (
+        "asked", "bound", "counter", "done", "emitted", "expansions", "heap", "lists", "memo",
+        "order", "pending", "settings", "special", "ways",
+    )  # fmt: skip
+
+    def __init__(self, settings: SearchSettings, roots: list[tuple[float, int]], special):
+        self.settings = settings
+        self.special = special
         # heap entries: (-prob, tiebreak, kind, payload); kind 0 = partial word, 1 = word.
         self.heap: list[tuple] = []
         self.counter = 0
         self.lists: list[tuple[float, list[float], list[int], tuple[int, ...], int]] = []
         self.emitted: dict[str, float] = {}
+        self.ways: dict[str, int] = {}
         self.order: list[str] = []
         self.expansions = 0
         self.bound = 0.0  # largest probability of a word the search could not see
+        self.memo: dict[tuple[int, ...], tuple] = {}
+        self.asked: set[tuple[int, ...]] = set()
+        self.pending: tuple[tuple[int, ...], float] | None = None
         self.done = False
+        self._add_children(
+            1.0, [p[0] for p in roots], [p[1] for p in roots], (), settings.more_root
+        )
 
-    def push(self, prob: float, kind: int, payload) -> None:
+    def _push(self, prob: float, kind: int, payload) -> None:
         self.counter += 1
         heapq.heappush(self.heap, (-prob, self.counter, kind, payload))
 
-    def add_children(
-        self, parent_prob: float, lps: list[float], ids: list[int], prefix: tuple, more: bool
-    ) -> None:
+    def _add_children(self, parent_prob, lps, ids, prefix, more) -> None:
         """Register an expanded node's sorted continuations and push the first one."""
         list_id = len(self.lists)
         self.lists.append((parent_prob, lps, ids, prefix, int(more)))
@@ -432,155 +566,133 @@ class _Search:
         if j < len(ids):
             prob = parent_prob * math.exp(lps[j])
             if prob > 0:
-                self.push(prob, 0, (list_id, j, (*prefix, ids[j])))
+                self._push(prob, 0, (list_id, j, (*prefix, ids[j])))
         elif more and lps:
             self.bound = max(self.bound, parent_prob * math.exp(lps[-1]))
 
-    def accept(self, word: str, prob: float) -> None:
+    def _accept(self, word: str, prob: float) -> None:
         """A completed word reached the top: record it, merging identical strings."""
         if not word or "\ufffd" in word:
             return
         if word in self.emitted:
             self.emitted[word] += prob
+            self.ways[word] += 1
         else:
             self.emitted[word] = prob
+            self.ways[word] = 1
             self.order.append(word)
 
-    def may_merge(self, text: str, k: int) -> bool:
-        best = sorted(self.emitted, key=self.emitted.__getitem__, reverse=True)[:k]
-        return any(w.startswith(text) for w in best)
+    def _best(self) -> list[str]:
+        return sorted(self.emitted, key=self.emitted.__getitem__, reverse=True)[: self.settings.k]
 
-    def kth(self, k: int) -> float:
-        return sorted(self.emitted.values(), reverse=True)[k - 1]
+    def _may_merge(self, text: str) -> bool:
+        return any(w.startswith(text) for w in self._best())
 
-    def next_sibling(self, payload) -> None:
-        list_id, j, _ = payload
-        self._push_child(list_id, j + 1)
+    def _kth(self) -> float:
+        return self.emitted[self._best()[-1]]
 
+    def _skippable(self, prob: float, kind: int, payload) -> bool | None:
+        """After the k-th word: None when the search is over (the best open entry is below the
+        merge tail), True for a partial word that cannot spell one of the k words."""
+        if len(self.order) < self.settings.k:
+            return False
+        if prob < self.settings.merge_tail * self._kth():
+            return None
+        return kind == 0 and not self._may_merge(decode_word(self.settings.tokenizer, payload[2]))
 
-def _below_kth(prob: float, s: _Search, waiting: list[tuple], k: int) -> bool:
-    """Whether ``prob`` is below the k-th largest probability of the words seen so far."""
-    seen = [*s.emitted.values(), *(-e[0] for e in waiting)]
-    return len(seen) >= k and prob < heapq.nlargest(k, seen)[-1]
-
-
-def _best_first(
-    root: torch.Tensor,
-    extend: Extend,
-    classes: TokenClasses,
-    tokenizer,
-    *,
-    k: int,
-    policy: str,
-    max_expansions: int,
-    nodes_per_round: int,
-    rows_per_round: int | None,
-    children_per_node: int,
-    merge_tail: float,
-    max_word_tokens: int | None,
-) -> list[NextWords]:
-    batch, vocab = root.shape
-    root_ok = classes.starts & ~classes.blank & ~classes.special
-    cont_ok = ~classes.starts & ~classes.special
-    boundary = classes.starts | classes.ends
-    m_root = min(vocab, max(children_per_node, 4 * k))
-    m_child = min(vocab, children_per_node)
-
-    searches = [_Search() for _ in range(batch)]
-    lps, ids = root.masked_fill(~root_ok, float("-inf")).topk(m_root, dim=-1)
-    lps_l, ids_l = lps.tolist(), ids.tolist()
-    more_root = int(root_ok.sum()) > m_root
-    for b, s in enumerate(searches):
-        pairs = [(lp, i) for lp, i in zip(lps_l[b], ids_l[b], strict=True) if lp > float("-inf")]
-        s.add_children(1.0, [p[0] for p in pairs], [p[1] for p in pairs], (), more_root)
-
-    while True:
-        jobs: list[tuple[int, tuple[int, ...], float]] = []
-        n_open = sum(not s.done for s in searches)
-        # Rows per round: every open context gets ``nodes_per_round`` expansions (optionally a
-        # larger share of ``rows_per_round`` when few contexts are left).  The extra nodes are
-        # the next best partial words (popped past completed words, which wait for the next
-        # round): they only add entries to the heap, and words are still accepted in exact order.
-        quota = nodes_per_round
-        if rows_per_round:
-            quota = max(nodes_per_round, rows_per_round // max(1, n_open))
-        for b, s in enumerate(searches):
-            if s.done:
-                continue
-            popped = 0
-            waiting: list[tuple] = []
-            while s.heap:
-                neg, _, kind, payload = s.heap[0]
-                if len(s.order) >= k:
-                    if -neg < merge_tail * s.kth(k):
-                        break
-                    if kind == 0 and not s.may_merge(decode_word(tokenizer, payload[2]), k):
-                        # Only other tokenisations of the k words are sought now.
-                        heapq.heappop(s.heap)
-                        s.next_sibling(payload)
-                        continue
-                if kind == 1:
-                    if popped:
-                        # A pending expansion may still produce a better word: this one waits.
-                        waiting.append(heapq.heappop(s.heap))
-                        continue
-                    heapq.heappop(s.heap)
-                    s.accept(decode_word(tokenizer, payload), -neg)
-                    continue
-                if popped >= quota or s.expansions >= max_expansions:
-                    break
-                if popped and len(s.order) < k and _below_kth(-neg, s, waiting, k):
-                    break  # no speculation below the k-th best word seen so far
-                heapq.heappop(s.heap)
-                s.next_sibling(payload)
-                jobs.append((b, payload[2], -neg))
-                s.expansions += 1
-                popped += 1
-            for entry in waiting:
-                heapq.heappush(s.heap, entry)
-            if not popped:
-                s.done = True
-        if not jobs:
-            break
-        out = extend([j[0] for j in jobs], [list(j[1]) for j in jobs]).float()
-        bnd = torch.logsumexp(out.masked_fill(~boundary, float("-inf")), dim=-1).exp().tolist()
-        c_lps, c_ids = out.masked_fill(~cont_ok, float("-inf")).topk(m_child, dim=-1)
-        c_lps, c_ids = c_lps.tolist(), c_ids.tolist()
-        more_child = int(cont_ok.sum()) > m_child
-        for n, (b, seq, prob) in enumerate(jobs):
-            s = searches[b]
-            s.push(prob * bnd[n], 1, seq)
-            if max_word_tokens is not None and len(seq) >= max_word_tokens:
-                # Longer words are left out; one of them may beat the k-th word.
-                if c_lps[n] and c_lps[n][0] > -1e30:
-                    s.bound = max(s.bound, prob * math.exp(c_lps[n][0]))
-                continue
-            pairs = [(lp, i) for lp, i in zip(c_lps[n], c_ids[n], strict=True) if lp > -1e30]
-            s.add_children(prob, [p[0] for p in pairs], [p[1] for p in pairs], seq, more_child)
-
-    method = f"best-first(merge_tail={merge_tail:g}"
-    method += f", max_word_tokens={max_word_tokens})" if max_word_tokens else ")"
-    results = []
-    for b, s in enumerate(searches):
-        budget_hit = s.expansions >= max_expansions and any(e[2] == 0 for e in s.heap)
-        # Out of budget: fill up with the best completed words found, flagged inexact.
-        while len(s.order) < k and s.heap:
-            neg, _, kind, payload = heapq.heappop(s.heap)
+    def next(self) -> tuple[int, ...] | None:
+        """The partial word whose distribution the search needs next (None: it is over)."""
+        if self.pending is not None:
+            return self.pending[0]
+        if self.done:
+            return None
+        st = self.settings
+        while self.heap:
+            neg, _, kind, payload = self.heap[0]
+            skip = self._skippable(-neg, kind, payload)
+            if skip is None or (kind == 0 and not skip and self.expansions >= st.max_expansions):
+                break
+            heapq.heappop(self.heap)
             if kind == 1:
-                s.accept(decode_word(tokenizer, payload), -neg)
-        ranked = sorted(s.order, key=lambda w: -s.emitted[w])[:k]
-        probs = [s.emitted[w] for w in ranked]
-        exact = not budget_hit and (len(probs) < k or probs[-1] >= s.bound)
-        results.append(
-            _finish(
-                ranked,
-                probs,
-                root[b],
-                classes,
-                method=method,
-                exact=exact,
-                expansions=s.expansions,
-                policy=policy,
-            )
+                self._accept(decode_word(st.tokenizer, payload), -neg)
+                continue
+            self._push_child(payload[0], payload[1] + 1)
+            if skip:
+                continue
+            self.expansions += 1
+            node = payload[2]
+            known = self.memo.pop(node, None)
+            if known is None:
+                self.pending = (node, -neg)
+                return node
+            self._expand(node, -neg, *known)
+        self.done = True
+        return None
+
+    def speculate(self, n: int) -> list[tuple[int, ...]]:
+        """Up to ``n`` partial words besides the pending one that the search will probably ask
+        for next (the best open ones), not asked for before."""
+        if n <= 0 or self.done:
+            return []
+        st = self.settings
+        room = st.max_expansions - self.expansions - len(self.memo) - len(self.asked)
+        out: list[tuple[int, ...]] = []
+        pending = self.pending[0] if self.pending else None
+        for neg, _, kind, payload in heapq.nsmallest(4 * n + 8, self.heap):
+            if len(out) >= min(n, room):
+                break
+            if kind == 1:
+                continue
+            node = payload[2]
+            if node == pending or node in self.memo or node in self.asked:
+                continue
+            skip = self._skippable(-neg, kind, payload)
+            if skip is None:
+                break
+            if not skip:
+                out.append(node)
+        self.asked.update(out)
+        return out
+
+    def feed(self, node: tuple[int, ...], bnd: float, lps: list[float], ids: list[int]) -> None:
+        """The distribution after partial word ``node`` (see `SearchSettings.expand`)."""
+        self.asked.discard(node)
+        if self.pending is not None and node == self.pending[0]:
+            prob = self.pending[1]
+            self.pending = None
+            self._expand(node, prob, bnd, lps, ids)
+        else:
+            self.memo[node] = (bnd, lps, ids)
+
+    def _expand(self, node, prob, bnd, lps, ids) -> None:
+        self._push(prob * bnd, 1, node)
+        limit = self.settings.max_word_tokens
+        if limit is not None and len(node) >= limit:
+            # Longer words are left out; one of them may beat the k-th word.
+            if lps:
+                self.bound = max(self.bound, prob * math.exp(lps[0]))
+            return
+        self._add_children(prob, lps, ids, node, self.settings.more_child)
+
+    def result(self) -> NextWords:
+        """The words of a finished search (`next` returned None)."""
+        st = self.settings
+        budget_hit = self.expansions >= st.max_expansions and any(e[2] == 0 for e in self.heap)
+        # Out of budget: fill up with the best completed words found, flagged inexact.
+        while len(self.order) < st.k and self.heap:
+            neg, _, kind, payload = heapq.heappop(self.heap)
+            if kind == 1:
+                self._accept(decode_word(st.tokenizer, payload), -neg)
+        ranked = sorted(self.order, key=lambda w: -self.emitted[w])[: st.k]
+        probs = [self.emitted[w] for w in ranked]
+        exact = not budget_hit and (len(probs) < st.k or probs[-1] >= self.bound)
+        return _finish(
+            ranked,
+            probs,
+            self.special,
+            method=st.method,
+            exact=exact,
+            expansions=self.expansions,
+            policy=st.policy,
+            merged=sum(self.ways[w] - 1 for w in ranked),
         )
-    return results

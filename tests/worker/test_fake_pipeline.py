@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from worker.fake import WORDS, FakeCausalLM
-from worker.models import CausalLM, RowReset, load_model
+from worker.models import CausalLM, load_model
 from worker.prefixes import PrefixSpec, make_items
 
 # Runs in a fresh interpreter: importing transformers (or its tokenizers) there fails, so the
@@ -113,7 +113,6 @@ def run_pipeline(url: str, dataset: Path) -> dict:
 def test_the_fake_model_is_loaded_by_name_and_keeps_the_protocol():
     model = load_model("fake:3")
     assert isinstance(model, FakeCausalLM) and isinstance(model, CausalLM)
-    assert isinstance(model, RowReset)
     assert model.name == "fake:3" and load_model("fake").name == "fake:0"
     with pytest.raises(ValueError):
         load_model("fake:x")

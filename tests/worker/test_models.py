@@ -1,12 +1,25 @@
-"""The causal LM's cache machinery: cached word expansion, select/concat, growing buffers."""
+"""The causal LM's cache machinery: cached word expansion, select, slots and their tree nodes."""
 
 from __future__ import annotations
 
+import copy
 import random
 
+import pytest
 import torch
 
 from worker.hf import HFCausalLM
+from worker.models import (
+    APPEND,
+    CONTEXT,
+    LOGIT_BUFFERS,
+    MAX_ROWS,
+    MEMORY_FRACTION,
+    auto_batch_size,
+    free_memory,
+    memory_budget,
+    row_bytes,
+)
 
 
 def full_logprobs(lm, seqs):
@@ -54,28 +67,144 @@ def test_cached_extend_equals_uncached_and_plain_forwards(bpe_lm):
     assert s_cached.cache.get_seq_length() == s_cached.mask.shape[1]
 
 
-def test_select_concat_and_step_keep_the_cache_right(bpe_lm):
+def test_select_keeps_the_cache_right(bpe_lm):
     contexts = contexts_of(bpe_lm)
     _, state = bpe_lm.start(contexts)
-    # Step many times so that the growing buffers reallocate, with some rows paused.
-    seqs = [list(c) for c in contexts]
-    gen = torch.Generator().manual_seed(1)
-    for step in range(40):
-        toks = torch.randint(1, bpe_lm.vocab_size, (len(contexts),), generator=gen)
-        active = torch.tensor([step % (r + 1) == 0 for r in range(len(contexts))])
-        out = bpe_lm.step(state, toks, active)
-        for r in range(len(contexts)):
-            if active[r]:
-                seqs[r].append(int(toks[r]))
-        ref = full_logprobs(bpe_lm, seqs)
-        rows = active.nonzero().flatten()
-        torch.testing.assert_close(out[rows], ref[rows], atol=1e-4, rtol=1e-4)
-    a = bpe_lm.select(state, [2, 0])
-    b = bpe_lm.select(state, [3])
-    both = bpe_lm.concat([a, b])
-    order = [2, 0, 3]
-    out = bpe_lm.extend(both, [0, 1, 2], [[5], [6, 7], [8]])
-    ref = full_logprobs(
-        bpe_lm, [seqs[order[0]] + [5], seqs[order[1]] + [6, 7], seqs[order[2]] + [8]]
-    )
+    picked = bpe_lm.select(state, [2, 0])
+    out = bpe_lm.extend(picked, [0, 1], [[5], [6, 7]])
+    ref = full_logprobs(bpe_lm, [contexts[2] + [5], contexts[0] + [6, 7]])
     torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_slots_score_like_plain_forwards(bpe_lm):
+    """Contexts fed token by token (some slots pausing), partial words as tree nodes at several
+    depths (several per slot and step), slots moved, cleared and shrunk, the cache grown past
+    its first width: every distribution is that of a plain forward of the same tokens."""
+    rng = random.Random(1)
+    vocab = bpe_lm.vocab_size
+    slots = bpe_lm.open_slots(4, 3)
+    texts = [[] for _ in range(4)]
+    for step in range(14):
+        rows = [s for s in range(4) if step == 0 or rng.random() < 0.7]
+        toks = [bpe_lm.start_token_id if step == 0 else rng.randrange(1, vocab) for _ in rows]
+        out, _ = bpe_lm.feed(slots, rows, toks, [APPEND] * len(rows), [True] * len(rows))
+        for r, t in zip(rows, toks, strict=True):
+            texts[r].append(t)
+        ref = full_logprobs(bpe_lm, [texts[r] for r in rows])
+        torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+    assert slots.capacity > 3  # it grew
+    handles = {1: {(): CONTEXT}, 3: {(): CONTEXT}}
+    for _ in range(5):
+        rows, toks, parents, words = [], [], [], []
+        for r in (1, 3):
+            for _ in range(rng.randrange(1, 4)):
+                head = rng.choice(sorted(handles[r]))
+                t = rng.randrange(1, vocab)
+                rows.append(r)
+                toks.append(t)
+                parents.append(handles[r][head])
+                words.append((r, (*head, t)))
+        want = [i % 2 == 0 for i in range(len(rows))]
+        out, got = bpe_lm.feed(slots, rows, toks, parents, want)
+        read = [texts[r] + list(w) for (r, w), keep in zip(words, want, strict=True) if keep]
+        torch.testing.assert_close(out, full_logprobs(bpe_lm, read), atol=1e-4, rtol=1e-4)
+        for (r, w), h in zip(words, got, strict=True):
+            handles[r].setdefault(w, h)
+    with pytest.raises(ValueError, match="partial words"):
+        bpe_lm.feed(slots, [1], [5], [APPEND], [True])
+    # Slots 3 and 0 change places, partial words and all; slot 2 starts again; then one stays.
+    bpe_lm.swap_slots(slots, 3, 0)
+    deep = max(handles[3], key=len)
+    bpe_lm.clear_slots(slots, [2])
+    out, _ = bpe_lm.feed(
+        slots, [0, 2, 2, 3], [9, bpe_lm.start_token_id, 4, 6],
+        [handles[3][deep], APPEND, APPEND, APPEND], [True, False, True, True],
+    )  # fmt: skip
+    ref = full_logprobs(bpe_lm, [texts[3] + [*deep, 9], [bpe_lm.start_token_id, 4], texts[0] + [6]])
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+    bpe_lm.resize_slots(slots, 1)
+    out, _ = bpe_lm.feed(slots, [0], [7], [handles[3][deep]], [True])
+    torch.testing.assert_close(
+        out, full_logprobs(bpe_lm, [texts[3] + [*deep, 7]]), atol=1e-4, rtol=1e-4
+    )
+    assert bpe_lm.slot_bytes(slots) == slots.capacity * bpe_lm.kv_bytes_per_token
+
+
+def test_the_batch_size_follows_free_memory_and_the_model(bpe_lm):
+    cfg = bpe_lm.model.config
+    # 2 (keys, values) x layers x heads x head dim x 4 bytes (float32); a float16 copy halves it.
+    assert bpe_lm.kv_bytes_per_token == 2 * cfg.n_layer * cfg.n_embd * 4
+    half = HFCausalLM(copy.deepcopy(bpe_lm.model).half(), bpe_lm.tokenizer)
+    assert half.kv_bytes_per_token == bpe_lm.kv_bytes_per_token // 2
+    per_row = row_bytes(bpe_lm, 40)
+    assert per_row == 40 * bpe_lm.kv_bytes_per_token + LOGIT_BUFFERS * 4 * bpe_lm.vocab_size
+    sizes = [auto_batch_size(bpe_lm, 40, budget=n * per_row) for n in (1, 2, 7, 100, 10**6)]
+    assert sizes == [1, 2, 7, 100, MAX_ROWS["cpu"]]  # grows with memory, capped on a CPU
+    assert auto_batch_size(bpe_lm, 400, budget=100 * per_row) < 100  # longer rows, fewer
+    assert auto_batch_size(half, 40, budget=100 * per_row) > 100  # a smaller cache, more
+    assert auto_batch_size(bpe_lm, 40, budget=10**12, max_rows=12) == 12
+    with pytest.raises(MemoryError, match="one row of 40 tokens"):
+        auto_batch_size(bpe_lm, 40, budget=per_row - 1)
+    assert memory_budget(bpe_lm, free=1000, fraction=0.5) == 500
+    assert memory_budget(bpe_lm, free=1000) == 1000 * MEMORY_FRACTION["cpu"]
+    assert free_memory("cpu") > 0 and free_memory(torch.device("cpu")) > 2**20
+
+
+@pytest.mark.parametrize("wide", [0, 5])
+def test_a_wide_slot_splits_the_attention_and_changes_no_distribution(wide, bpe_lm, monkeypatch):
+    """One slot far wider than the others: the forward's attention runs in two row groups, each
+    reading its own group's width, and every distribution is still a plain forward's."""
+    import worker.hf as hf
+
+    splits = []
+    real = hf._row_groups
+
+    def spy(widths, *inner):
+        groups = real(widths, *inner)
+        if not inner:
+            splits.append(groups)
+        return groups
+
+    monkeypatch.setattr(hf, "_row_groups", spy)
+    rng = random.Random(2)
+    slots = bpe_lm.open_slots(6, 8)
+    texts = [[bpe_lm.start_token_id] for _ in range(6)]
+    bpe_lm.feed(slots, list(range(6)), [bpe_lm.start_token_id] * 6, [APPEND] * 6, [False] * 6)
+    for _ in range(40):
+        t = rng.randrange(1, bpe_lm.vocab_size)
+        bpe_lm.feed(slots, [wide], [t], [APPEND], [False])
+        texts[wide].append(t)
+    toks = [rng.randrange(1, bpe_lm.vocab_size) for _ in range(6)]
+    out, _ = bpe_lm.feed(slots, list(range(6)), toks, [APPEND] * 6, [True] * 6)
+    ref = full_logprobs(bpe_lm, [[*text, t] for text, t in zip(texts, toks, strict=True)])
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+    assert splits[-1] == ([(0, 1, 42), (1, 6, 2)] if wide == 0 else [(0, 5, 2), (5, 6, 42)])
+
+
+def test_row_groups_read_fewer_columns():
+    from worker.hf import _row_groups
+
+    bands = [2] * 10 + [10] * 10 + [40] * 2
+    assert _row_groups(bands) == [(0, 10, 2), (10, 20, 10), (20, 22, 40)]
+    assert _row_groups([3] * 8) == [(0, 8, 3)]  # nothing to gain: one group
+    assert _row_groups([9, 10, 8, 10]) == [(0, 4, 10)]  # less than a fifth: one group
+
+
+def test_large_buffers_stay_on_the_heap_on_glibc():
+    """A CPU model turns glibc's mmap threshold up once (`keep_buffers_on_heap`), so that the
+    [rows, vocabulary] tensors of each step reuse heap pages instead of faulting in fresh ones:
+    after a 51 MB tensor is freed, the next one takes its pages without new page faults."""
+    import resource
+
+    from worker.models import keep_buffers_on_heap
+
+    assert keep_buffers_on_heap() is True  # Linux with glibc (CI and the worker image)
+    assert keep_buffers_on_heap() is True  # idempotent
+    for _ in range(2):
+        torch.empty(256, 50_257).fill_(1.0)  # the heap grows
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(5):
+        torch.empty(256, 50_257).fill_(1.0)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    # 51 MB are 12,564 pages: mapped afresh each time, five tensors would fault ~63,000 times.
+    assert faults < 2_000

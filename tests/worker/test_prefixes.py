@@ -43,9 +43,9 @@ def test_parse_kind():
 
 
 def test_seeds_are_stable_hashes():
-    expected = int.from_bytes(
-        hashlib.sha256(b"shard\x1f7\x1f10\x1fdata\x1f3").digest()[:8], "big"
-    ) >> 1
+    expected = (
+        int.from_bytes(hashlib.sha256(b"shard\x1f7\x1f10\x1fdata\x1f3").digest()[:8], "big") >> 1
+    )
     assert stable_seed("shard", 7, 10, "data", 3) == expected
     assert len({stable_seed("shard", 7, 10, "data", i) for i in range(50)}) == 50
     assert item_seed(7, 10, "model", 0) != item_seed(7, 10, "model", 0, attempt=1)
@@ -205,9 +205,10 @@ def test_seq2seq_model_prefix_is_truncated_beam_search(marian, pair_dataset):
                 max_new_tokens=item.provenance["beam"]["max_new_tokens"],
             )[0].tolist()
         special = set(marian.tokenizer.all_special_ids)
-        full = [decode_word(marian.tokenizer, g) for g in segment_words(
-            [t for t in out if t not in special], cl
-        )]
+        full = [
+            decode_word(marian.tokenizer, g)
+            for g in segment_words([t for t in out if t not in special], cl)
+        ]
         if len(full) < length:
             assert item.skipped and item.skip_reason == "beam_too_short"
         else:
@@ -237,8 +238,9 @@ def test_continuous_batching_gives_the_same_items_as_one_batch(lm_name, request)
 def test_continuous_batching_with_a_prompt_and_resampling(bpe_lm, text_dataset):
     spec = PrefixSpec(batch_size=2, prompt_words=3)
     a = make_items(bpe_lm, text_dataset, spec, 3, "model", 0, 9, seed=2)
-    b = make_items(bpe_lm, text_dataset, PrefixSpec(batch_size=32, prompt_words=3), 3, "model",
-                   0, 9, seed=2)
+    b = make_items(
+        bpe_lm, text_dataset, PrefixSpec(batch_size=32, prompt_words=3), 3, "model", 0, 9, seed=2
+    )
     assert [(i.words, i.skip_reason) for i in a] == [(i.words, i.skip_reason) for i in b]
     assert [[w for w, _ in i.choices] for i in a] == [[w for w, _ in i.choices] for i in b]
 
@@ -277,40 +279,94 @@ def test_inverse_cdf_sampling_draws_the_model_distribution(masked):
     assert (plain != general).sum() <= 2  # float rounding at a bucket's edge, at most
 
 
-def test_width_bands_change_no_item(monkeypatch):
-    """Finished prefixes far wider than the median are searched apart from the rest (memory,
-    padding); a context's words do not depend on which contexts share its search."""
-    import worker.sampler as sampler
+def long_words_lm():
+    """A tiny GPT-2 whose continuation piece "s" is likely everywhere: some prefixes grow words
+    of many tokens ("thsthss"), several times wider than the median."""
     from tests.worker.conftest import bpe_tokenizer, tiny_gpt2
     from worker.hf import HFCausalLM
 
     tok = bpe_tokenizer()
     model = tiny_gpt2(tok, seed=2)
     with torch.no_grad():
-        # The continuation piece "s" gets likelier everywhere: some prefixes grow words of many
-        # tokens ("thsthss"), so their caches are several times wider than the median.
         model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.clone())
         model.transformer.ln_f.bias[0] += 3.0
         model.lm_head.weight[tok.convert_tokens_to_ids("s"), 0] = 2.0
-    lm = HFCausalLM(model, tok, name="long-words")
+    return HFCausalLM(model, tok, name="long-words")
 
-    real = sampler.width_bands
-    seen: list[list[int]] = []
 
-    def spy(model, groups):
-        bands = real(model, groups)
-        seen.append([sum(len(g[0]) for g in band) for band in bands])
-        return bands
+def test_wide_rows_batch_sizes_and_a_memory_budget_change_no_item(monkeypatch):
+    """Prefixes of very different widths share the slots; a batch of 64, a batch of 5 (slots
+    refilled many times, the tail packed and shrunk) and a batch of 64 whose KV cache must keep
+    within a budget of a few rows' worth (fewer rows live while a wide one lives) make the same
+    items.  Probabilities move in float32 rounding only."""
+    import worker.prefixes as prefixes
 
+    lm = long_words_lm()
     spec = PrefixSpec(batch_size=64, prefix_tokens_per_word=40)
-    monkeypatch.setattr(sampler, "width_bands", spy)
-    banded = make_items(lm, None, spec, 4, "model", 0, 48, seed=5)
-    assert any(len(b) == 2 for b in seen), seen  # the run did split
-    monkeypatch.setattr(sampler, "width_bands", lambda model, groups: [groups])
-    single = make_items(lm, None, spec, 4, "model", 0, 48, seed=5)
-    assert [(i.words, [w for w, _ in i.choices], i.skip_reason) for i in banded] == [
-        (i.words, [w for w, _ in i.choices], i.skip_reason) for i in single
-    ]
-    # Probabilities move in float32 rounding only, as with any other padding of the batch.
-    for x, y in zip(banded, single, strict=True):
-        assert [p for _, p in x.choices] == pytest.approx([p for _, p in y.choices], rel=1e-5)
+    live: list[int] = []
+    real_feed = lm.feed
+
+    def feed(state, slots, *rest):
+        live.append(max(slots) + 1)
+        return real_feed(state, slots, *rest)
+
+    lm.feed = feed
+    wide = make_items(lm, None, spec, 4, "model", 0, 48, seed=5)
+    widths = [i.provenance["context_tokens"] for i in wide if not i.skipped]
+    assert max(widths) > 2 * sorted(widths)[len(widths) // 2]
+    assert max(live) == 48
+    small = make_items(lm, None, PrefixSpec(batch_size=5, prefix_tokens_per_word=40), 4, "model",
+                       0, 48, seed=5)  # fmt: skip
+    budget = 6 * 48 * lm.kv_bytes_per_token  # six rows 48 tokens wide
+    monkeypatch.setattr(
+        prefixes, "memory_budget", lambda model: budget + 64 * 4 * 4 * model.vocab_size
+    )
+    live.clear()
+    tight = make_items(lm, None, spec, 4, "model", 0, 48, seed=5)
+    assert max(live) < 48  # the budget held rows back
+    for run in (small, tight):
+        assert [(i.words, [w for w, _ in i.choices], i.skip_reason) for i in run] == [
+            (i.words, [w for w, _ in i.choices], i.skip_reason) for i in wide
+        ]
+        for x, y in zip(run, wide, strict=True):
+            # float32 rounding differs between batch shapes (about 1e-5 relative here)
+            assert [p for _, p in x.choices] == pytest.approx([p for _, p in y.choices], rel=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["data", "random"])
+def test_text_prefixes_do_not_depend_on_the_batch(kind, bpe_lm, text_dataset):
+    """Text prefixes are fed to slots token by token and searched there: batch 3 and batch 64
+    give the same choices."""
+    one = make_items(bpe_lm, text_dataset, PrefixSpec(batch_size=64), 5, kind, 0, 20, seed=3)
+    three = make_items(bpe_lm, text_dataset, PrefixSpec(batch_size=3), 5, kind, 0, 20, seed=3)
+    assert [[w for w, _ in i.choices] for i in three] == [[w for w, _ in i.choices] for i in one]
+    for a, b in zip(three, one, strict=True):
+        assert [p for _, p in a.choices] == pytest.approx([p for _, p in b.choices], rel=1e-4)
+        assert a.provenance["choices"]["expansions"] == b.provenance["choices"]["expansions"]
+    assert any(len(i.choices) == 5 for i in one)
+
+
+def test_the_batch_size_is_the_formula_s_unless_the_spec_says(monkeypatch, bpe_lm):
+    import worker.prefixes as prefixes
+    from worker.sampler import expected_columns
+
+    asked: list[int] = []
+    opened: list[int] = []
+
+    def formula(model, columns, *, budget):
+        asked.append(columns)
+        return 3
+
+    real_open = bpe_lm.open_slots
+
+    def open_slots(rows, columns):
+        opened.append(rows)
+        return real_open(rows, columns)
+
+    monkeypatch.setattr(prefixes, "auto_batch_size", formula)
+    monkeypatch.setattr(bpe_lm, "open_slots", open_slots)
+    auto = make_items(bpe_lm, None, PrefixSpec(), 5, "model", 0, 10, seed=1)
+    assert asked == [expected_columns(PrefixSpec(), 5)] and opened == [3]
+    given = make_items(bpe_lm, None, PrefixSpec(batch_size=4), 5, "model", 0, 10, seed=1)
+    assert len(asked) == 1 and opened[-1] == 4
+    assert [i.words for i in auto] == [i.words for i in given]

@@ -222,3 +222,72 @@ def test_a_word_that_never_ends_is_cut_at_max_word_tokens_and_flagged():
     roomy = search(16)
     assert roomy.exact and roomy.words == exact.words
     assert roomy.probs == pytest.approx(exact.probs, rel=1e-5)
+
+
+def constant_lm(logits: dict[str, float]) -> HFCausalLM:
+    """A tiny GPT-2 over the test BPE whose next-token distribution is the same after any
+    context: every position's hidden state becomes e0, so the logits are lm_head's column 0
+    (``logits`` for the named tokens, 0 for the others)."""
+    tok = bpe_tokenizer()
+    model = tiny_gpt2(tok, seed=5)
+    with torch.no_grad():
+        model.transformer.ln_f.weight.zero_()
+        model.transformer.ln_f.bias.zero_()
+        model.transformer.ln_f.bias[0] = 1.0
+        model.lm_head.weight = torch.nn.Parameter(torch.zeros_like(model.lm_head.weight))
+        for name, value in logits.items():
+            model.lm_head.weight[tok.convert_tokens_to_ids(name), 0] = value
+    return HFCausalLM(model, tok, name="constant")
+
+
+def test_tokenisations_of_one_word_are_merged_and_counted():
+    """ "the" is spelt by "Ġthe" and by "Ġth" + "e" (and "Ġt" + "h" + "e"): one word whose
+    probability sums its tokenisations, as brute-force enumeration sums them, and the number of
+    tokenisations merged is recorded."""
+    lm = constant_lm({"Ġthe": 5.0, "Ġth": 5.0, "e": 6.0, "Ġcat": 4.0, "Ġdog": 3.5, "Ġa": 3.0})
+    context = [lm.start_token_id, *lm.encode("a cat")]
+    root, state = lm.start([context])
+    cl = token_classes(lm.tokenizer)
+    (res,) = top_words(root, lambda r, c: lm.extend(state, r, c), cl, lm.tokenizer, k=5)
+    expected, _ = brute_force(lm.model, lm.tokenizer, context, depth=4)
+    assert res.exact and res.words == [w for w, _ in expected[:5]]
+    assert res.words.count("the") == 1 and "thee" in res.words
+    the = res.probs[res.words.index("the")]
+    p = root[0].exp()
+    # The same distribution after any context: "Ġthe" then a word boundary, the one-token path.
+    one_token = float(p[lm.tokenizer.convert_tokens_to_ids("Ġthe")] * p[cl.starts | cl.ends].sum())
+    assert the > 1.3 * one_token
+    assert the == pytest.approx(dict(expected)["the"], rel=0.02)
+    assert res.merged >= 2 and res.info()["merged_tokenisations"] == res.merged
+
+
+def test_speculation_changes_no_result(bpe_lm, sp_lm):
+    """A search's speculative words (the tail of a batch of searches) are memoised until the
+    search asks for them: the words, probabilities, flags and expansion counts are those of a
+    search that never speculates, in fewer rounds."""
+    for lm in (bpe_lm, sp_lm):
+        contexts = [[lm.start_token_id, *lm.encode(t)] for t in ["the cat", "a", "the dog at"]]
+        root, state = lm.start(contexts)
+        cl = token_classes(lm.tokenizer)
+        runs = []
+        for round_tokens, most in ((1, 0), (64, 4), (64, 16)):
+            rounds = []
+
+            def extend(r, c, lm=lm, state=state, rounds=rounds):
+                rounds.append(len(r))
+                return lm.extend(state, r, c)
+
+            found = top_words(
+                root, extend, cl, lm.tokenizer, k=5, round_tokens=round_tokens,
+                max_speculative=most,
+            )  # fmt: skip
+            runs.append((found, rounds))
+        plain, plain_rounds = runs[0]
+        assert max(plain_rounds) <= len(contexts)  # one word per search and round
+        for found, rounds in runs[1:]:
+            assert len(rounds) < len(plain_rounds) and sum(rounds) > sum(plain_rounds)
+            for a, b in zip(found, plain, strict=True):
+                assert (a.words, a.exact, a.expansions, a.merged) == (
+                    b.words, b.exact, b.expansions, b.merged,
+                )  # fmt: skip
+                assert a.probs == pytest.approx(b.probs, rel=1e-5)
