@@ -668,11 +668,16 @@ def estimate_ebc(
     if few.any():
         shown = [k for k in ebc_rows if few[k]] or list(np.flatnonzero(few))
         worst = min(shown, key=lambda k: n_eff[k] if np.isfinite(n_eff[k]) else -1.0)
-        notes.append(
+        # An empty figure has no effective count (0/0): it is named as such, not as "nan".
+        count = (
             f"only {n_eff[worst]:.1f} effective annotators ({n_annot[worst]} in all; "
-            "(sum n_g)^2 / sum n_g^2 over judgments per annotator) enter "
-            f"{_describe(labels[worst])}: intervals and tests are unreliable below "
-            f"{FEW_ANNOTATORS}"
+            "(sum n_g)^2 / sum n_g^2 over judgments per annotator) enter"
+            if np.isfinite(n_eff[worst])
+            else "no judgments enter"
+        )
+        notes.append(
+            f"{count} {_describe(labels[worst])}: intervals and tests are unreliable below "
+            f"{FEW_ANNOTATORS} effective annotators"
         )
     with np.errstate(invalid="ignore", divide="ignore"):
         deff = (se / iid_se) ** 2
