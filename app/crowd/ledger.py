@@ -302,6 +302,11 @@ def _toggle_token(
         )
         .order_by(CrowdCall.id)
     ).all()
+    if worker is not None:
+        # Read after the calls: a block another run finished since this unit of work loaded
+        # the worker committed its `ok` and the worker's flag together, so both show here
+        # (with the flag loaded earlier, a double-clicked block made a second call).
+        session.refresh(worker, attribute_names=["blocked"])
     mine = [c for c in calls if c.kind == kind]
     unfinished = [c for c in mine if c.status != "ok"]
     if unfinished:

@@ -109,3 +109,48 @@ def test_the_same_posting_call_made_twice_at_once_is_one_call(empty_db, standin,
             assert statuses == {"Assignable" if live else "Unassignable"}
     finally:
         engine.dispose()
+
+
+def test_a_block_that_finished_after_the_worker_was_read_is_the_same_call(empty_db, standin):
+    """The window the race above hit under load, made deterministic (on both databases): a
+    second block's unit of work has read the worker (not blocked yet) when the first block
+    finishes and commits; its ledger read then sees the first call `ok` and must take it as
+    the same call (one ledger row), not make a second block."""
+    from app.crowd.claims import lock_posting, writing
+    from app.crowd.ledger import CallRequest, begin_call
+    from app.models import Annotator
+
+    platform, url = standin
+    settings = empty_db.settings(
+        base_url="https://ebc.example.org", mturk_endpoint_url=url, crowd_calls_per_second=100
+    )
+    engine = build_engine(settings)
+    try:
+        with engine.begin() as conn:
+            upgrade(conn)
+        make_session = make_sessionmaker(engine)
+        with unit_of_work(make_session) as session:
+            worker_id = crowd_annotator(session, crowd_study(session), Channel.mturk, "W1").id
+        mturk = common.provider_for(settings, "mturk")
+        publishing.publish(make_session, settings, "crowd", mturk, by="cli")
+        posting_id = common.posting_id_of(make_session, "crowd", mturk)
+        with writing(make_session) as second:
+            posting = lock_posting(second, posting_id)
+            read = second.get(Annotator, worker_id)  # held: the session keeps it as it was read
+            assert read.blocked is False
+            # The first block runs from start to end meanwhile, in its own connections (our
+            # locks are released; expire_on_commit is off, as in every session here).
+            second.commit()
+            payments.block(make_session, "crowd", mturk, "W1", reason="x", by="u")
+            posting = second.get(type(posting), posting_id)
+            call = begin_call(
+                second, posting, CallRequest("block", annotator_id=worker_id, reason="x"), by="u"
+            )
+            assert call.status == "ok"  # the first call, not a new one to make
+            assert read.blocked is True
+        with unit_of_work(make_session) as session:
+            kinds = session.scalars(select(CrowdCall.kind).where(CrowdCall.kind == "block"))
+            assert list(kinds) == ["block"]
+        assert list(platform.blocks) == ["W1"]
+    finally:
+        engine.dispose()
