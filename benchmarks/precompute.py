@@ -47,6 +47,8 @@ batch of 256 at l = 100 with ``--memory-items 256``) or a reduced scale on a CPU
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import os
 import re
 import time
@@ -116,7 +118,10 @@ def build_model(
 
 class Peak:
     """Peak memory of a block: the process's peak resident set (VmHWM, reset at the start
-    through /proc/self/clear_refs) on a CPU, the peak allocation on a GPU."""
+    through /proc/self/clear_refs) on a CPU, the peak allocation on a GPU.  On a CPU the heap
+    is trimmed first (``malloc_trim``): the worker keeps freed memory on glibc's heap
+    (`worker.models.keep_buffers_on_heap`), which would otherwise count the earlier parts'
+    peaks in this one's."""
 
     def __init__(self, device: torch.device):
         self.device = device
@@ -125,6 +130,8 @@ class Peak:
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         else:
+            with contextlib.suppress(OSError, AttributeError):
+                ctypes.CDLL(None).malloc_trim(0)
             try:
                 with open("/proc/self/clear_refs", "w") as f:
                     f.write("5")

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from worker.models import APPEND, CONTEXT
+from worker.models import APPEND, CONTEXT, release_heap
 from worker.words import NextWords, SearchSettings, TokenClasses, WordSearch, decode_word
 
 # Tokens a row is expected to hold per word of its prompt, prefix and continuation, plus the
@@ -243,6 +243,7 @@ class ContinuousSampler:
                 break
             self._forward(*feeds)
         self.state = self.out = None
+        release_heap()  # the slots' cache and the step buffers are free now
         return [self.results.get(d.index) for d in drafts]
 
     def _columns(self, drafts: list, from_context: bool) -> int:

@@ -196,7 +196,7 @@ def test_large_buffers_stay_on_the_heap_on_glibc():
     after a 51 MB tensor is freed, the next one takes its pages without new page faults."""
     import resource
 
-    from worker.models import keep_buffers_on_heap
+    from worker.models import keep_buffers_on_heap, release_heap
 
     assert keep_buffers_on_heap() is True  # Linux with glibc (CI and the worker image)
     assert keep_buffers_on_heap() is True  # idempotent
@@ -208,3 +208,13 @@ def test_large_buffers_stay_on_the_heap_on_glibc():
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
     # 51 MB are 12,564 pages: mapped afresh each time, five tensors would fault ~63,000 times.
     assert faults < 2_000
+
+    def resident() -> int:
+        with open("/proc/self/status") as f:
+            return int(next(line.split()[1] for line in f if line.startswith("VmRSS:")))
+
+    held = [torch.ones(1_000, 100_000) for _ in range(4)]  # 1.6 GB on the heap
+    before = resident()
+    del held
+    release_heap()  # what the sampler does at the end of a run
+    assert before - resident() > 1_000_000  # KiB: the 1.6 GB went back to the system
