@@ -67,7 +67,7 @@ audit: install-dev
 	.ci/audit
 
 test: install-dev pg-up browser lint audit wheel-check
-	$(BIN)/python -m pytest --db=all --durations=25
+	$(BIN)/python -m pytest --db=all --durations=25 -n 2 --dist loadfile
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .ruff_cache
