@@ -347,10 +347,11 @@ class HFCausalLM:
             split = _row_groups([fills[i] + q - used[i] for i in range(n)])
             split = split if len(split) > 1 else None
         config = self.model.config
+        before = config._attn_implementation
         token = _SPLIT.set(split)
-        if split is not None:
-            config._attn_implementation = _slot_attention()
         try:
+            if split is not None:
+                config._attn_implementation = _slot_attention()
             if self._plain_head:
                 kwargs[self._base_cache_kw] = state.cache
                 hidden = self.model.base_model(**kwargs).last_hidden_state
@@ -360,8 +361,8 @@ class HFCausalLM:
                 logits = self.model(**kwargs).logits.reshape(size, -1)[index]
         finally:
             _SPLIT.reset(token)
-            if split is not None:
-                config._attn_implementation = "sdpa"
+            if config._attn_implementation != before:
+                config._attn_implementation = before
         return torch.log_softmax(logits.float(), dim=-1), handles
 
     @torch.inference_mode()

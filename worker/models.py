@@ -334,9 +334,15 @@ def keep_buffers_on_heap() -> bool:
     return _heap_tuned
 
 
-def release_heap() -> None:
+def release_heap(device=None) -> None:
     """Give the free memory of glibc's heap back to the system (``malloc_trim``), so that a
-    worker between batches holds what it uses, not its peak; nothing off glibc."""
+    worker between batches holds what it uses, not its peak; nothing off glibc.  On a GPU
+    ``device``, PyTorch's cached blocks go back too (``torch.cuda.empty_cache``): the next
+    batch's `memory_budget` reads ``mem_get_info``, which counts them as used."""
+    if getattr(device, "type", None) == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
     if _heap_tuned:
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL(None).malloc_trim(0)

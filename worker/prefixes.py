@@ -328,9 +328,14 @@ def make_items(
 
     # Rows per batch: the spec's, else what the device's free memory holds (`auto_batch_size`);
     # the slots' KV cache then keeps within the rest of the budget, whatever the prefixes' width.
-    budget = memory_budget(model)
-    batch = spec.batch_size or auto_batch_size(model, expected_columns(spec, length), budget=budget)
-    memory = max(0, budget - batch * LOGIT_BUFFERS * 4 * model.vocab_size)
+    # A batch size given (`--batch-size`) is taken as is: the budget left after its logit
+    # buffers could be nothing, which would run the batch one row at a time.
+    if spec.batch_size:
+        batch, memory = spec.batch_size, None
+    else:
+        budget = memory_budget(model)
+        batch = auto_batch_size(model, expected_columns(spec, length), budget=budget)
+        memory = max(0, budget - batch * LOGIT_BUFFERS * 4 * model.vocab_size)
     if sampled_data:
         # P_D's samples take the dataset lines' place; shuffling and corruption apply to them.
         data_classes = get_token_classes(data_from, spec.punctuation_splits)

@@ -74,7 +74,11 @@ def sample_tokens(logprobs: torch.Tensor, u: torch.Tensor, spec, allowed: torch.
         cdf = probs.cumsum_(-1)
     else:
         cdf = _filtered_scores(logprobs, spec, allowed).softmax(-1).cumsum(-1)
-    target = u[:, None] * cdf[:, -1:]
+    total = cdf[:, -1:]
+    # Strictly below the total: a uniform that rounds to 1.0 in float32 (about 3e-8 a draw)
+    # would otherwise land past the last allowed token, on the vocabulary's last id.  The
+    # first CDF value above the target is then always a token of positive probability.
+    target = torch.minimum(u[:, None] * total, torch.nextafter(total, torch.zeros_like(total)))
     return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
 
 
@@ -243,7 +247,7 @@ class ContinuousSampler:
                 break
             self._forward(*feeds)
         self.state = self.out = None
-        release_heap()  # the slots' cache and the step buffers are free now
+        release_heap(self.model.device)  # the slots' cache and the step buffers are free now
         return [self.results.get(d.index) for d in drafts]
 
     def _columns(self, drafts: list, from_context: bool) -> int:

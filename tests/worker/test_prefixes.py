@@ -321,8 +321,10 @@ def test_wide_rows_batch_sizes_and_a_memory_budget_change_no_item(monkeypatch):
     monkeypatch.setattr(
         prefixes, "memory_budget", lambda model: budget + 64 * 4 * 4 * model.vocab_size
     )
+    # The automatic batch size (a size given is taken as is, with no budget of its own).
+    monkeypatch.setattr(prefixes, "auto_batch_size", lambda *args, **kwargs: 64)
     live.clear()
-    tight = make_items(lm, None, spec, 4, "model", 0, 48, seed=5)
+    tight = make_items(lm, None, PrefixSpec(prefix_tokens_per_word=40), 4, "model", 0, 48, seed=5)
     assert max(live) < 48  # the budget held rows back
     for run in (small, tight):
         assert [(i.words, [w for w, _ in i.choices], i.skip_reason) for i in run] == [
@@ -370,3 +372,18 @@ def test_the_batch_size_is_the_formula_s_unless_the_spec_says(monkeypatch, bpe_l
     given = make_items(bpe_lm, None, PrefixSpec(batch_size=4), 5, "model", 0, 10, seed=1)
     assert len(asked) == 1 and opened[-1] == 4
     assert [i.words for i in auto] == [i.words for i in given]
+
+
+@pytest.mark.parametrize("top_k", [None, 3])
+def test_a_uniform_that_rounds_to_one_still_draws_an_allowed_token(top_k):
+    """`rng.random()` < 1, but cast to float32 a value above 1 - 2**-25 is 1.0: the draw must
+    still be a token of positive probability (the last allowed one), never a masked id at the
+    vocabulary's end (GPT-2's end of text, a reserved special token on other tokenizers)."""
+    logprobs = torch.log_softmax(torch.tensor([[0.5, 1.0, 2.0, 0.1, 0.3, 0.2]] * 3), dim=-1)
+    allowed = torch.tensor([True, True, True, True, False, False])
+    u = torch.tensor([1 - 2.0**-40, 0.0, 0.999999], dtype=torch.float64).float()
+    assert float(u[0]) == 1.0  # the case itself
+    drawn = sample_tokens(logprobs, u, PrefixSpec(sample_top_k=top_k), allowed[None, :])
+    assert drawn.tolist()[0] == (3 if top_k is None else 2)  # the last token it may draw
+    assert all(allowed[t] for t in drawn.tolist())
+    assert drawn.tolist()[1] == 0  # u = 0: the first token of positive probability
