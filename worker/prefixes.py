@@ -43,6 +43,7 @@ there (``root``), so that `worker.synthetic` compares P_D with P_M without a sec
 from __future__ import annotations
 
 import bisect
+import functools
 import weakref
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -362,6 +363,10 @@ def make_items(
     elif base == "unrelated":
         _unrelated_prefixes(dataset, order, drafts, length)
 
+    # This model's prefixes (with their next words, or a continuation, or neither).
+    sample = functools.partial(
+        _sample_lm, model, classes, drafts, length, spec, seed, kind_key, batch, memory=memory
+    )
     results: list[NextWords | None]
     if seq2seq:
         if base.startswith("model"):
@@ -375,47 +380,13 @@ def make_items(
     elif base == "model" and ratings:
         # The continuation goes on from the prefix's own row and cache.
         phase = None if prefixes_only else continuation(spec, seed, length, kind_key)
-        _sample_lm(
-            model,
-            classes,
-            drafts,
-            length,
-            spec,
-            seed,
-            kind_key,
-            batch,
-            search=False,
-            continuation=phase,
-            memory=memory,
-        )
+        sample(search=False, continuation=phase)
         results = [None] * len(drafts)
     elif base == "model":
-        results = _sample_lm(
-            model,
-            classes,
-            drafts,
-            length,
-            spec,
-            seed,
-            kind_key,
-            batch,
-            keep_roots=keep_roots,
-            memory=memory,
-        )
+        results = sample(keep_roots=keep_roots)
     else:
         if base == "model_corrupted":
-            _sample_lm(
-                model,
-                classes,
-                drafts,
-                length,
-                spec,
-                seed,
-                kind_key,
-                batch,
-                search=False,
-                memory=memory,
-            )
+            sample(search=False)
         if base in ("model_corrupted", "data_corrupted"):
             for d in drafts:
                 if d.skip is None:
