@@ -364,7 +364,9 @@ def main() -> None:
         batch = args.batch_size or auto_batch_size(
             lm, expected_columns(spec_auto, length), budget=budget
         )
-        spec = PrefixSpec(batch_size=batch, max_word_tokens=args.max_word_tokens or None)
+        # As the worker runs: a size given is taken as is; else the automatic size, with the
+        # slots' cache kept within the memory budget.
+        spec = PrefixSpec(batch_size=args.batch_size, max_word_tokens=args.max_word_tokens or None)
         make_items(lm, None, spec, length, "model", 0, min(batch, 8), seed=99)  # warm-up
         counter = FeedCounter(lm)
         with Peak(device) as ours_peak, Clock(device) as ours:

@@ -68,17 +68,20 @@ def continuation(spec, study_seed: int, length: int, kind: str) -> Continuation:
     return Continuation(spec.continuation_words, continuation_spec(spec), reseed)
 
 
-def continue_texts(model, classes, drafts, spec, study_seed, length, kind, batch) -> None:
+def continue_texts(
+    model, classes, drafts, spec, study_seed, length, kind, batch, memory=None
+) -> None:
     """Continuations of text prefixes: each draft's prompt + words, encoded after the start
     token, continued by ``spec.continuation_words`` words (sets ``continuation``, ``skip`` and
-    ``info``).  Drafts already skipped are left alone."""
+    ``info``).  Drafts already skipped are left alone.  ``memory``: the slots' budget
+    (`ContinuousSampler`)."""
     todo = [d for d in drafts if d.skip is None]
     for d in todo:
         d.ids = [model.start_token_id, *model.encode(" ".join([*d.prompt, *d.words]))]
         d.info["context_tokens"] = len(d.ids)
     phase = continuation(spec, study_seed, length, kind)
     sampler = ContinuousSampler(
-        model, classes, spec, length, batch, phase.reseed, None, continuation=phase
+        model, classes, spec, length, batch, phase.reseed, None, continuation=phase, memory=memory
     )
     sampler.run(todo, from_context=True)
 

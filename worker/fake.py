@@ -11,6 +11,7 @@ on it.  It implements `worker.models.CausalLM`.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -100,6 +101,7 @@ class FakeSlots:
 
     contexts: list[list[int]]
     fed: list[int]
+    columns: int
 
 
 class FakeCausalLM:
@@ -158,9 +160,11 @@ class FakeCausalLM:
 
     def open_slots(self, rows: int, columns: int) -> FakeSlots:
         """See `worker.models.CausalLM.open_slots` (and the methods below)."""
-        return FakeSlots([[] for _ in range(rows)], [0] * rows)
+        return FakeSlots([[] for _ in range(rows)], [0] * rows, columns)
 
     def feed(self, state, slots, tokens, parents, want) -> tuple[torch.Tensor, list[int]]:
+        q = max(Counter(slots).values())
+        state.columns = max(state.columns, max(state.fed[: max(slots) + 1]) + q)
         handles = []
         for s, t, p in zip(slots, tokens, parents, strict=True):
             if p == APPEND:
@@ -178,11 +182,22 @@ class FakeCausalLM:
         for field in (state.contexts, state.fed):
             field[a], field[b] = field[b], field[a]
 
-    def resize_slots(self, state: FakeSlots, rows: int) -> None:
+    def resize_slots(self, state: FakeSlots, rows: int, columns: int | None = None) -> None:
         del state.contexts[rows:], state.fed[rows:]
+        extra = rows - len(state.fed)
+        state.contexts += [[] for _ in range(extra)]
+        state.fed += [0] * extra
+        if columns is not None:
+            if columns < max(state.fed, default=0):
+                raise ValueError("a slot holds more tokens than that")
+            state.columns = columns
+
+    def slot_columns(self, state: FakeSlots) -> int:
+        return state.columns
 
     def slot_bytes(self, state: FakeSlots) -> int:
-        return 0
+        """What a cache of these slots would take (the fake keeps none)."""
+        return len(state.fed) * state.columns * self.kv_bytes_per_token
 
 
 def load(rest: str, *, task: str = "lm", **_options) -> FakeCausalLM:

@@ -20,7 +20,7 @@ from worker.hf_cache import (
     gather_cache,
     make_cache,
 )
-from worker.models import APPEND, CONTEXT, keep_buffers_on_heap
+from worker.models import APPEND, CONTEXT, keep_buffers_on_heap, release_heap
 
 DTYPES = {
     "float32": torch.float32,
@@ -241,8 +241,21 @@ class HFCausalLM:
             field[a], field[b] = field[b], field[a]
 
     @torch.inference_mode()
-    def resize_slots(self, state: SlotState, rows: int) -> None:
-        state.resize(rows, state.capacity)
+    def resize_slots(self, state: SlotState, rows: int, columns: int | None = None) -> None:
+        if columns is not None and columns < max(state.fills[:rows], default=0):
+            raise ValueError(f"a slot holds {max(state.fills[:rows])} tokens, not {columns}")
+        state.resize(rows, state.capacity if columns is None else columns)
+        self._trim()
+
+    def _trim(self) -> None:
+        """After the slots' buffers were copied: on a CPU the old ones (hundreds of MB) were
+        freed into glibc's heap (`worker.models.keep_buffers_on_heap`), where they would stay,
+        fragmented, and the process would hold every width the slots ever had."""
+        if self.device.type == "cpu":
+            release_heap()
+
+    def slot_columns(self, state: SlotState) -> int:
+        return state.capacity
 
     def slot_bytes(self, state: SlotState) -> int:
         return state.nbytes()
@@ -273,6 +286,7 @@ class HFCausalLM:
             # Grow by a quarter at least (each growth copies the cache once, layer by layer).
             grown = max(need, state.capacity + max(16, state.capacity // 4))
             state.resize(state.rows, -(-grown // 16) * 16)
+            self._trim()
         size = n * q
         ids, pos, cols, ctx = [self.pad_id] * size, [0] * size, [0] * size, [0] * size
         see_at, see_col = [], []  # (flat token, column) pairs visible beyond the context

@@ -130,8 +130,14 @@ class CausalLM(Protocol):
         """Exchange the contents (and handles) of slots ``a`` and ``b`` (either may be empty)."""
         ...
 
-    def resize_slots(self, slots: Any, rows: int) -> None:
-        """Keep the first ``rows`` slots."""
+    def resize_slots(self, slots: Any, rows: int, columns: int | None = None) -> None:
+        """Keep the first ``rows`` slots (adding empty ones if more), with room for ``columns``
+        tokens each (None: as now; never fewer than a slot holds)."""
+        ...
+
+    def slot_columns(self, slots: Any) -> int:
+        """Tokens each slot has room for now (``feed`` widens the slots when one needs more;
+        the cache then takes rows x columns x `kv_bytes_per_token`)."""
         ...
 
     def slot_bytes(self, slots: Any) -> int:

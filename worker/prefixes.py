@@ -396,7 +396,7 @@ def make_items(
         else:
             results = [None] * len(drafts)
             if not prefixes_only:
-                continue_texts(model, classes, drafts, spec, seed, length, kind_key, batch)
+                continue_texts(model, classes, drafts, spec, seed, length, kind_key, batch, memory)
 
     common = {
         "model": model.name,

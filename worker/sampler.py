@@ -147,6 +147,7 @@ class _Row:
     out: int | None = None  # where its next-token distribution is in the last output
     search: WordSearch | None = None
     nodes: dict[tuple[int, ...], int] = field(default_factory=dict)  # partial word -> handle
+    rng_state: dict | None = None  # the draft's generator when the row began (`_evict`)
 
 
 class ContinuousSampler:
@@ -160,7 +161,8 @@ class ContinuousSampler:
     log-probabilities its words came from).  With a ``continuation`` (no search) a finished
     prefix goes on: the draft gets ``continuation`` (its words) and ``info["continuation"]``, and
     ``skip`` when the continuation fails (``"eos_before_l_gen"``, ``"continuation_too_long"``).
-    ``memory`` (bytes; None: no limit) bounds the KV cache of the slots (`_refill`);
+    ``memory`` (bytes; None: no limit) bounds the KV cache of the slots at every step, while
+    a row widens it too (`_fit`: rows pause, or go back to the queue, rather than pass it);
     ``max_speculative`` the speculative partial words per search and step in the tail.
     """
 
@@ -232,9 +234,15 @@ class ContinuousSampler:
         if not drafts:
             return []
         n_slots = min(self.batch, len(drafts))
-        self.opened = self._columns(drafts, from_context)
+        opened = self._columns(drafts, from_context)
         self.narrow = self._narrow(drafts, from_context)
-        self.state = self.model.open_slots(n_slots, self.opened)
+        if self.memory is not None:
+            kv = self.model.kv_bytes_per_token
+            n_slots = max(1, min(n_slots, int(self.memory // (self.narrow * kv))))
+            opened = max(1, min(opened, int(self.memory // (n_slots * kv))))
+        self.state = self.model.open_slots(n_slots, opened)
+        self.paused: set[_Row] = set()
+        self.extra = 0
         self.rows = [None] * n_slots
         # Bands of slots by width (`_place`): their first slots, and the width each band's
         # rows leave it at.
@@ -279,6 +287,8 @@ class ContinuousSampler:
             r.out = None
         self._refill()
         self._place()
+        if self.paused:
+            self._paused_last()
 
     def _feeds(self):
         """Each live row's token(s) for the next forward: slots, tokens, parents, which outputs
@@ -288,12 +298,10 @@ class ContinuousSampler:
         parents: list[int] = []
         want: list[bool] = []
         owners: list[tuple[_Row, tuple[int, ...] | None] | None] = []
-        live = [r for r in self.rows if r is not None]
-        extra = 0
-        if live and not self.queue and all(r.search is not None for r in live):
-            # The batch's tail: only searches are left and the forward has room.
-            extra = max(0, min(self.max_speculative, self.batch // len(live) - 1))
-        for r in live:
+        extra = self.extra
+        for r in self.rows:
+            if r is None or r in self.paused:
+                continue
             if r.fed < len(r.context):
                 r.fed += 1
                 last = r.fed == len(r.context)
@@ -320,6 +328,14 @@ class ContinuousSampler:
                     want.append(True)
                     owners.append((r, node))
         return slots, tokens, parents, want, owners
+
+    def _extra(self) -> int:
+        """Speculative partial words per search this step: in the batch's tail, when only
+        searches are left and the forward has room."""
+        live = [r for r in self.rows if r is not None]
+        if live and not self.queue and all(r.search is not None for r in live):
+            return max(0, min(self.max_speculative, self.batch // len(live) - 1))
+        return 0
 
     def _forward(self, slots, tokens, parents, want, owners) -> None:
         out, handles = self.model.feed(self.state, slots, tokens, parents, want)
@@ -438,7 +454,7 @@ class ContinuousSampler:
         attempt, in the same slot."""
         self._end(r, None)
         r.phase, r.attempt = 1, 0
-        r.rng = self.continuation.reseed(r.draft, 0)
+        r.rng, r.rng_state = self.continuation.reseed(r.draft, 0), None
         r.start, r.split = len(r.tokens), len(r.groups)
         r.count, r.in_word = 0, False
         room = self.cont_max
@@ -498,13 +514,16 @@ class ContinuousSampler:
 
     def _free(self, r: _Row) -> None:
         self.rows[r.slot] = None
+        self.model.clear_slots(self.state, [r.slot])  # its columns no longer count
 
     def _next_row(self, d, attempt: int, phase: int) -> _Row:
         """A row for attempt ``attempt`` at the draft's prefix (phase 0: from the start token
         and its prompt), continuation (phase 1: from its context ``ids``) or next words (phase
         2: after its context ``ids``)."""
+        state = None
         if phase == 0:
             rng = d.rng if attempt == 0 else self.reseed(d, attempt)
+            state = rng.bit_generator.state if attempt == 0 else None
             ctx = [self.model.start_token_id]
             if d.prompt:
                 ctx += self.model.encode(" ".join(d.prompt))
@@ -520,23 +539,12 @@ class ContinuousSampler:
                 raise ValueError(
                     f"{what} of {len(ctx)} tokens leave no room in the model's context"
                 )
-        return _Row(d, attempt, rng, ctx, cap, phase=phase)
-
-    def _row_limit(self) -> int:
-        """Rows the memory budget allows at the slots' present width (the widest row's, or
-        what the cache holds per slot if more)."""
-        if self.memory is None:
-            return len(self.rows)
-        widest = max((self._used(r) for r in self.rows if r is not None), default=0)
-        per_row = max(
-            self.model.slot_bytes(self.state) / len(self.rows),
-            max(widest + 1, self.opened) * self.model.kv_bytes_per_token,
-        )
-        return max(1, min(len(self.rows), int(self.memory // per_row)))
+        return _Row(d, attempt, rng, ctx, cap, phase=phase, rng_state=state)
 
     def _used(self, r: _Row) -> int:
-        """Columns the row's slot holds: its context, its sampled tokens, its partial words."""
-        return r.fed + len(r.tokens) + len(r.nodes)
+        """Columns the row's slot holds: its context, its sampled tokens (but the one waiting to
+        be fed), its partial words."""
+        return r.fed + len(r.tokens) - (r.token is not None) + len(r.nodes)
 
     def _swap(self, a: int, b: int) -> None:
         rows = self.rows
@@ -550,13 +558,26 @@ class ContinuousSampler:
         return self.starts[j + 1] if j + 1 < len(self.starts) else len(self.rows)
 
     def _refill(self) -> None:
-        """Waiting texts take the free slots (as many as the memory budget allows: a row that
-        grows wider than the slots makes them all wider).  A free slot in a band of wider rows
-        is first handed down to the narrowest band (the band's first row moves into it).  In the
-        tail (nothing waiting), or when the budget holds fewer rows than there are slots, the
-        live rows are packed to the front and the slots shrink when half of them are free (or
-        to what the budget holds)."""
+        """Waiting texts take the free slots, and the slots are sized for the next forward.
+
+        A free slot in a band of wider rows is first handed down to the narrowest band (the
+        band's first row moves into it).  With a memory budget the cache (slots x columns x KV
+        bytes a token: one dense buffer, so the widest row sets every slot's width) never
+        passes it (`_fit`).  In the tail (nothing waiting) the live rows are packed to the
+        front (a forward covers only those) and the slots shrink when half are free."""
         model, rows, starts = self.model, self.rows, self.starts
+        live = sum(r is not None for r in rows)
+        limit = len(rows) if self.memory is None else self._row_limit()
+        more = min(limit, live + len(self.queue)) - len(rows)
+        if self.queue and more > 0:
+            # The budget holds more slots than there are (a wide row has left): add them, the
+            # columns cut to what the budget allows at that many (never below a live row's).
+            kv = model.kv_bytes_per_token
+            held = max((self._used(r) for r in rows if r is not None), default=1)
+            most = int(self.memory // ((len(rows) + more) * kv))
+            width = max(held, min(model.slot_columns(self.state), most))
+            model.resize_slots(self.state, len(rows) + more, width)
+            rows += [None] * more
         if self.queue:
             for j in range(len(starts) - 1, 0, -1):
                 for f in range(starts[j], self._band_end(j)):
@@ -564,8 +585,7 @@ class ContinuousSampler:
                         if f != starts[j]:
                             self._swap(starts[j], f)
                         starts[j] += 1
-        limit = self._row_limit()
-        live = sum(r is not None for r in rows)
+        self.paused = set()
         for i, r in enumerate(rows):
             if r is None and self.queue and live < limit:
                 new = self._next_row(*self.queue.popleft())
@@ -573,14 +593,125 @@ class ContinuousSampler:
                 model.clear_slots(self.state, [i])
                 rows[i] = new
                 live += 1
-        if self.queue and limit >= len(rows):
+        self.extra = self._extra()
+        if self.memory is not None:
+            self._fit()
             return
-        self._pack()
-        target = max(1, limit if self.queue else live)
-        if live <= target < len(rows) and (self.queue or live <= len(rows) // 2):
+        if not self.queue and live <= len(rows) // 2:
+            self._pack()
+            target = max(1, live)
             model.resize_slots(self.state, target)
             del rows[target:]
-            self.starts = [min(b, target) for b in starts]
+            self.starts = [min(b, target) for b in self.starts]
+        need = self._need()
+        if need > model.slot_columns(self.state):
+            model.resize_slots(self.state, len(rows), self._wider(need))
+
+    def _wider(self, need: int, most: int | None = None) -> int:
+        """Columns to widen the slots to: by a quarter at least (each widening copies the cache
+        once), in steps of 16, at most ``most`` unless ``need`` is more."""
+        columns = self.model.slot_columns(self.state)
+        grown = -(-max(need, columns + max(16, columns // 4)) // 16) * 16
+        if most is None or most < need:  # a single row wider than the budget: no cap helps
+            return grown
+        return min(grown, most)
+
+    def _need(self) -> int:
+        """Columns the next forward may write to (an upper bound): each fed row's used columns
+        and its tokens this step (one, or with speculation 1 + ``self.extra``)."""
+        q = 1 + self.extra
+        return max(
+            (self._used(r) + q for r in self.rows if r is not None and r not in self.paused),
+            default=0,
+        )
+
+    def _row_limit(self) -> int:
+        """Rows the memory budget allows: at the width of the widest live row or at what a row
+        is expected to hold (``self.narrow``), whichever is more."""
+        widest = max((self._used(r) + 1 for r in self.rows if r is not None), default=0)
+        per_row = max(widest, self.narrow) * self.model.kv_bytes_per_token
+        return max(1, min(self.batch, int(self.memory // per_row)))
+
+    def _fit(self) -> None:
+        """Keep the slots' cache within the memory budget for the next forward.
+
+        Slots x columns x KV bytes a token must stay within ``self.memory``.  When a row needs
+        more columns than that allows: speculation stops; then the rows that need too many
+        columns for the rows now live pause (they keep their slot and are not fed, and no new
+        row comes in) until enough others have finished and the slots have shrunk to the live
+        rows; when every live row would pause, the narrowest go back to the front of the queue
+        (their work is redone, from the same random stream) until the rest fit.  The slots are
+        packed to the live rows whenever the budget binds, and their columns shrink back when
+        the widest row has left and fewer rows than the batch fit (one copy), so the rows grow
+        back.  A single row wider than the whole budget still runs (nothing smaller exists)."""
+        model, rows = self.model, self.rows
+        kv, budget = model.kv_bytes_per_token, self.memory
+        live = [r for r in rows if r is not None]
+        if not live:
+            return
+        columns = model.slot_columns(self.state)
+
+        def fits(n_rows: int, n_columns: int) -> bool:
+            return n_rows * n_columns * kv <= budget
+
+        need = self._need()
+        if not fits(len(live), need) and self.extra:
+            # As many speculative words as fit (each takes a column of every slot).
+            self.extra = max(0, min(self.extra, budget // (len(live) * kv) - (need - self.extra)))
+            need = self._need()
+        if not fits(len(live), need):
+            most = budget // (len(live) * kv)
+            self.paused = {r for r in live if self._used(r) + 1 > most}
+            while len(self.paused) == len(live) and len(live) > 1:
+                r = min(live, key=self._used)
+                self._evict(r)
+                live.remove(r)
+                most = budget // (len(live) * kv)
+                self.paused = {r for r in live if self._used(r) + 1 > most}
+            if len(live) == 1:
+                self.paused = set()
+            need = self._need()
+        target = len(rows)
+        held = max(self._used(r) for r in live)  # columns the live rows hold now
+        if not fits(len(rows), max(need, columns)) or (
+            not self.queue and len(live) <= len(rows) // 2
+        ):
+            self._pack()
+            target = len(live)
+        width = columns
+        if need > columns:
+            width = self._wider(need, most=budget // (target * kv))
+        elif not fits(target, columns):
+            width = max(held, need)
+        if target != len(rows) or width != columns:
+            model.resize_slots(self.state, target, width)
+            del rows[target:]
+            self.starts = [min(b, target) for b in self.starts]
+
+    def _paused_last(self) -> None:
+        """Move paused rows after every fed one: a forward covers the slots up to the last fed
+        row and pads each slot it covers by the step's tokens, so a paused (full) slot inside it
+        would need columns the budget does not hold."""
+        rows = self.rows
+        paused = sorted((r for r in self.paused), key=lambda r: r.slot)
+        fed = sorted(
+            (r for r in rows if r is not None and r not in self.paused), key=lambda r: -r.slot
+        )
+        for p, f in zip(paused, fed, strict=False):
+            if f.slot < p.slot:
+                break
+            self._swap(p.slot, f.slot)
+
+    def _evict(self, r: _Row) -> None:
+        """Put a row's text back at the front of the queue; it starts again from the beginning
+        of its phase with the same random stream (so its result does not change)."""
+        if r.search is not None:  # its prefix is done (the draft's ``ids``): search again
+            self.queue.appendleft((r.draft, 0, 2))
+        else:
+            if r.rng_state is not None:
+                r.draft.rng.bit_generator.state = r.rng_state
+            self.queue.appendleft((r.draft, r.attempt, r.phase))
+        self._free(r)
 
     def _pack(self) -> None:
         """Move the live rows to the front (a forward covers only those), band after band, so

@@ -297,18 +297,22 @@ def long_words_lm():
 def test_wide_rows_batch_sizes_and_a_memory_budget_change_no_item(monkeypatch):
     """Prefixes of very different widths share the slots; a batch of 64, a batch of 5 (slots
     refilled many times, the tail packed and shrunk) and a batch of 64 whose KV cache must keep
-    within a budget of a few rows' worth (fewer rows live while a wide one lives) make the same
-    items.  Probabilities move in float32 rounding only."""
+    within a budget of a few rows' worth (fewer rows live while a wide one lives; the cache never
+    passes the budget, not even while a row widens it) make the same items.  Probabilities move
+    in float32 rounding only."""
     import worker.prefixes as prefixes
 
     lm = long_words_lm()
     spec = PrefixSpec(batch_size=64, prefix_tokens_per_word=40)
     live: list[int] = []
+    cache: list[int] = []
     real_feed = lm.feed
 
     def feed(state, slots, *rest):
         live.append(max(slots) + 1)
-        return real_feed(state, slots, *rest)
+        out = real_feed(state, slots, *rest)
+        cache.append(lm.slot_bytes(state))
+        return out
 
     lm.feed = feed
     wide = make_items(lm, None, spec, 4, "model", 0, 48, seed=5)
@@ -324,8 +328,10 @@ def test_wide_rows_batch_sizes_and_a_memory_budget_change_no_item(monkeypatch):
     # The automatic batch size (a size given is taken as is, with no budget of its own).
     monkeypatch.setattr(prefixes, "auto_batch_size", lambda *args, **kwargs: 64)
     live.clear()
+    cache.clear()
     tight = make_items(lm, None, PrefixSpec(prefix_tokens_per_word=40), 4, "model", 0, 48, seed=5)
     assert max(live) < 48  # the budget held rows back
+    assert max(cache) <= 6 * 48 * lm.kv_bytes_per_token  # ... and the cache within it
     for run in (small, tight):
         assert [(i.words, [w for w, _ in i.choices], i.skip_reason) for i in run] == [
             (i.words, [w for w, _ in i.choices], i.skip_reason) for i in wide
@@ -333,6 +339,151 @@ def test_wide_rows_batch_sizes_and_a_memory_budget_change_no_item(monkeypatch):
         for x, y in zip(run, wide, strict=True):
             # float32 rounding differs between batch shapes (about 1e-5 relative here)
             assert [p for _, p in x.choices] == pytest.approx([p for _, p in y.choices], rel=1e-4)
+
+
+def test_one_long_context_does_not_hold_the_rows_back_after_it(monkeypatch, bpe_lm, tmp_path):
+    """Data prefixes searched under a memory budget of about eight ordinary rows: one line of
+    very long words (a context several times the others') narrows the slots while it lives, and
+    the rows grow back after it: the forwards stay near those of eight rows without a budget,
+    and the items are the same."""
+    import worker.prefixes as prefixes
+    from app.precompute.datasets import load_dataset
+    from tests.worker.conftest import corpus_lines
+
+    lines = corpus_lines(40)
+    lines[3] = " ".join(["s" * 30] * 8)  # 8 words of 30 tokens each
+    path = tmp_path / "long.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    dataset = load_dataset(path)
+    forwards: list[int] = []
+    cache: list[int] = []
+    real_feed = bpe_lm.feed
+
+    def feed(state, slots, *rest):
+        forwards.append(max(slots) + 1)
+        out = real_feed(state, slots, *rest)
+        cache.append(bpe_lm.slot_bytes(state))
+        return out
+
+    monkeypatch.setattr(bpe_lm, "feed", feed)
+    eight = make_items(bpe_lm, dataset, PrefixSpec(batch_size=8), 4, "data", 0, 40, seed=1)
+    n_eight = len(forwards)
+    contexts = sorted(i.provenance["context_tokens"] for i in eight)
+    assert contexts[-1] > 8 * contexts[len(contexts) // 2]  # the long line is in the shard
+    budget = 8 * 32 * bpe_lm.kv_bytes_per_token  # eight rows 32 tokens wide
+    monkeypatch.setattr(
+        prefixes, "memory_budget", lambda model: budget + 64 * 4 * 4 * model.vocab_size
+    )
+    monkeypatch.setattr(prefixes, "auto_batch_size", lambda *args, **kwargs: 64)
+    forwards.clear()
+    cache.clear()
+    tight = make_items(bpe_lm, dataset, PrefixSpec(), 4, "data", 0, 40, seed=1)
+    assert max(cache) <= budget
+    assert len(forwards) < 1.5 * n_eight  # not a row at a time after the long one
+    assert [[w for w, _ in i.choices] for i in tight] == [[w for w, _ in i.choices] for i in eight]
+
+
+@pytest.mark.parametrize("columns", [400, 150])
+def test_a_memory_budget_bounds_the_cache_at_every_step(monkeypatch, tmp_path, columns):
+    """Data prefixes of many widths (half the lines of long words) searched under a budget of
+    ``columns`` columns in all (slots x columns): after every forward the cache is within it
+    (rows that would widen it pause, placed after the fed rows, and at 150 some rows go back to
+    the queue and start again), and the items are those of an unbudgeted batch of 64."""
+    import random
+
+    import worker.prefixes as prefixes
+    from app.precompute.datasets import load_dataset
+    from tests.worker.conftest import corpus_lines
+
+    lm = long_words_lm()
+    rng = random.Random(0)
+    lines = [
+        " ".join(["s" * rng.randint(3, 20)] * 8) if rng.random() < 0.5 else line
+        for line in corpus_lines(40)
+    ]
+    path = tmp_path / "mixed.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    dataset = load_dataset(path)
+    over: list[tuple[int, int]] = []
+    budget = columns * lm.kv_bytes_per_token
+    real_feed = lm.feed
+
+    def feed(state, slots, *rest):
+        out = real_feed(state, slots, *rest)
+        if lm.slot_bytes(state) > budget:
+            over.append((state.rows, state.capacity))
+        return out
+
+    monkeypatch.setattr(lm, "feed", feed)
+    free = make_items(lm, dataset, PrefixSpec(batch_size=64), 4, "data", 0, 40, seed=1)
+    assert over  # the budget binds: unbudgeted, the cache passes it
+    monkeypatch.setattr(
+        prefixes, "memory_budget", lambda model: budget + 64 * 4 * 4 * model.vocab_size
+    )
+    monkeypatch.setattr(prefixes, "auto_batch_size", lambda *args, **kwargs: 64)
+    over.clear()
+    tight = make_items(lm, dataset, PrefixSpec(), 4, "data", 0, 40, seed=1)
+    assert over == []
+    assert [(i.words, [w for w, _ in i.choices], i.skip_reason) for i in tight] == [
+        (i.words, [w for w, _ in i.choices], i.skip_reason) for i in free
+    ]
+
+
+@pytest.mark.parametrize("continuation_words", [0, 3])
+def test_a_row_sent_back_to_the_queue_makes_the_same_item(monkeypatch, continuation_words):
+    """When the budget sends rows back to the queue (`ContinuousSampler._evict`), each starts
+    its phase again from the same random stream: forcing that once on every row of every kind
+    (a prefix, its search, a continuation in place and from its context) changes no item, and
+    leaves each draft's generator where a run without it leaves it."""
+    import worker.prefixes as prefixes
+    import worker.sampler as sampler
+
+    lm = long_words_lm()
+    spec = {"prefix_tokens_per_word": 10, "continuation_words": continuation_words}
+    generators: dict[int, object] = {}
+    real_run, real_fit = sampler.ContinuousSampler.run, sampler.ContinuousSampler._fit
+
+    def run(self, drafts, **kwargs):
+        out = real_run(self, drafts, **kwargs)
+        generators.update({d.index: d.rng.bit_generator.state for d in drafts})
+        return out
+
+    def key(items):
+        return [
+            (i.words, [w for w, _ in i.choices], i.skip_reason, i.continuation,
+             {k: v for k, v in i.provenance.items() if k not in ("spec", "choices")},
+             i.provenance.get("choices", {}).get("expansions"))
+            for i in items
+        ]  # fmt: skip
+
+    monkeypatch.setattr(sampler.ContinuousSampler, "run", run)
+    free = make_items(lm, None, PrefixSpec(batch_size=64, **spec), 4, "model", 0, 24, seed=5)
+    free_generators = dict(generators)
+    sent: set[tuple] = set()
+
+    def fit(self):
+        for r in [r for r in self.rows if r is not None]:
+            what = (r.draft.index, r.phase, r.search is not None, r.start > 0)
+            if what not in sent and self._used(r) > 3 and sum(x is not None for x in self.rows) > 1:
+                sent.add(what)
+                self._evict(r)
+        return real_fit(self)
+
+    monkeypatch.setattr(sampler.ContinuousSampler, "_fit", fit)
+    monkeypatch.setattr(
+        prefixes, "memory_budget", lambda model: 10**6 * model.kv_bytes_per_token * 2
+    )
+    monkeypatch.setattr(prefixes, "auto_batch_size", lambda *args, **kwargs: 8)
+    generators.clear()
+    again = make_items(lm, None, PrefixSpec(**spec), 4, "model", 0, 24, seed=5)
+    kinds = {(phase, search, in_place) for _, phase, search, in_place in sent}
+    assert kinds >= ({(0, False, False), (1, False, True)} if continuation_words else
+                     {(0, False, False), (0, True, False)})  # fmt: skip
+    assert key(again) == key(free)
+    for x, y in zip(again, free, strict=True):
+        # float32 rounding differs between batch shapes
+        assert [p for _, p in x.choices] == pytest.approx([p for _, p in y.choices], rel=1e-4)
+    assert generators == free_generators
 
 
 @pytest.mark.parametrize("kind", ["data", "random"])
