@@ -153,7 +153,14 @@ class HFCausalLM:
         self._head_weight = None
         head = model.get_output_embeddings()
         pad = -head.weight.shape[0] % 64
-        if self._plain_head and pad and getattr(head, "bias", None) is None:
+        # CPU only: a GPU's GEMM gains nothing measured here, and the copy would double the
+        # head's device memory (half a GB for a 7B model in half precision).
+        if (
+            self.device.type == "cpu"
+            and self._plain_head
+            and pad
+            and getattr(head, "bias", None) is None
+        ):
             with torch.no_grad():
                 w = head.weight.detach()
                 self._head_weight = torch.cat([w, w.new_zeros((pad, w.shape[1]))])
@@ -342,9 +349,11 @@ class HFCausalLM:
         dtype = next(self.model.parameters()).dtype
         mask = torch.zeros((size, width), dtype=dtype, device=dev)
         mask = mask.masked_fill_(~visible, torch.finfo(dtype).min).view(n, 1, q, width)
+        if self.max_positions and max(pos) >= self.max_positions:
+            # The sampler leaves room (prefix caps, the word search's depth): a position past
+            # the model's context would read an embedding it does not have.
+            raise ValueError(f"position {max(pos)} is past the model's {self.max_positions}")
         positions = torch.tensor(pos, device=dev).view(n, q)
-        if self.max_positions:
-            positions.clamp_(max=self.max_positions - 1)
         plan = state.cache.plan
         plan.rows = torch.arange(n, device=dev).repeat_interleave(q)
         plan.cols = torch.tensor(cols, device=dev)

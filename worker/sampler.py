@@ -502,6 +502,10 @@ class ContinuousSampler:
             return
         for r, s in zip(rows, self.search.start(roots), strict=True):
             r.search, r.nodes = s, {}
+            if self.model.max_positions:
+                # A partial word of d tokens sits at position context + d - 1: longer words than
+                # the context leaves room for are left out (flagged as the word limit is).
+                s.depth = self.model.max_positions - self._used(r)
             if s.next() is None:
                 self._finish_search(r)
 

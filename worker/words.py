@@ -527,8 +527,8 @@ class WordSearch:
     """
 
     __slots__ = (
-        "asked", "bound", "counter", "done", "emitted", "expansions", "heap", "lists", "memo",
-        "order", "pending", "settings", "special", "ways",
+        "asked", "bound", "counter", "depth", "done", "emitted", "expansions", "heap", "lists",
+        "memo", "order", "pending", "settings", "special", "ways",
     )  # fmt: skip
 
     def __init__(self, settings: SearchSettings, roots: list[tuple[float, int]], special):
@@ -547,6 +547,9 @@ class WordSearch:
         self.asked: set[tuple[int, ...]] = set()
         self.pending: tuple[tuple[int, ...], float] | None = None
         self.done = False
+        # Tokens a word may have here (None: no limit but ``max_word_tokens``): the room left in
+        # the model's context after this one (`worker.sampler`).
+        self.depth: int | None = None
         self._add_children(
             1.0, [p[0] for p in roots], [p[1] for p in roots], (), settings.more_root
         )
@@ -667,6 +670,8 @@ class WordSearch:
     def _expand(self, node, prob, bnd, lps, ids) -> None:
         self._push(prob * bnd, 1, node)
         limit = self.settings.max_word_tokens
+        if self.depth is not None and (limit is None or self.depth < limit):
+            limit = self.depth
         if limit is not None and len(node) >= limit:
             # Longer words are left out; one of them may beat the k-th word.
             if lps:

@@ -486,6 +486,33 @@ def test_a_row_sent_back_to_the_queue_makes_the_same_item(monkeypatch, continuat
     assert generators == free_generators
 
 
+@pytest.mark.parametrize("length, tokens, room", [(3, 84, 3), (2, 127, 1)])
+def test_the_word_search_stays_within_the_model_s_context(tmp_path, length, tokens, room):
+    """A data prefix that leaves ``room`` of the model's 256 positions: its partial words are
+    fed at positions context + depth - 1, so the search keeps to words of at most ``room``
+    tokens (flagged inexact if a longer one could rank), instead of feeding positions the model
+    has no embedding for (the forward refuses those)."""
+    from app.precompute.datasets import load_dataset
+    from tests.worker.conftest import corpus_lines
+
+    lm = long_words_lm()
+    word = "s" * tokens  # "Ġs" and then "s" pieces: one token a letter
+    assert len(lm.encode(" " + word)) == tokens
+    lines = corpus_lines(6)
+    lines[0] = " ".join([word] * (length + 1))
+    path = tmp_path / "edge.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    dataset = load_dataset(path)
+    items = make_items(lm, dataset, PrefixSpec(batch_size=4), length, "data", 0, 6, seed=1)
+    edge = next(i for i in items if i.words == [word] * length)
+    assert lm.max_positions - edge.provenance["context_tokens"] == room
+    assert edge.choices
+    # A word's tokens: with its space, or alone (punctuation that ends the word before it).
+    assert all(min(len(lm.encode(" " + w)), len(lm.encode(w))) <= room for w, _ in edge.choices)
+    if room == 1:
+        assert not edge.provenance["choices"]["exact"]  # "Ġs" goes on as "ss", "sss", ...
+
+
 @pytest.mark.parametrize("kind", ["data", "random"])
 def test_text_prefixes_do_not_depend_on_the_batch(kind, bpe_lm, text_dataset):
     """Text prefixes are fed to slots token by token and searched there: batch 3 and batch 64
