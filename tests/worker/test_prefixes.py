@@ -294,44 +294,61 @@ def long_words_lm():
     return HFCausalLM(model, tok, name="long-words")
 
 
+class FeedLog:
+    """Each forward of ``lm``'s slots: the slots it covered and the cache's bytes after it."""
+
+    def __init__(self, monkeypatch, lm):
+        self.rows: list[int] = []
+        self.cache: list[int] = []
+        real = lm.feed
+
+        def feed(state, slots, *rest):
+            self.rows.append(max(slots) + 1)
+            out = real(state, slots, *rest)
+            self.cache.append(lm.slot_bytes(state))
+            return out
+
+        monkeypatch.setattr(lm, "feed", feed)
+
+    def clear(self) -> None:
+        self.rows.clear()
+        self.cache.clear()
+
+
+def impose_budget(monkeypatch, cache_bytes: int, rows: int = 64) -> None:
+    """The automatic batch size picks ``rows``, and the slots' cache gets ``cache_bytes`` (the
+    device's budget is that plus the rows' logit buffers, `worker.prefixes.make_items`)."""
+    import worker.prefixes as prefixes
+    from worker.models import LOGIT_BUFFERS
+
+    monkeypatch.setattr(
+        prefixes,
+        "memory_budget",
+        lambda model: cache_bytes + rows * LOGIT_BUFFERS * 4 * model.vocab_size,
+    )
+    monkeypatch.setattr(prefixes, "auto_batch_size", lambda *args, **kwargs: rows)
+
+
 def test_wide_rows_batch_sizes_and_a_memory_budget_change_no_item(monkeypatch):
     """Prefixes of very different widths share the slots; a batch of 64, a batch of 5 (slots
     refilled many times, the tail packed and shrunk) and a batch of 64 whose KV cache must keep
     within a budget of a few rows' worth (fewer rows live while a wide one lives; the cache never
     passes the budget, not even while a row widens it) make the same items.  Probabilities move
     in float32 rounding only."""
-    import worker.prefixes as prefixes
-
     lm = long_words_lm()
     spec = PrefixSpec(batch_size=64, prefix_tokens_per_word=40)
-    live: list[int] = []
-    cache: list[int] = []
-    real_feed = lm.feed
-
-    def feed(state, slots, *rest):
-        live.append(max(slots) + 1)
-        out = real_feed(state, slots, *rest)
-        cache.append(lm.slot_bytes(state))
-        return out
-
-    lm.feed = feed
+    log = FeedLog(monkeypatch, lm)
     wide = make_items(lm, None, spec, 4, "model", 0, 48, seed=5)
     widths = [i.provenance["context_tokens"] for i in wide if not i.skipped]
     assert max(widths) > 2 * sorted(widths)[len(widths) // 2]
-    assert max(live) == 48
+    assert max(log.rows) == 48
     small = make_items(lm, None, PrefixSpec(batch_size=5, prefix_tokens_per_word=40), 4, "model",
                        0, 48, seed=5)  # fmt: skip
-    budget = 6 * 48 * lm.kv_bytes_per_token  # six rows 48 tokens wide
-    monkeypatch.setattr(
-        prefixes, "memory_budget", lambda model: budget + 64 * 4 * 4 * model.vocab_size
-    )
-    # The automatic batch size (a size given is taken as is, with no budget of its own).
-    monkeypatch.setattr(prefixes, "auto_batch_size", lambda *args, **kwargs: 64)
-    live.clear()
-    cache.clear()
+    impose_budget(monkeypatch, 6 * 48 * lm.kv_bytes_per_token)  # six rows 48 tokens wide
+    log.clear()
     tight = make_items(lm, None, PrefixSpec(prefix_tokens_per_word=40), 4, "model", 0, 48, seed=5)
-    assert max(live) < 48  # the budget held rows back
-    assert max(cache) <= 6 * 48 * lm.kv_bytes_per_token  # ... and the cache within it
+    assert max(log.rows) < 48  # the budget held rows back
+    assert max(log.cache) <= 6 * 48 * lm.kv_bytes_per_token  # ... and the cache within it
     for run in (small, tight):
         assert [(i.words, [w for w, _ in i.choices], i.skip_reason) for i in run] == [
             (i.words, [w for w, _ in i.choices], i.skip_reason) for i in wide
@@ -346,7 +363,6 @@ def test_one_long_context_does_not_hold_the_rows_back_after_it(monkeypatch, bpe_
     very long words (a context several times the others') narrows the slots while it lives, and
     the rows grow back after it: the forwards stay near those of eight rows without a budget,
     and the items are the same."""
-    import worker.prefixes as prefixes
     from app.precompute.datasets import load_dataset
     from tests.worker.conftest import corpus_lines
 
@@ -355,31 +371,17 @@ def test_one_long_context_does_not_hold_the_rows_back_after_it(monkeypatch, bpe_
     path = tmp_path / "long.txt"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     dataset = load_dataset(path)
-    forwards: list[int] = []
-    cache: list[int] = []
-    real_feed = bpe_lm.feed
-
-    def feed(state, slots, *rest):
-        forwards.append(max(slots) + 1)
-        out = real_feed(state, slots, *rest)
-        cache.append(bpe_lm.slot_bytes(state))
-        return out
-
-    monkeypatch.setattr(bpe_lm, "feed", feed)
+    log = FeedLog(monkeypatch, bpe_lm)
     eight = make_items(bpe_lm, dataset, PrefixSpec(batch_size=8), 4, "data", 0, 40, seed=1)
-    n_eight = len(forwards)
+    n_eight = len(log.rows)
     contexts = sorted(i.provenance["context_tokens"] for i in eight)
     assert contexts[-1] > 8 * contexts[len(contexts) // 2]  # the long line is in the shard
     budget = 8 * 32 * bpe_lm.kv_bytes_per_token  # eight rows 32 tokens wide
-    monkeypatch.setattr(
-        prefixes, "memory_budget", lambda model: budget + 64 * 4 * 4 * model.vocab_size
-    )
-    monkeypatch.setattr(prefixes, "auto_batch_size", lambda *args, **kwargs: 64)
-    forwards.clear()
-    cache.clear()
+    impose_budget(monkeypatch, budget)
+    log.clear()
     tight = make_items(bpe_lm, dataset, PrefixSpec(), 4, "data", 0, 40, seed=1)
-    assert max(cache) <= budget
-    assert len(forwards) < 1.5 * n_eight  # not a row at a time after the long one
+    assert max(log.cache) <= budget
+    assert len(log.rows) < 1.5 * n_eight  # not a row at a time after the long one
     assert [[w for w, _ in i.choices] for i in tight] == [[w for w, _ in i.choices] for i in eight]
 
 
@@ -391,7 +393,6 @@ def test_a_memory_budget_bounds_the_cache_at_every_step(monkeypatch, tmp_path, c
     the queue and start again), and the items are those of an unbudgeted batch of 64."""
     import random
 
-    import worker.prefixes as prefixes
     from app.precompute.datasets import load_dataset
     from tests.worker.conftest import corpus_lines
 
@@ -404,26 +405,14 @@ def test_a_memory_budget_bounds_the_cache_at_every_step(monkeypatch, tmp_path, c
     path = tmp_path / "mixed.txt"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     dataset = load_dataset(path)
-    over: list[tuple[int, int]] = []
     budget = columns * lm.kv_bytes_per_token
-    real_feed = lm.feed
-
-    def feed(state, slots, *rest):
-        out = real_feed(state, slots, *rest)
-        if lm.slot_bytes(state) > budget:
-            over.append((state.rows, state.capacity))
-        return out
-
-    monkeypatch.setattr(lm, "feed", feed)
+    log = FeedLog(monkeypatch, lm)
     free = make_items(lm, dataset, PrefixSpec(batch_size=64), 4, "data", 0, 40, seed=1)
-    assert over  # the budget binds: unbudgeted, the cache passes it
-    monkeypatch.setattr(
-        prefixes, "memory_budget", lambda model: budget + 64 * 4 * 4 * model.vocab_size
-    )
-    monkeypatch.setattr(prefixes, "auto_batch_size", lambda *args, **kwargs: 64)
-    over.clear()
+    assert max(log.cache) > budget  # the budget binds: unbudgeted, the cache passes it
+    impose_budget(monkeypatch, budget)
+    log.clear()
     tight = make_items(lm, dataset, PrefixSpec(), 4, "data", 0, 40, seed=1)
-    assert over == []
+    assert max(log.cache) <= budget
     assert [(i.words, [w for w, _ in i.choices], i.skip_reason) for i in tight] == [
         (i.words, [w for w, _ in i.choices], i.skip_reason) for i in free
     ]
@@ -435,7 +424,6 @@ def test_a_row_sent_back_to_the_queue_makes_the_same_item(monkeypatch, continuat
     its phase again from the same random stream: forcing that once on every row of every kind
     (a prefix, its search, a continuation in place and from its context) changes no item, and
     leaves each draft's generator where a run without it leaves it."""
-    import worker.prefixes as prefixes
     import worker.sampler as sampler
 
     lm = long_words_lm()
@@ -470,10 +458,7 @@ def test_a_row_sent_back_to_the_queue_makes_the_same_item(monkeypatch, continuat
         return real_fit(self)
 
     monkeypatch.setattr(sampler.ContinuousSampler, "_fit", fit)
-    monkeypatch.setattr(
-        prefixes, "memory_budget", lambda model: 10**6 * model.kv_bytes_per_token * 2
-    )
-    monkeypatch.setattr(prefixes, "auto_batch_size", lambda *args, **kwargs: 8)
+    impose_budget(monkeypatch, 10**6 * lm.kv_bytes_per_token, rows=8)  # does not bind
     generators.clear()
     again = make_items(lm, None, PrefixSpec(**spec), 4, "model", 0, 24, seed=5)
     kinds = {(phase, search, in_place) for _, phase, search, in_place in sent}
