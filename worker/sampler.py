@@ -506,6 +506,8 @@ class ContinuousSampler:
                 # A partial word of d tokens sits at position context + d - 1: longer words than
                 # the context leaves room for are left out (flagged as the word limit is).
                 s.depth = self.model.max_positions - self._used(r)
+                if s.depth < 1:  # the prefix caps leave one position at least
+                    raise ValueError(f"item {r.draft.index}: no position left for its next word")
             if s.next() is None:
                 self._finish_search(r)
 
