@@ -468,8 +468,11 @@ class HFCausalLM:
                     mr.append(t)
                     mq.append(q)
                     mc.append(col if col is not None else width + pend[head])
-        if self.max_positions:
-            positions.clamp_(max=self.max_positions - 1)
+        if self.max_positions and int(positions.max()) >= self.max_positions:
+            # The searches leave such words out (`worker.words.top_words`' ``depths``).
+            raise ValueError(
+                f"position {int(positions.max())} is past the model's {self.max_positions}"
+            )
         ctx = tree.ctx_mask.shape[1]
         dev = self.device
         allowed = torch.zeros((n_rows, depth, width + depth), dtype=torch.bool, device=dev)

@@ -500,9 +500,9 @@ def search_settings(model, classes: TokenClasses, spec: PrefixSpec) -> SearchSet
     )
 
 
-def _search(model, state, root, classes, spec) -> list[NextWords]:
+def _search(model, state, root, classes, spec, depths=None) -> list[NextWords]:
     """The next words after the contexts of ``state`` (``model.start``'s), by rounds of
-    ``model.extend`` (`worker.words.top_words`)."""
+    ``model.extend`` (`worker.words.top_words`; ``depths`` as there)."""
     return top_words(
         root,
         lambda rows, conts: model.extend(state, rows, conts),
@@ -512,6 +512,7 @@ def _search(model, state, root, classes, spec) -> list[NextWords]:
         special_policy=spec.special_policy,
         max_expansions=spec.max_expansions,
         max_word_tokens=spec.max_word_tokens,
+        depths=depths,
     )
 
 

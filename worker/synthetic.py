@@ -200,15 +200,17 @@ def reference_records(
         contexts = [_map(item.context_ids, pair.to_reference) for item in chunk]
         if reference.task == "seq2seq":
             sources = [_map(item.source_ids, pair.to_reference) for item in chunk]
+            depths = None  # the decoder's own positions: not the word search's business here
             q_root, state = reference.start(sources, contexts)
         else:
+            depths = _room(reference, chunk, contexts)
             q_root, state = reference.start(contexts)
         p_root = _model_roots(model, chunk)
         q_cmp = q_root[:, : pair.n] if pair.gather is None else q_root[:, list(pair.gather)]
         tv, js, gd = token_divergences(p_root[:, : pair.n], q_cmp.to(p_root.device))
         tv, js, gd = tv.tolist(), js.tolist(), gd.tolist()
-        found = _search(reference, state, q_root, classes, spec)
-        probs, exact = _choice_probs(reference, state, q_root, classes, spec, chunk, found)
+        found = _search(reference, state, q_root, classes, spec, depths)
+        probs, exact = _choice_probs(reference, state, q_root, classes, spec, chunk, found, depths)
         for j, (i, item, res) in enumerate(zip(where, chunk, found, strict=True)):
             records[i] = _record(
                 item, res, probs[j], exact[j], pair, (tv[j], js[j], gd[j]), classes.word_level
@@ -216,7 +218,23 @@ def reference_records(
     return records
 
 
-def _choice_probs(reference, state, q_root, classes, spec, chunk, found):
+def _room(reference, chunk, contexts) -> list[int | None] | None:
+    """Tokens a word may have after each context: the positions the reference has left (a
+    partial word of d tokens is scored at position context + d - 1), or None if unbounded.
+    Raises when a context fills the reference's positions."""
+    if not reference.max_positions:
+        return None
+    room = [reference.max_positions - len(c) for c in contexts]
+    for item, left in zip(chunk, room, strict=True):
+        if left < 1:
+            raise ValueError(
+                f"item {item.index}: its context leaves no position of the reference's "
+                f"{reference.max_positions} for a next word"
+            )
+    return room
+
+
+def _choice_probs(reference, state, q_root, classes, spec, chunk, found, depths=None):
     """P_D's probability of each item's choices: its search's value for a word among its top k,
     else `worker.word_probs`' (renormalised as the search's are)."""
     wanted = [
@@ -240,6 +258,7 @@ def _choice_probs(reference, state, q_root, classes, spec, chunk, found):
             wanted,
             max_expansions=spec.max_expansions,
             max_word_tokens=spec.max_word_tokens,
+            depths=depths,
         )
     probs, exact = [], []
     for item, res, words, got in zip(chunk, found, wanted, extra, strict=True):

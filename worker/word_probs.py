@@ -161,12 +161,14 @@ def word_probabilities(
     max_word_tokens: int | None = None,
     nodes_per_round: int = 2,
     rows_per_round: int = 128,
+    depths: Sequence[int | None] | None = None,
 ) -> list[list[tuple[float, bool]]]:
     """(probability, exact) of each word ``words[b][j]`` after context ``b`` (see the module
     docstring).  ``root`` [B, V]: next-token log-probs after each context; ``extend`` as in
     `worker.words.top_words` (over the same state).  A search that runs out of
     ``max_expansions`` while a tokenisation above its threshold may be open is flagged inexact;
-    words of more than ``max_word_tokens`` tokens do not count, as in `top_words`.
+    words of more than ``max_word_tokens`` tokens do not count, as in `top_words`, nor words of
+    more than ``depths[b]`` tokens after context ``b`` (the positions the model has left).
 
     Each round expands ``nodes_per_round`` partial words per open search, more when few are
     open (an equal share of ``rows_per_round``): the tail of a batch is a few words with many
@@ -175,6 +177,10 @@ def word_probabilities(
     inexact, whose budget speculative expansions also spend."""
     index = piece_index(tokenizer, classes)
     boundary = classes.starts | classes.ends
+    limits = [
+        min((x for x in (max_word_tokens, depth) if x is not None), default=None)
+        for depth in (depths or [None] * len(words))
+    ]
     targets = [
         _Target(b, w, w.encode("utf-8")) for b, ws in enumerate(words) for w in ws if w.strip()
     ]
@@ -203,7 +209,7 @@ def word_probabilities(
         children = [
             (n, t, seq, used, prob, c, len(key))
             for t, n, seq, used, prob in work
-            if max_word_tokens is None or len(seq) < max_word_tokens
+            if limits[t.row] is None or len(seq) < limits[t.row]
             for key in _heads(t.raw[used:])
             for c in index.rest.get(key, ())
         ]

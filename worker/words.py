@@ -363,6 +363,7 @@ def top_words(
     max_word_tokens: int | None = None,
     round_tokens: int = 64,
     max_speculative: int = 4,
+    depths: Sequence[int | None] | None = None,
 ) -> list[NextWords]:
     """Top-k next words for a batch of contexts.
 
@@ -381,7 +382,9 @@ def top_words(
     also sends up to ``max_speculative`` of its next-best partial words, so that the round's
     spare rows do work the search will probably need; a speculative result is only kept until
     the search asks for that word, so the words, probabilities and flags of a context do not
-    depend on which contexts share its rounds or on the speculation.
+    depend on which contexts share its rounds or on the speculation.  ``depths`` (one per
+    context, None: no limit) caps a word's tokens like ``max_word_tokens``, per context: the
+    positions the model has left after it (`WordSearch.depth`).
     """
     settings = SearchSettings(
         classes.to(root_logprobs.device),
@@ -399,6 +402,8 @@ def top_words(
     if extend is None:
         raise ValueError("a subword vocabulary needs an extend function")
     searches = settings.start(root_logprobs)
+    for s, depth in zip(searches, depths or [None] * len(searches), strict=True):
+        s.depth = depth
     while True:
         open_ = [(b, s) for b, s in enumerate(searches) if s.next() is not None]
         if not open_:

@@ -379,3 +379,30 @@ def test_corruption_at_one_is_the_random_kind(word_lm, text_dataset, monkeypatch
         pooled = (x.mean() + y.mean()) / 2
         se = math.sqrt(max(pooled * (1 - pooled), 1 / n) * 2 / n)
         assert abs(x.mean() - y.mean()) <= 4 * se
+
+
+@pytest.mark.parametrize("length, tokens, room", [(3, 84, 3), (2, 127, 1)])
+def test_the_reference_s_search_stays_within_its_context(tmp_path, length, tokens, room):
+    """A data prefix that leaves ``room`` of the 256 positions, with P_D = P_M (the same
+    weights loaded twice): P_D's search leaves out words longer than the room as the item's
+    own search does (its partial words would be scored at positions the model does not have,
+    which its forward refuses), so P_D's choice probabilities are the item's own."""
+    from app.precompute.datasets import load_dataset
+    from tests.worker.conftest import corpus_lines
+    from tests.worker.test_prefixes import long_words_lm
+
+    model, reference = long_words_lm(), long_words_lm()
+    word = "s" * tokens  # one token a letter
+    lines = corpus_lines(6)
+    lines[0] = " ".join([word] * (length + 1))
+    path = tmp_path / "edge.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    dataset = load_dataset(path)
+    items = make_items(model, dataset, SPEC, length, "data", 0, 6, seed=1, keep_roots=True)
+    records = reference_records(model, reference, items, SPEC)
+    edge = next(j for j, i in enumerate(items) if i.words == [word] * length)
+    assert model.max_positions - items[edge].provenance["context_tokens"] == room
+    assert records[edge]["reference_top_word"] == items[edge].choices[0][0]
+    assert records[edge]["choice_probs"] == pytest.approx(
+        [p for _, p in items[edge].choices], rel=1e-4
+    )
