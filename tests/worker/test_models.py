@@ -202,12 +202,18 @@ def test_large_buffers_stay_on_the_heap_on_glibc():
     assert keep_buffers_on_heap() is True  # idempotent
     for _ in range(2):
         torch.empty(256, 50_257).fill_(1.0)  # the heap grows
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    for _ in range(5):
-        torch.empty(256, 50_257).fill_(1.0)
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    def faults_of_five() -> int:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(5):
+            torch.empty(256, 50_257).fill_(1.0)
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
     # 51 MB are 12,564 pages: mapped afresh each time, five tensors would fault ~63,000 times.
-    assert faults < 2_000
+    # The best of three tries: a small allocation of the interpreter's can split the freed
+    # chunk once (one tensor's faults, seen in about a third of runs alone), which says
+    # nothing about the setting.
+    assert min(faults_of_five() for _ in range(3)) < 2_000
 
     def resident() -> int:
         with open("/proc/self/status") as f:
