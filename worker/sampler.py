@@ -642,7 +642,7 @@ class ContinuousSampler:
         """Keep the slots' cache within the memory budget for the next forward.
 
         Slots x columns x KV bytes a token must stay within ``self.memory``.  When a row needs
-        more columns than that allows: speculation stops; then the rows that need too many
+        more columns than that allows: speculation keeps what fits; then the rows that need too many
         columns for the rows now live pause (they keep their slot and are not fed, and no new
         row comes in) until enough others have finished and the slots have shrunk to the live
         rows; when every live row would pause, the narrowest go back to the front of the queue
