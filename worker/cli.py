@@ -12,6 +12,8 @@ from typing import Annotated
 import typer
 from sqlalchemy import select
 
+from app.precompute.service import SHARDS_PER_CLAIM
+
 
 def register(cli: typer.Typer) -> None:
     cli.command("worker")(worker_command)
@@ -26,6 +28,14 @@ def worker_command(
     dtype: Annotated[str, typer.Option(help="float32, float16, bfloat16 or auto")] = "float32",
     lease: Annotated[float, typer.Option(help="shard lease in seconds")] = 120.0,
     study: Annotated[str | None, typer.Option(help="only this study's shards")] = None,
+    shards_per_claim: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="contiguous shards of one cell claimed and made in one run "
+            "(fewer: more workers share a small study)",
+        ),
+    ] = SHARDS_PER_CLAIM,
 ) -> None:
     """Claim precompute shards from the database and make their items."""
     from app.cli.common import fail, load_settings
@@ -33,7 +43,12 @@ def worker_command(
 
     settings = load_settings()
     options = WorkerOptions(
-        device=device, dtype=dtype, batch_size=batch_size, lease_seconds=lease, once=once
+        device=device,
+        dtype=dtype,
+        batch_size=batch_size,
+        lease_seconds=lease,
+        once=once,
+        shards_per_claim=shards_per_claim,
     )
     if study is not None:
         options.study_id = _study_id(settings, study) or fail(f"no study {study!r}")

@@ -46,6 +46,9 @@ class WorkerOptions:
     once: bool = False  # stop when no shard is claimable instead of waiting
     study_id: int | None = None  # only this study's shards
     max_shards: int | None = None
+    # Shards of one cell claimed and made together (`service.claim_shards`): one sampler run
+    # over their items keeps the batch full across them and pays the run's tail once.
+    shards_per_claim: int = service.SHARDS_PER_CLAIM
 
 
 def spec_for(study: Study, batch_size: int | None) -> PrefixSpec:
@@ -93,12 +96,12 @@ def default_worker_id() -> str:
 
 
 class _Heartbeat(threading.Thread):
-    """Renews a shard's lease every lease/4 seconds; notes when the lease is lost."""
+    """Renews the leases of a claim's shards every lease/4 seconds; notes when one is lost."""
 
-    def __init__(self, engine: Engine, shard_id: int, worker_id: str, lease_seconds: float):
-        super().__init__(daemon=True, name=f"heartbeat-{shard_id}")
+    def __init__(self, engine: Engine, shard_ids: list[int], worker_id: str, lease_seconds: float):
+        super().__init__(daemon=True, name=f"heartbeat-{shard_ids[0]}")
         self.sessionmaker = make_sessionmaker(engine)
-        self.shard_id, self.worker_id, self.lease = shard_id, worker_id, lease_seconds
+        self.shard_ids, self.worker_id, self.lease = shard_ids, worker_id, lease_seconds
         self.stop = threading.Event()
         self.lost = False
 
@@ -107,13 +110,14 @@ class _Heartbeat(threading.Thread):
             try:
                 with unit_of_work(self.sessionmaker) as session:
                     ok = service.heartbeat(
-                        session, self.shard_id, self.worker_id, lease_seconds=self.lease
+                        session, self.shard_ids, self.worker_id, lease_seconds=self.lease
                     )
                 if not ok:
+                    # Finishing still stores the (deterministic) items: `complete_shard`.
                     self.lost = True
                     return
             except Exception:  # a missed beat is not fatal; the lease has slack
-                log.warning("heartbeat for shard %s failed", self.shard_id, exc_info=True)
+                log.warning("heartbeat for shards %s failed", self.shard_ids, exc_info=True)
 
 
 ProgressCallback = Callable[[PrecomputeShard, int], None]
@@ -184,7 +188,7 @@ class Worker:
         """Process shards; returns how many this worker completed."""
         done = 0
         while self.options.max_shards is None or done < self.options.max_shards:
-            outcome = self.run_one(on_shard)
+            outcome = self.run_one(on_shard, most=self._claim_size(done))
             if outcome is None:
                 if self.options.once:
                     break
@@ -193,43 +197,69 @@ class Worker:
             done += outcome
         return done
 
-    def run_one(self, on_shard: ProgressCallback | None = None) -> int | None:
-        """Claim one shard and process it: 1 if completed, 0 if it failed, None if none."""
+    def _claim_size(self, done: int) -> int:
+        most = max(1, self.options.shards_per_claim)
+        if self.options.max_shards is not None:
+            most = min(most, self.options.max_shards - done)
+        return most
+
+    def run_one(self, on_shard: ProgressCallback | None = None, *, most: int = 1) -> int | None:
+        """Claim up to ``most`` contiguous shards of one cell (`service.claim_shards`) and make
+        their items in one run; each shard is then stored in its own transaction.  Returns how
+        many were completed (0 if the run failed: each shard records the failure), None if
+        there was nothing to claim."""
         lease = self.options.lease_seconds
         with unit_of_work(self.sessionmaker) as session:
-            shard = service.claim_shard(
-                session, self.worker_id, lease_seconds=lease, study_id=self.options.study_id
+            shards = service.claim_shards(
+                session,
+                self.worker_id,
+                lease_seconds=lease,
+                study_id=self.options.study_id,
+                most=most,
             )
-            if shard is None:
+            if not shards:
                 return None
-            job = session.get(service.PrecomputeJob, shard.job_id)
+            job = session.get(service.PrecomputeJob, shards[0].job_id)
             study = session.get(Study, job.study_id)
             session.expunge_all()
-        beat = _Heartbeat(self.engine, shard.id, self.worker_id, lease)
+        ids = [shard.id for shard in shards]
+        beat = _Heartbeat(self.engine, ids, self.worker_id, lease)
         beat.start()
         started = time.perf_counter()
         try:
-            rows = self._make(study, shard)
+            rows = self._make(study, shards)
         except Exception:
             beat.stop.set()
             error = traceback.format_exc()
-            log.error("shard %s failed:\n%s", shard.id, error)
-            with unit_of_work(self.sessionmaker) as session:
-                service.fail_shard(session, shard.id, self.worker_id, error)
+            log.error("shards %s failed:\n%s", ids, error)
+            for shard in shards:
+                with unit_of_work(self.sessionmaker) as session:
+                    service.fail_shard(session, shard.id, self.worker_id, error)
             return 0
         finally:
             beat.stop.set()
-        seconds = time.perf_counter() - started
-        with unit_of_work(self.sessionmaker) as session:
-            if study.dataset_sha256 is None:
-                fresh = session.get(Study, study.id)
-                fresh.dataset_sha256 = fresh.dataset_sha256 or self.dataset_for(study).sha256
-            service.complete_shard(session, shard.id, self.worker_id, rows, seconds=seconds)
+        # Each shard's share of the run's time, by its items (the dashboard's rate per shard).
+        elapsed = time.perf_counter() - started
+        n_items = sum(len(r) for r in rows.values())
+        for shard in shards:
+            mine = rows[shard.id]
+            with unit_of_work(self.sessionmaker) as session:
+                if study.dataset_sha256 is None:
+                    fresh = session.get(Study, study.id)
+                    fresh.dataset_sha256 = fresh.dataset_sha256 or self.dataset_for(study).sha256
+                    study.dataset_sha256 = fresh.dataset_sha256
+                service.complete_shard(
+                    session,
+                    shard.id,
+                    self.worker_id,
+                    mine,
+                    seconds=elapsed * len(mine) / n_items if n_items else elapsed / len(shards),
+                )
+            if on_shard is not None:
+                on_shard(shard, len(mine))
         if study.study_type is StudyType.ratings:
-            self._score_when_done(study, shard.job_id)
-        if on_shard is not None:
-            on_shard(shard, len(rows))
-        return 1
+            self._score_when_done(study, shards[0].job_id)
+        return len(shards)
 
     def _score_when_done(self, study: Study, job_id: int) -> None:
         """A ratings study's EB-M scores, once its precompute job is done: the results job
@@ -251,7 +281,18 @@ class Worker:
         except Exception:
             log.exception("EB-M scores of %s failed (ebc results score computes them)", study.slug)
 
-    def _make(self, study: Study, shard: PrecomputeShard) -> list[dict]:
+    def _make(self, study: Study, shards: list[PrecomputeShard]) -> dict[int, list[dict]]:
+        """The item rows of contiguous shards of one cell, made in one run, by shard id."""
+        first, last = shards[0], shards[-1]
+        rows = self._make_range(study, first, first.start_index, last.stop_index)
+        return {
+            shard.id: [r for r in rows if shard.start_index <= r["index"] < shard.stop_index]
+            for shard in shards
+        }
+
+    def _make_range(
+        self, study: Study, shard: PrecomputeShard, start: int, stop: int
+    ) -> list[dict]:
         model = self.model_for(study)
         reference = self.reference_for(study)
         # An incompatible pair fails every shard with its reason before any item is made.
@@ -267,8 +308,8 @@ class Worker:
                 spec,
                 shard.length,
                 shard.kind,
-                shard.start_index,
-                shard.stop_index,
+                start,
+                stop,
                 study.seed,
                 prefixes_only=True,
             )
@@ -284,8 +325,8 @@ class Worker:
             spec,
             shard.length,
             shard.kind,
-            shard.start_index,
-            shard.stop_index,
+            start,
+            stop,
             study.seed,
             data_from=reference if sampled and not attention else None,
             keep_roots=reference is not None,

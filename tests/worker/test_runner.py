@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -9,12 +10,21 @@ import sys
 import threading
 import time
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from sqlalchemy import delete, func, select, update
 
-from app.models import Item, JobStatus, PrecomputeJob, PrecomputeShard, ShardStatus, Study
+from app.models import (
+    Item,
+    JobStatus,
+    PrecomputeJob,
+    PrecomputeShard,
+    ShardStatus,
+    Study,
+    utcnow,
+)
 from app.precompute import service
 from app.studies.schemas import StudyConfig
 from app.studies.service import create_study
@@ -124,10 +134,12 @@ def test_a_failing_shard_records_its_traceback_and_gives_up_after_bounded_retrie
 ):
     database, engine, sm = db
     missing = tmp_path / "gone.txt"
-    _study_id, job_id = _study(sm, model_dir, missing, lengths=(3,), per_cell=4)
+    # Four shards per cell: each claim takes a cell's four, and its failure is each one's.
+    _study_id, job_id = _study(sm, model_dir, missing, lengths=(3,), per_cell=8, shard=2)
     Worker(database.settings(), WorkerOptions(once=True, device="cpu"), engine=engine).run()
     with sm() as session:
         shards = session.scalars(select(PrecomputeShard)).all()
+        assert len(shards) == 2 * 4
         assert all(s.status is ShardStatus.failed for s in shards)
         assert all(s.attempts == service.MAX_ATTEMPTS for s in shards)
         assert all("dataset file not found" in s.error and "Traceback" in s.error for s in shards)
@@ -179,7 +191,8 @@ def test_two_worker_processes_share_the_shards(db, model_dir, dataset_file):
 @pytest.mark.postgres
 def test_a_killed_worker_shard_is_taken_over_after_its_lease(db, model_dir, dataset_file):
     database, _engine, sm = db
-    study_id, job_id = _study(sm, model_dir, dataset_file, per_cell=120, lengths=(8,), shard=120)
+    # Two shards a cell: the victim's claim holds both of the first cell's.
+    study_id, job_id = _study(sm, model_dir, dataset_file, per_cell=120, lengths=(8,), shard=60)
     lease = 4
     victim = _ebc(database, "worker", "--once", "--device", "cpu", "--lease", str(lease))
     deadline = time.monotonic() + 120
@@ -200,10 +213,16 @@ def test_a_killed_worker_shard_is_taken_over_after_its_lease(db, model_dir, data
     out = rescuer.communicate(timeout=300)[0]
     assert rescuer.returncode == 0, out
     with sm() as session:
-        shard = session.get(PrecomputeShard, leased.id)
-        assert shard.error is None, shard.error
-        assert shard.status is ShardStatus.done and shard.attempts == 2
-        assert shard.worker_id != leased.worker_id
+        held = session.scalars(
+            select(PrecomputeShard).where(
+                PrecomputeShard.length == leased.length, PrecomputeShard.kind == leased.kind
+            )
+        ).all()
+        assert len(held) == 2
+        for shard in held:
+            assert shard.error is None, shard.error
+            assert shard.status is ShardStatus.done and shard.attempts == 2
+            assert shard.worker_id != leased.worker_id
         assert session.get(PrecomputeJob, job_id).status is JobStatus.done
     _check_exactly_once(sm, study_id, 2 * 120)
 
@@ -309,3 +328,118 @@ def test_a_study_made_before_max_word_tokens_keeps_the_unlimited_search(
         study.decoding = {k: v for k, v in study.decoding.items() if k != "max_word_tokens"}
     with sm() as session:
         assert spec_for(session.get(Study, study_id), None).max_word_tokens is None
+
+
+def _claim(sm, worker_id, most):
+    with sm() as session, session.begin():
+        shards = service.claim_shards(session, worker_id, lease_seconds=60, most=most)
+        return [(s.kind, s.start_index, s.stop_index) for s in shards]
+
+
+def test_a_claim_takes_the_shards_that_follow_in_one_cell(db, model_dir, dataset_file):
+    """`claim_shards`: the next claimable shard and those after it in its cell, up to ``most``;
+    never into another cell or the attention candidates, and a shard someone holds ends it."""
+    _, _, sm = db
+    # Cells of l = 3: data [0, 10) and model [0, 10) in shards of 4, then 4 attention
+    # candidates (data [10, 14): 2 HITs x 1 slot x 2 candidates).
+    _study(sm, model_dir, dataset_file, lengths=(3,), attention=1)
+    with sm() as session, session.begin():
+        # Someone else holds model [4, 8).
+        session.execute(
+            update(PrecomputeShard)
+            .where(PrecomputeShard.kind == "model", PrecomputeShard.start_index == 4)
+            .values(
+                status=ShardStatus.leased,
+                worker_id="other",
+                lease_expires_at=utcnow() + timedelta(minutes=5),
+            )
+        )
+    assert _claim(sm, "w0", 2) == [("data", 0, 4), ("data", 4, 8)]
+    assert _claim(sm, "w1", 4) == [("data", 8, 10)]  # the data cell ends at 10
+    assert _claim(sm, "w2", 4) == [("model", 0, 4)]  # model [4, 8) is held
+    assert _claim(sm, "w3", 4) == [("model", 8, 10)]
+    assert _claim(sm, "w4", 4) == [("data", 10, 14)]
+    assert _claim(sm, "w5", 4) == []
+    with sm() as session:
+        owners = Counter(s.worker_id for s in session.scalars(select(PrecomputeShard)))
+    assert owners == {"w0": 2, "w1": 1, "w2": 1, "w3": 1, "w4": 1, "other": 1}
+    with sm() as session, session.begin():
+        ids = session.scalars(
+            select(PrecomputeShard.id).where(PrecomputeShard.worker_id == "w0")
+        ).all()
+        assert service.heartbeat(session, ids, "w0", lease_seconds=60)
+        # One of them taken over (its lease lapsed and another worker claimed it): the
+        # heartbeat says the claim is no longer whole.
+        session.execute(
+            update(PrecomputeShard).where(PrecomputeShard.id == ids[1]).values(worker_id="w9")
+        )
+        assert not service.heartbeat(session, ids, "w0", lease_seconds=60)
+
+
+@pytest.mark.postgres
+def test_concurrent_claims_never_share_a_shard(db, model_dir, dataset_file):
+    _, _, sm = db
+    _study(sm, model_dir, dataset_file, lengths=(3,), per_cell=48, shard=2)
+    start, claims, errors = threading.Barrier(6), {}, []
+
+    def claimer(i: int) -> None:
+        try:
+            start.wait(10)
+            got = []
+            while part := _claim(sm, f"w{i}", 3):
+                got.append(part)
+            claims[i] = got
+        except Exception as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    taken = [s for got in claims.values() for part in got for s in part]
+    assert len(taken) == len(set(taken)) == 2 * 24  # every shard once
+    for got in claims.values():
+        for part in got:  # each claim: one cell, contiguous
+            assert len({s[0] for s in part}) == 1
+            assert all(a[2] == b[1] for a, b in itertools.pairwise(part))
+    with sm() as session:
+        assert all(s.attempts == 1 for s in session.scalars(select(PrecomputeShard)))
+
+
+def test_shards_made_together_are_the_shards_made_alone(db, model_dir, dataset_file):
+    """Four shards of a cell in one run: the same items as one shard a run, each shard stored
+    with its own items and time, and reported one by one."""
+    database, engine, sm = db
+    study_id, job_id = _study(sm, model_dir, dataset_file, lengths=(4,), per_cell=16, shard=4)
+
+    def run(per_claim: int) -> tuple[dict, list]:
+        seen = []
+        opts = WorkerOptions(once=True, device="cpu", shards_per_claim=per_claim)
+        done = Worker(database.settings(), opts, engine=engine).run(
+            lambda shard, n: seen.append((shard.kind, shard.start_index, n))
+        )
+        assert done == 2 * 4
+        items = {
+            (i.kind, i.index): (i.words, i.choices, i.skip_reason) for i in _items(sm, study_id)
+        }
+        return items, seen
+
+    alone, seen_alone = run(1)
+    with sm() as session, session.begin():
+        session.execute(delete(Item))
+        session.execute(update(PrecomputeShard).values(status=ShardStatus.pending, attempts=0))
+        session.execute(update(PrecomputeJob).values(status=JobStatus.running))
+    together, seen_together = run(4)
+    assert together == alone and len(alone) == 2 * 16
+    assert seen_together == [(k, s, 4) for k in ("data", "model") for s in (0, 4, 8, 12)]
+    assert sorted(seen_alone) == sorted(seen_together)
+    with sm() as session:
+        shards = session.scalars(select(PrecomputeShard)).all()
+        assert all(s.status is ShardStatus.done and s.items_done == 4 for s in shards)
+        assert all(s.seconds and s.seconds > 0 for s in shards)
+        for item in session.scalars(select(Item)):
+            shard = session.get(PrecomputeShard, item.shard_id)
+            assert shard.kind == item.kind and shard.start_index <= item.index < shard.stop_index
+        assert session.get(PrecomputeJob, job_id).status is JobStatus.done
