@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 
 from app.config import Settings
-from app.db import build_engine, make_sessionmaker, unit_of_work
+from app.db import begin_write, build_engine, make_sessionmaker, unit_of_work
 from app.models import JobStatus, PrecomputeShard, Study, StudyType
 from app.precompute import service
 from app.precompute.datasets import Dataset, DatasetError, load_dataset
@@ -57,11 +57,19 @@ def spec_for(study: Study, batch_size: int | None) -> PrefixSpec:
 
 
 def item_row(
-    item: PrefixItem, *, attention: bool, spec: PrefixSpec, reference: dict | None = None
+    item: PrefixItem,
+    *,
+    attention: bool,
+    spec: PrefixSpec,
+    reference: dict | None = None,
+    run: tuple[int, int] | None = None,
 ) -> dict:
     """A `PrefixItem` as the columns of `app.models.Item` (``reference``: its synthetic EB-C
     record, `worker.synthetic`; None without a reference model or for a skipped item;
-    ``continuation``: a ratings item's words, space-joined)."""
+    ``continuation``: a ratings item's words, space-joined).  ``run``: the item indices made
+    in the same sampler run (its possible batch-mates: float rounding of other batch shapes
+    can, rarely, change a sampled token, so this is what reproduces an item bit for bit)."""
+    extra = {} if run is None else {"run": {"start": run[0], "stop": run[1]}}
     return {
         "length": item.length,
         "kind": item.kind,
@@ -73,7 +81,12 @@ def item_row(
         "true_next_word": item.true_next_word,
         "choices": [{"word": w, "prob": float(p)} for w, p in item.choices],
         "skip_reason": item.skip_reason if item.skipped else None,
-        "provenance": {**item.provenance, "spec": _spec_record(spec), "software": _SOFTWARE()},
+        "provenance": {
+            **item.provenance,
+            "spec": _spec_record(spec),
+            "software": _SOFTWARE(),
+            **extra,
+        },
         "reference": reference,
         "continuation": None if item.continuation is None else " ".join(item.continuation),
     }
@@ -96,28 +109,32 @@ def default_worker_id() -> str:
 
 
 class _Heartbeat(threading.Thread):
-    """Renews the leases of a claim's shards every lease/4 seconds; notes when one is lost."""
+    """Renews the leases of a claim's shards every lease/4 seconds, each in its own
+    transaction (a shard's row is the only one it locks, as `cancel_job` locks the job's
+    first); a shard no longer this worker's is dropped and the others are kept."""
 
     def __init__(self, engine: Engine, shard_ids: list[int], worker_id: str, lease_seconds: float):
         super().__init__(daemon=True, name=f"heartbeat-{shard_ids[0]}")
         self.sessionmaker = make_sessionmaker(engine)
-        self.shard_ids, self.worker_id, self.lease = shard_ids, worker_id, lease_seconds
+        self.held, self.worker_id, self.lease = list(shard_ids), worker_id, lease_seconds
         self.stop = threading.Event()
-        self.lost = False
+        self.lost: list[int] = []
 
     def run(self) -> None:
-        while not self.stop.wait(self.lease / 4):
-            try:
-                with unit_of_work(self.sessionmaker) as session:
-                    ok = service.heartbeat(
-                        session, self.shard_ids, self.worker_id, lease_seconds=self.lease
-                    )
+        while self.held and not self.stop.wait(self.lease / 4):
+            for shard_id in list(self.held):
+                try:
+                    with unit_of_work(self.sessionmaker) as session:
+                        ok = service.heartbeat(
+                            session, shard_id, self.worker_id, lease_seconds=self.lease
+                        )
+                except Exception:  # a missed beat is not fatal; the lease has slack
+                    log.warning("heartbeat for shard %s failed", shard_id, exc_info=True)
+                    continue
                 if not ok:
-                    # Finishing still stores the (deterministic) items: `complete_shard`.
-                    self.lost = True
-                    return
-            except Exception:  # a missed beat is not fatal; the lease has slack
-                log.warning("heartbeat for shards %s failed", self.shard_ids, exc_info=True)
+                    # Finishing still stores its (deterministic) items: `complete_shard`.
+                    self.held.remove(shard_id)
+                    self.lost.append(shard_id)
 
 
 ProgressCallback = Callable[[PrecomputeShard, int], None]
@@ -210,6 +227,7 @@ class Worker:
         there was nothing to claim."""
         lease = self.options.lease_seconds
         with unit_of_work(self.sessionmaker) as session:
+            begin_write(session)  # SQLite: the claim writes; take the lock before reading
             shards = service.claim_shards(
                 session,
                 self.worker_id,
@@ -241,6 +259,7 @@ class Worker:
         # Each shard's share of the run's time, by its items (the dashboard's rate per shard).
         elapsed = time.perf_counter() - started
         n_items = sum(len(r) for r in rows.values())
+        completed = 0
         for shard in shards:
             mine = rows[shard.id]
             with unit_of_work(self.sessionmaker) as session:
@@ -248,18 +267,21 @@ class Worker:
                     fresh = session.get(Study, study.id)
                     fresh.dataset_sha256 = fresh.dataset_sha256 or self.dataset_for(study).sha256
                     study.dataset_sha256 = fresh.dataset_sha256
-                service.complete_shard(
+                stored = service.complete_shard(
                     session,
                     shard.id,
                     self.worker_id,
                     mine,
                     seconds=elapsed * len(mine) / n_items if n_items else elapsed / len(shards),
                 )
+            if not stored:
+                continue  # the job was cancelled: nothing was written
+            completed += 1
             if on_shard is not None:
                 on_shard(shard, len(mine))
         if study.study_type is StudyType.ratings:
             self._score_when_done(study, shards[0].job_id)
-        return len(shards)
+        return completed
 
     def _score_when_done(self, study: Study, job_id: int) -> None:
         """A ratings study's EB-M scores, once its precompute job is done: the results job
@@ -314,7 +336,7 @@ class Worker:
                 prefixes_only=True,
             )
             return [
-                item_row(item, attention=True, spec=spec)
+                item_row(item, attention=True, spec=spec, run=(start, stop))
                 for item in attention_pairs(items, study.seed)
             ]
         # Attention candidates need a true next word: they stay dataset lines.
@@ -335,6 +357,6 @@ class Worker:
         if reference is not None:
             records = reference_records(model, reference, items, spec, pair)
         return [
-            item_row(item, attention=attention, spec=spec, reference=record)
+            item_row(item, attention=attention, spec=spec, reference=record, run=(start, stop))
             for item, record in zip(items, records, strict=True)
         ]

@@ -45,7 +45,7 @@ MAX_ATTEMPTS = 3
 # shard size, i.e. four batches on a CPU (256 rows) and one full batch on a GPU (up to 1,024
 # rows).  One run over four shards against four runs of one: 139 against 128 needed tokens per
 # CPU second at l = 20, 113 against 98 at l = 100 (2-core CPU, GPT-2 small shape; README).  A
-# worker that dies holds all of them until their leases lapse (each is then taken over alone).
+# worker that dies holds all of them until their leases lapse; another then takes them over.
 SHARDS_PER_CLAIM = 4
 ATTENTION_KIND = "data"  # attention candidates are extra data prefixes (see plan_job)
 
@@ -269,18 +269,20 @@ def claim_shards(
     study_id: int | None = None,
     most: int = 1,
 ) -> list[PrecomputeShard]:
-    """Lease the next shard (as `claim_shard`) and up to ``most - 1`` claimable shards that
-    follow it in its cell (same job, length and kind, each starting where the one before
-    stops, on the same side of the attention candidates' start), in index order; [] if there
-    is none.  A worker makes their items in one run (its batch stays full across them, and
-    its tail is paid once) and still ends each shard on its own (`complete_shard`,
-    `fail_shard`).  Each follower is won by the same compare-and-set UPDATE as the first, so
-    a shard another worker holds ends the run of shards there."""
+    """Lease the next shard (as `claim_shard`) and up to ``most - 1`` shards that follow it
+    in its cell (same job, length and kind, each starting where the one before stops, on the
+    same side of the attention candidates' start), pending or with a lapsed lease, in index
+    order; [] if there is none.  A worker makes their items in one run (its batch stays full
+    across them, and its tail is paid once) and still ends each shard on its own
+    (`complete_shard`, `fail_shard`).  Each follower is won by the same compare-and-set
+    UPDATE as the first, so a shard another worker holds ends the run of shards there.  A
+    shard that failed before is retried alone, and is no follower: one bad item (or a run
+    too big for the device) does not spend the attempts of the healthy shards beside it."""
     first = claim_shard(session, worker_id, lease_seconds=lease_seconds, study_id=study_id)
     if first is None:
         return []
     shards = [first]
-    if most <= 1:
+    if most <= 1 or first.error is not None:
         return shards
     job = session.get(PrecomputeJob, first.job_id)
     study = session.get(Study, job.study_id)
@@ -294,6 +296,7 @@ def claim_shards(
             PrecomputeShard.length == first.length,
             PrecomputeShard.kind == first.kind,
             PrecomputeShard.start_index == shards[-1].stop_index,
+            PrecomputeShard.error.is_(None),
             _claimable(now),
         )
         if postgres:
@@ -303,7 +306,11 @@ def claim_shards(
             break
         won = session.execute(
             update(PrecomputeShard)
-            .where(PrecomputeShard.id == shard_id, _claimable(now))
+            .where(
+                PrecomputeShard.id == shard_id,
+                PrecomputeShard.error.is_(None),
+                _claimable(now),
+            )
             .values(
                 status=ShardStatus.leased,
                 worker_id=worker_id,
@@ -321,24 +328,20 @@ def claim_shards(
     return shards
 
 
-def heartbeat(
-    session: Session, shard_id: int | list[int], worker_id: str, *, lease_seconds: float
-) -> bool:
-    """Extend the lease of a shard (or of several, in one statement); False when any of them
-    is no longer this worker's."""
-    ids = [shard_id] if isinstance(shard_id, int) else list(shard_id)
+def heartbeat(session: Session, shard_id: int, worker_id: str, *, lease_seconds: float) -> bool:
+    """Extend the lease; False when the shard is no longer this worker's."""
     now = utcnow()
     renewed = session.execute(
         update(PrecomputeShard)
         .where(
-            PrecomputeShard.id.in_(ids),
+            PrecomputeShard.id == shard_id,
             PrecomputeShard.worker_id == worker_id,
             PrecomputeShard.status == ShardStatus.leased,
         )
         .values(heartbeat_at=now, lease_expires_at=now + timedelta(seconds=lease_seconds))
         .execution_options(synchronize_session=False)
     ).rowcount
-    return renewed == len(ids)
+    return bool(renewed)
 
 
 def write_items(session: Session, study_id: int, shard_id: int, rows: list[dict[str, Any]]) -> int:

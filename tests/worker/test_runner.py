@@ -29,7 +29,7 @@ from app.precompute import service
 from app.studies.schemas import StudyConfig
 from app.studies.service import create_study
 from tests.worker.conftest import corpus_lines
-from worker.runner import Worker, WorkerOptions, spec_for
+from worker.runner import Worker, WorkerOptions, _Heartbeat, spec_for
 
 EBC = str(Path(sys.executable).with_name("ebc"))
 
@@ -360,20 +360,72 @@ def test_a_claim_takes_the_shards_that_follow_in_one_cell(db, model_dir, dataset
     assert _claim(sm, "w3", 4) == [("model", 8, 10)]
     assert _claim(sm, "w4", 4) == [("data", 10, 14)]
     assert _claim(sm, "w5", 4) == []
+    with sm() as session, session.begin():
+        # A shard that failed (data [4, 8)) joins no claim, and is retried alone.
+        session.execute(
+            update(PrecomputeShard)
+            .where(PrecomputeShard.kind == "data", PrecomputeShard.start_index.in_([0, 8]))
+            .values(status=ShardStatus.pending, worker_id=None)
+        )
+        session.execute(
+            update(PrecomputeShard)
+            .where(PrecomputeShard.kind == "data", PrecomputeShard.start_index == 4)
+            .values(status=ShardStatus.failed, error="Traceback: ...", worker_id="w0")
+        )
+    assert _claim(sm, "w6", 4) == [("data", 0, 4)]
+    assert _claim(sm, "w7", 4) == [("data", 4, 8)]  # [8, 10) would follow it
+    assert _claim(sm, "w8", 4) == [("data", 8, 10)]
     with sm() as session:
         owners = Counter(s.worker_id for s in session.scalars(select(PrecomputeShard)))
-    assert owners == {"w0": 2, "w1": 1, "w2": 1, "w3": 1, "w4": 1, "other": 1}
+    assert owners == {"w6": 1, "w7": 1, "w8": 1, "w2": 1, "w3": 1, "w4": 1, "other": 1}
+
+
+def test_the_heartbeat_keeps_the_shards_still_held(db, model_dir, dataset_file):
+    """One shard of a claim taken over by another worker: the others' leases go on."""
+    _, engine, sm = db
+    _study(sm, model_dir, dataset_file, lengths=(3,))
+    assert len(_claim(sm, "w0", 3)) == 3
+    with sm() as session:
+        ids = sorted(
+            session.scalars(select(PrecomputeShard.id).where(PrecomputeShard.worker_id == "w0"))
+        )
     with sm() as session, session.begin():
-        ids = session.scalars(
-            select(PrecomputeShard.id).where(PrecomputeShard.worker_id == "w0")
-        ).all()
-        assert service.heartbeat(session, ids, "w0", lease_seconds=60)
-        # One of them taken over (its lease lapsed and another worker claimed it): the
-        # heartbeat says the claim is no longer whole.
         session.execute(
             update(PrecomputeShard).where(PrecomputeShard.id == ids[1]).values(worker_id="w9")
         )
-        assert not service.heartbeat(session, ids, "w0", lease_seconds=60)
+        session.execute(update(PrecomputeShard).values(lease_expires_at=utcnow()))
+    beat = _Heartbeat(engine, ids, "w0", lease_seconds=0.4)
+    beat.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not beat.lost and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # a beat or two after the loss
+    finally:
+        beat.stop.set()
+        beat.join(10)
+    assert beat.lost == [ids[1]] and beat.held == [ids[0], ids[2]]
+    with sm() as session:
+        expires = {s.id: s.lease_expires_at for s in session.scalars(select(PrecomputeShard))}
+    assert expires[ids[0]] > expires[ids[1]] and expires[ids[2]] > expires[ids[1]]
+
+
+def test_a_job_cancelled_during_a_claim_counts_only_what_was_stored(db, model_dir, dataset_file):
+    database, engine, sm = db
+    study_id, job_id = _study(sm, model_dir, dataset_file, lengths=(3,), per_cell=8, shard=2)
+    seen = []
+
+    def cancel_after_first(shard, n) -> None:
+        seen.append((shard.kind, shard.start_index, n))
+        with sm() as session, session.begin():
+            service.cancel_job(session, session.get(PrecomputeJob, job_id))
+
+    opts = WorkerOptions(once=True, device="cpu", shards_per_claim=4)
+    done = Worker(database.settings(), opts, engine=engine).run(cancel_after_first)
+    assert done == 1 and seen == [("data", 0, 2)]
+    with sm() as session:
+        stored = session.scalars(select(Item.index).where(Item.study_id == study_id)).all()
+    assert sorted(stored) == [0, 1]
 
 
 @pytest.mark.postgres
@@ -421,9 +473,7 @@ def test_shards_made_together_are_the_shards_made_alone(db, model_dir, dataset_f
             lambda shard, n: seen.append((shard.kind, shard.start_index, n))
         )
         assert done == 2 * 4
-        items = {
-            (i.kind, i.index): (i.words, i.choices, i.skip_reason) for i in _items(sm, study_id)
-        }
+        items = {(i.kind, i.index): i for i in _items(sm, study_id)}
         return items, seen
 
     alone, seen_alone = run(1)
@@ -432,7 +482,21 @@ def test_shards_made_together_are_the_shards_made_alone(db, model_dir, dataset_f
         session.execute(update(PrecomputeShard).values(status=ShardStatus.pending, attempts=0))
         session.execute(update(PrecomputeJob).values(status=JobStatus.running))
     together, seen_together = run(4)
-    assert together == alone and len(alone) == 2 * 16
+    assert together.keys() == alone.keys() and len(alone) == 2 * 16
+    for key, a in alone.items():
+        t = together[key]
+        # The same words and skips; probabilities up to float rounding of other batch shapes.
+        assert (t.words, t.skip_reason, t.true_next_word) == (
+            a.words,
+            a.skip_reason,
+            a.true_next_word,
+        )
+        assert [c["word"] for c in t.choices] == [c["word"] for c in a.choices]
+        probs = [c["prob"] for c in a.choices]
+        assert [c["prob"] for c in t.choices] == pytest.approx(probs, rel=1e-5)
+        first = a.provenance["run"]["start"]
+        assert a.provenance["run"] == {"start": first, "stop": first + 4}  # one shard a run
+        assert t.provenance["run"] == {"start": 0, "stop": 16}
     assert seen_together == [(k, s, 4) for k in ("data", "model") for s in (0, 4, 8, 12)]
     assert sorted(seen_alone) == sorted(seen_together)
     with sm() as session:
