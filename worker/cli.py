@@ -12,8 +12,6 @@ from typing import Annotated
 import typer
 from sqlalchemy import select
 
-from app.precompute.service import SHARDS_PER_CLAIM
-
 
 def register(cli: typer.Typer) -> None:
     cli.command("worker")(worker_command)
@@ -29,13 +27,13 @@ def worker_command(
     lease: Annotated[float, typer.Option(help="shard lease in seconds")] = 120.0,
     study: Annotated[str | None, typer.Option(help="only this study's shards")] = None,
     shards_per_claim: Annotated[
-        int,
+        int | None,
         typer.Option(
             min=1,
             help="contiguous shards of one cell claimed and made in one run "
-            "(fewer: more workers share a small study)",
+            "(default: 4 on a GPU, 1 on a CPU)",
         ),
-    ] = SHARDS_PER_CLAIM,
+    ] = None,
 ) -> None:
     """Claim precompute shards from the database and make their items."""
     from app.cli.common import fail, load_settings

@@ -48,7 +48,7 @@ class WorkerOptions:
     max_shards: int | None = None
     # Shards of one cell claimed and made together (`service.claim_shards`): one sampler run
     # over their items keeps the batch full across them and pays the run's tail once.
-    shards_per_claim: int = service.SHARDS_PER_CLAIM
+    shards_per_claim: int | None = None  # None: service.SHARDS_PER_CLAIM of the device
 
 
 def spec_for(study: Study, batch_size: int | None) -> PrefixSpec:
@@ -215,7 +215,13 @@ class Worker:
         return done
 
     def _claim_size(self, done: int) -> int:
-        most = max(1, self.options.shards_per_claim)
+        most = self.options.shards_per_claim
+        if most is None:
+            from worker.hf import default_device
+
+            device = self.options.device or default_device().type
+            most = service.SHARDS_PER_CLAIM.get(str(device).split(":")[0], 1)
+        most = max(1, most)
         if self.options.max_shards is not None:
             most = min(most, self.options.max_shards - done)
         return most

@@ -41,12 +41,12 @@ from app.studies.schemas import config_from_columns
 # is mostly idle at 64 rows.  A lost shard costs at most one batch's work.
 DEFAULT_SHARD_SIZE = 256
 MAX_ATTEMPTS = 3
-# Shards a worker claims at once by default (`claim_shards`): 1,024 items with the default
-# shard size, i.e. four batches on a CPU (256 rows) and one full batch on a GPU (up to 1,024
-# rows).  One run over four shards against four runs of one: 139 against 128 needed tokens per
-# CPU second at l = 20, 113 against 98 at l = 100 (2-core CPU, GPT-2 small shape; README).  A
-# worker that dies holds all of them until their leases lapse; another then takes them over.
-SHARDS_PER_CLAIM = 4
+# Shards a GPU worker claims at once by default (`claim_shards`): four shards of 256 fill its
+# up to 1,024 rows (not measured here: no GPU was lent).  A CPU worker claims one: on the 2-core
+# CPU four a claim made 2,048 items at l = 20 at 0.99x the needed tokens per CPU second of one
+# a claim (`benchmarks/worker_claims.py`, 2026-11-26).  A worker that dies holds all of its
+# shards until their leases lapse; another then takes them over.
+SHARDS_PER_CLAIM = {"cuda": 4, "cpu": 1}
 ATTENTION_KIND = "data"  # attention candidates are extra data prefixes (see plan_job)
 
 

@@ -134,9 +134,11 @@ def test_a_failing_shard_records_its_traceback_and_gives_up_after_bounded_retrie
 ):
     database, engine, sm = db
     missing = tmp_path / "gone.txt"
-    # Four shards per cell: each claim takes a cell's four, and its failure is each one's.
+    # Four shards per cell: the first claim takes a cell's four, and its failure is each one's
+    # (then each is retried alone).
     _study_id, job_id = _study(sm, model_dir, missing, lengths=(3,), per_cell=8, shard=2)
-    Worker(database.settings(), WorkerOptions(once=True, device="cpu"), engine=engine).run()
+    opts = WorkerOptions(once=True, device="cpu", shards_per_claim=4)
+    Worker(database.settings(), opts, engine=engine).run()
     with sm() as session:
         shards = session.scalars(select(PrecomputeShard)).all()
         assert len(shards) == 2 * 4
@@ -194,7 +196,10 @@ def test_a_killed_worker_shard_is_taken_over_after_its_lease(db, model_dir, data
     # Two shards a cell: the victim's claim holds both of the first cell's.
     study_id, job_id = _study(sm, model_dir, dataset_file, per_cell=120, lengths=(8,), shard=60)
     lease = 4
-    victim = _ebc(database, "worker", "--once", "--device", "cpu", "--lease", str(lease))
+    victim = _ebc(
+        database, "worker", "--once", "--device", "cpu", "--lease", str(lease),
+        "--shards-per-claim", "2",
+    )  # fmt: skip
     deadline = time.monotonic() + 120
     leased = None
     while leased is None and time.monotonic() < deadline:
@@ -507,3 +512,18 @@ def test_shards_made_together_are_the_shards_made_alone(db, model_dir, dataset_f
             shard = session.get(PrecomputeShard, item.shard_id)
             assert shard.kind == item.kind and shard.start_index <= item.index < shard.stop_index
         assert session.get(PrecomputeJob, job_id).status is JobStatus.done
+
+
+def test_a_gpu_worker_claims_four_shards_and_a_cpu_worker_one(db):
+    """The default claim size by device (`service.SHARDS_PER_CLAIM`), capped by max_shards."""
+    database, engine, _ = db
+
+    def size(done=0, **options) -> int:
+        return Worker(database.settings(), WorkerOptions(**options), engine=engine)._claim_size(
+            done
+        )
+
+    assert size(device="cpu") == 1
+    assert size(device="cuda") == size(device="cuda:1") == 4
+    assert size(device="cuda", max_shards=6, done=3) == 3
+    assert size(device="cpu", shards_per_claim=3) == 3
