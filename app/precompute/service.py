@@ -209,6 +209,26 @@ def _claimable(now: datetime):
     )
 
 
+def _lease(session: Session, shard_id: int, worker_id: str, now, lease_seconds, *also) -> bool:
+    """Lease a shard to `worker_id` if it is still claimable (and ``also`` holds): the
+    compare-and-set UPDATE that makes two claimers never both win."""
+    return bool(
+        session.execute(
+            update(PrecomputeShard)
+            .where(PrecomputeShard.id == shard_id, _claimable(now), *also)
+            .values(
+                status=ShardStatus.leased,
+                worker_id=worker_id,
+                lease_expires_at=now + timedelta(seconds=lease_seconds),
+                heartbeat_at=now,
+                started_at=now,
+                attempts=PrecomputeShard.attempts + 1,
+            )
+            .execution_options(synchronize_session=False)
+        ).rowcount
+    )
+
+
 def claim_shard(
     session: Session,
     worker_id: str,
@@ -238,20 +258,7 @@ def claim_shard(
     if session.get_bind().dialect.name == "postgresql":
         query = query.with_for_update(of=PrecomputeShard, skip_locked=True)
     for shard_id in session.scalars(query).all():
-        won = session.execute(
-            update(PrecomputeShard)
-            .where(PrecomputeShard.id == shard_id, _claimable(now))
-            .values(
-                status=ShardStatus.leased,
-                worker_id=worker_id,
-                lease_expires_at=now + timedelta(seconds=lease_seconds),
-                heartbeat_at=now,
-                started_at=now,
-                attempts=PrecomputeShard.attempts + 1,
-            )
-            .execution_options(synchronize_session=False)
-        ).rowcount
-        if won:
+        if _lease(session, shard_id, worker_id, now, lease_seconds):
             shard = session.get(PrecomputeShard, shard_id, populate_existing=True)
             job = session.get(PrecomputeJob, shard.job_id)
             if job.status is JobStatus.pending:
@@ -304,24 +311,9 @@ def claim_shards(
         shard_id = session.scalar(query)
         if shard_id is None:
             break
-        won = session.execute(
-            update(PrecomputeShard)
-            .where(
-                PrecomputeShard.id == shard_id,
-                PrecomputeShard.error.is_(None),
-                _claimable(now),
-            )
-            .values(
-                status=ShardStatus.leased,
-                worker_id=worker_id,
-                lease_expires_at=now + timedelta(seconds=lease_seconds),
-                heartbeat_at=now,
-                started_at=now,
-                attempts=PrecomputeShard.attempts + 1,
-            )
-            .execution_options(synchronize_session=False)
-        ).rowcount
-        if not won:
+        if not _lease(
+            session, shard_id, worker_id, now, lease_seconds, PrecomputeShard.error.is_(None)
+        ):
             break
         shards.append(session.get(PrecomputeShard, shard_id, populate_existing=True))
     session.flush()
