@@ -47,7 +47,7 @@ class WorkerOptions:
     study_id: int | None = None  # only this study's shards
     max_shards: int | None = None
     # Shards of one cell claimed and made together (`service.claim_shards`): one sampler run
-    # over their items keeps the batch full across them and pays the run's tail once.
+    # over their items, so that a GPU's rows are filled (on the CPU it gained nothing).
     shards_per_claim: int | None = None  # None: service.SHARDS_PER_CLAIM of the device
 
 

@@ -279,8 +279,8 @@ def claim_shards(
     """Lease the next shard (as `claim_shard`) and up to ``most - 1`` shards that follow it
     in its cell (same job, length and kind, each starting where the one before stops, on the
     same side of the attention candidates' start), pending or with a lapsed lease, in index
-    order; [] if there is none.  A worker makes their items in one run (its batch stays full
-    across them, and its tail is paid once) and still ends each shard on its own
+    order; [] if there is none.  A worker makes their items in one run (a GPU's batch stays
+    full across them) and still ends each shard on its own
     (`complete_shard`, `fail_shard`).  Each follower is won by the same compare-and-set
     UPDATE as the first, so a shard another worker holds ends the run of shards there.  A
     shard that failed before is retried alone, and is no follower: one bad item (or a run
