@@ -260,12 +260,28 @@ def claim_shard(
     for shard_id in session.scalars(query).all():
         if _lease(session, shard_id, worker_id, now, lease_seconds):
             shard = session.get(PrecomputeShard, shard_id, populate_existing=True)
-            job = session.get(PrecomputeJob, shard.job_id)
-            if job.status is JobStatus.pending:
-                job.status, job.started_at = JobStatus.running, now
+            _mark_running(session, shard.job_id, now)
             session.flush()
             return shard
     return None
+
+
+def _mark_running(session: Session, job_id: int, now: datetime) -> None:
+    """A pending job becomes running at its first claim, unless its row is locked.
+
+    The claim already holds a shard's lock here, and `cancel_job` locks the job and then
+    its shards: waiting for the job's lock could close that cycle on PostgreSQL (one of the
+    two transactions aborted as a deadlock).  So the job is taken with SKIP LOCKED: whoever
+    holds its lock is a cancel (which then cancels this shard too) or another claim or
+    ending of its shards (which moves it on); a later claim retries while it is pending."""
+    query = select(PrecomputeJob).where(
+        PrecomputeJob.id == job_id, PrecomputeJob.status == JobStatus.pending
+    )
+    if session.get_bind().dialect.name == "postgresql":
+        query = query.with_for_update(skip_locked=True)
+    job = session.scalars(query.execution_options(populate_existing=True)).first()
+    if job is not None:
+        job.status, job.started_at = JobStatus.running, now
 
 
 def claim_shards(

@@ -316,6 +316,56 @@ def test_the_job_ends_when_its_last_two_shards_end_at_once(db, model_dir, datase
         assert session.get(PrecomputeJob, job_id).status is JobStatus.done
 
 
+@pytest.mark.postgres
+def test_a_first_claim_and_a_cancel_of_a_pending_job_do_not_deadlock(db, model_dir, dataset_file):
+    """`cancel_job` locks the job, then its shards; the job's first claim locks a shard and
+    moves the pending job to running.  Interleaved (the cancel holding the job while the
+    claim takes its shard), waiting for the job's lock closed a cycle that PostgreSQL broke
+    by aborting one of them as a deadlock."""
+    _, _, sm = db
+    _study_id, job_id = _study(sm, model_dir, dataset_file, lengths=(3,), per_cell=4, shard=2)
+    job_locked, claimed, errors = threading.Event(), [], []
+
+    def claimer() -> None:
+        job_locked.wait(10)
+        try:
+            with sm() as session, session.begin():
+                shard = service.claim_shard(session, "w", lease_seconds=60)
+                claimed.append(shard.id)
+                time.sleep(0.3)  # the cancel now waits for this shard's lock
+        except Exception as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    thread = threading.Thread(target=claimer)
+    thread.start()
+    try:
+        with sm() as session, session.begin():
+            job = session.get(PrecomputeJob, job_id, with_for_update=True)
+            assert job.status is JobStatus.pending
+            job_locked.set()
+            time.sleep(0.5)  # the claim has its shard and reaches the job
+            service.cancel_job(session, job)
+    except Exception as exc:  # reported by the assertion below
+        errors.append(exc)
+    thread.join(30)
+    assert not errors and not thread.is_alive() and len(claimed) == 1
+    with sm() as session:
+        assert session.get(PrecomputeJob, job_id).status is JobStatus.cancelled
+        shards = session.scalars(select(PrecomputeShard)).all()
+        assert {s.status for s in shards} == {ShardStatus.cancelled}
+        assert session.get(PrecomputeShard, claimed[0]).attempts == 1
+
+
+def test_a_claim_moves_a_pending_job_to_running(db, model_dir, dataset_file):
+    _, _, sm = db
+    _study_id, job_id = _study(sm, model_dir, dataset_file, lengths=(3,), per_cell=4, shard=2)
+    with sm() as session, session.begin():
+        assert service.claim_shard(session, "w", lease_seconds=60) is not None
+    with sm() as session:
+        job = session.get(PrecomputeJob, job_id)
+        assert job.status is JobStatus.running and job.started_at is not None
+
+
 def test_a_study_made_before_max_word_tokens_keeps_the_unlimited_search(
     db, model_dir, dataset_file
 ):
