@@ -2,11 +2,13 @@
 
 Each backend gets a fresh database migrated with `alembic upgrade head` once
 per run; each test runs inside a transaction that is rolled back at the end.
+Tests that commit for real take `migrated_copy`, a copy of a database migrated once.
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -65,16 +67,29 @@ class FreshDatabase:
 
 
 @contextmanager
-def fresh_database(backend: str, tmp_dir: Path) -> Iterator[FreshDatabase]:
-    """An empty database of `backend`, dropped afterwards."""
+def fresh_database(
+    backend: str, tmp_dir: Path, template: FreshDatabase | None = None
+) -> Iterator[FreshDatabase]:
+    """An empty database of `backend` (or a copy of `template`), dropped afterwards."""
     if backend == "sqlite":
-        yield FreshDatabase(f"sqlite:///{tmp_dir / f'ebc-{uuid.uuid4().hex[:8]}.db'}", backend)
+        path = tmp_dir / f"ebc-{uuid.uuid4().hex[:8]}.db"
+        if template is not None:
+            # SQLite's backup API: a consistent copy whatever the source's journal holds.
+            source = sqlite3.connect(make_url(template.url).database)
+            target = sqlite3.connect(path)
+            try:
+                source.backup(target)
+            finally:
+                target.close()
+                source.close()
+        yield FreshDatabase(f"sqlite:///{path}", backend)
         return
     name = f"ebc_test_{uuid.uuid4().hex[:12]}"
+    copy = f' TEMPLATE "{make_url(template.url).database}"' if template is not None else ""
     admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
+            conn.execute(text(f'CREATE DATABASE "{name}"{copy}'))
         url = make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
         yield FreshDatabase(url, backend)
     finally:
@@ -87,6 +102,29 @@ def fresh_database(backend: str, tmp_dir: Path) -> Iterator[FreshDatabase]:
 def empty_db(backend: str, tmp_path: Path) -> Iterator[FreshDatabase]:
     """A new, unmigrated database for tests that migrate or commit for real."""
     with fresh_database(backend, tmp_path) as db:
+        yield db
+
+
+@pytest.fixture(scope="session")
+def db_template(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshDatabase]:
+    """A database migrated to head once per run (and xdist worker), for `migrated_copy`:
+    copying costs a fraction of migrating (a file on SQLite; CREATE DATABASE ... TEMPLATE on
+    PostgreSQL, which needs the template to have no connections: none is kept)."""
+    with fresh_database(backend, tmp_path_factory.mktemp(f"{backend}-template")) as db:
+        engine = build_engine(db.settings())
+        with engine.begin() as conn:
+            upgrade(conn)
+        engine.dispose()
+        yield db
+
+
+@pytest.fixture
+def migrated_copy(
+    backend: str, db_template: FreshDatabase, tmp_path: Path
+) -> Iterator[FreshDatabase]:
+    """A new database at head for tests that commit for real (servers, subprocesses,
+    threads), dropped afterwards; tests of the migrations themselves use `empty_db`."""
+    with fresh_database(backend, tmp_path, template=db_template) as db:
         yield db
 
 

@@ -53,8 +53,7 @@ def test_db_upgrade_current_downgrade(empty_db):
     engine.dispose()
 
 
-def test_admin_users_and_tokens(empty_db):
-    ebc("db", "upgrade", db=empty_db)
+def test_admin_users_and_tokens(migrated_copy):
     ebc(
         "admin",
         "create-user",
@@ -62,36 +61,38 @@ def test_admin_users_and_tokens(empty_db):
         "--password",
         "-",
         "--admin",
-        db=empty_db,
+        db=migrated_copy,
         stdin="a secret long enough\n",
     )
-    dup = ebc("admin", "create-user", "bob", "--password", "x" * 12, db=empty_db, check=False)
+    dup = ebc("admin", "create-user", "bob", "--password", "x" * 12, db=migrated_copy, check=False)
     assert dup.returncode == 1 and "already exists" in dup.stderr
-    token = ebc("admin", "create-token", "bob", "--name", "ci", db=empty_db).stdout.strip()
-    engine, session = _session(empty_db)
+    token = ebc("admin", "create-token", "bob", "--name", "ci", db=migrated_copy).stdout.strip()
+    engine, session = _session(migrated_copy)
     with session:
         user = authenticate(session, "bob", "a secret long enough")
         assert user is not None and user.is_admin
         assert user_for_token(session, token).username == "bob"
-    ebc("admin", "revoke-token", token[:12], db=empty_db)
+    ebc("admin", "revoke-token", token[:12], db=migrated_copy)
     with make_sessionmaker(engine)() as session:
         assert user_for_token(session, token) is None
     engine.dispose()
 
 
-def test_study_create_from_a_file(empty_db, tmp_path):
-    ebc("db", "upgrade", db=empty_db)
+def test_study_create_from_a_file(migrated_copy, tmp_path):
     path = tmp_path / "study.toml"
     path.write_text(
         'slug = "wiki"\ntitle = "Wiki"\nprefix_lengths = [10, 20]\nitems_per_cell = 100\n'
         '[model]\nname = "gpt2"\n[dataset]\npath = "wiki.txt"\n'
     )
-    assert "created study wiki" in ebc("study", "create", "--config", str(path), db=empty_db).stdout
-    assert "wiki\tdraft\tlm\tl=10,20" in ebc("study", "list", db=empty_db).stdout
+    assert (
+        "created study wiki"
+        in ebc("study", "create", "--config", str(path), db=migrated_copy).stdout
+    )
+    assert "wiki\tdraft\tlm\tl=10,20" in ebc("study", "list", db=migrated_copy).stdout
     path.write_text('slug = "other"\ntitle = "x"\n')
-    bad = ebc("study", "create", "--config", str(path), db=empty_db, check=False)
+    bad = ebc("study", "create", "--config", str(path), db=migrated_copy, check=False)
     assert bad.returncode == 1 and "items_per_cell" in bad.stderr
-    engine, session = _session(empty_db)
+    engine, session = _session(migrated_copy)
     with session:
         assert session.scalars(select(Study.slug)).all() == ["wiki"]
     engine.dispose()

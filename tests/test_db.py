@@ -15,7 +15,6 @@ from sqlalchemy import text
 from app.auth.service import create_api_token
 from app.db import build_engine, make_sessionmaker
 from app.main import create_app
-from app.migrate import upgrade
 from app.models import User
 
 
@@ -85,10 +84,8 @@ def test_web_statements_are_limited_and_the_workers_are_not(backend, migrated_db
 
 
 @pytest.mark.postgres
-def test_a_statement_past_the_timeout_answers_503(backend, empty_db):
-    engine = build_engine(empty_db.settings())
-    with engine.begin() as conn:
-        upgrade(conn)
+def test_a_statement_past_the_timeout_answers_503(backend, migrated_copy):
+    engine = build_engine(migrated_copy.settings())
     with make_sessionmaker(engine)() as session:
         user = User(username="ada", password_hash="unused", is_admin=True)
         session.add(user)
@@ -96,7 +93,7 @@ def test_a_statement_past_the_timeout_answers_503(backend, empty_db):
         secret = create_api_token(session, user, "tests").secret
         session.commit()
     auth = {"Authorization": f"Bearer {secret}"}
-    app = create_app(empty_db.settings(db_statement_timeout=0.5))
+    app = create_app(migrated_copy.settings(db_statement_timeout=0.5))
     try:
         with TestClient(app) as client, engine.connect() as blocker:
             assert client.get("/api/v1/studies", headers=auth).status_code == 200

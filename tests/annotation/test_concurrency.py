@@ -15,7 +15,6 @@ from app.annotation.leases import next_assignment
 from app.annotation.schemas import InviteRef, WorkStatus
 from app.annotation.submissions import submit
 from app.db import build_engine, make_sessionmaker
-from app.migrate import upgrade
 from app.models import Assignment, Hit, HitPosition, Judgment
 from tests.hits.factory import annotator, make_study
 
@@ -23,10 +22,8 @@ THREADS = 50
 
 
 @pytest.fixture
-def db(empty_db):
-    engine = build_engine(empty_db.settings(db_pool_size=20))
-    with engine.begin() as conn:
-        upgrade(conn)
+def db(migrated_copy):
+    engine = build_engine(migrated_copy.settings(db_pool_size=20))
     yield make_sessionmaker(engine)
     engine.dispose()
 

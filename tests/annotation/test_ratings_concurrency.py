@@ -14,7 +14,6 @@ from app.annotation.leases import next_assignment
 from app.annotation.ratings import CONSISTENCY, QUALITY, RatingPost, rate
 from app.annotation.schemas import InviteRef
 from app.db import build_engine, make_sessionmaker
-from app.migrate import upgrade
 from app.models import Hit, Rating
 from tests.hits.factory import annotator
 from tests.hits.ratings_factory import make_ratings_study
@@ -23,10 +22,8 @@ THREADS = 20
 
 
 @pytest.fixture
-def db(empty_db):
-    engine = build_engine(empty_db.settings(db_pool_size=THREADS))
-    with engine.begin() as conn:
-        upgrade(conn)
+def db(migrated_copy):
+    engine = build_engine(migrated_copy.settings(db_pool_size=THREADS))
     yield make_sessionmaker(engine)
     engine.dispose()
 

@@ -12,7 +12,6 @@ from app.annotation.identities import read_invite_token
 from app.auth.service import create_api_token, create_user
 from app.cli import cli
 from app.db import build_engine, make_sessionmaker
-from app.migrate import upgrade
 from app.models import Annotator, AuditEvent, Study, StudyMember
 from app.studies.service import (
     Access,
@@ -112,15 +111,13 @@ path = "wiki.txt"
 
 
 @pytest.fixture
-def cli_db(empty_db, monkeypatch):
+def cli_db(migrated_copy, monkeypatch):
     """A committed database: the CLI owns its transactions."""
-    engine = build_engine(empty_db.settings())
-    with engine.begin() as conn:
-        upgrade(conn)
+    engine = build_engine(migrated_copy.settings())
     with make_sessionmaker(engine)() as s, s.begin():
         for name in ("bob", "carol"):
             create_user(s, name, PASSWORD)
-    monkeypatch.setenv("DATABASE_URL", empty_db.url)
+    monkeypatch.setenv("DATABASE_URL", migrated_copy.url)
     monkeypatch.setenv("EBC_ENV", "test")
     yield make_sessionmaker(engine)
     engine.dispose()

@@ -399,18 +399,15 @@ def test_a_file_that_is_not_a_results_file_of_this_batch_is_refused(session):
     assert parsed.rows == [] and all("belongs to study" in e.message for e in parsed.errors)
 
 
-def test_ebc_crowd_export_batch_writes_the_batch(empty_db, tmp_path):
+def test_ebc_crowd_export_batch_writes_the_batch(migrated_copy, tmp_path):
     from app.db import build_engine, make_sessionmaker
-    from app.migrate import upgrade
     from tests.test_cli import ebc
 
-    engine = build_engine(empty_db.settings())
-    with engine.begin() as conn:
-        upgrade(conn)
+    engine = build_engine(migrated_copy.settings())
     with make_sessionmaker(engine)() as s, s.begin():
         make_study(s, slug="bcli", lengths=(10,), per_cell=10)
         make_study(s, slug="bnone", lengths=(10,), per_cell=10, build=False)
-    out = ebc("crowd", "export-batch", "bcli", "--out", str(tmp_path / "b"), db=empty_db)
+    out = ebc("crowd", "export-batch", "bcli", "--out", str(tmp_path / "b"), db=migrated_copy)
     assert "hit_template.html" in out.stdout and "input.csv" in out.stdout
     with make_sessionmaker(engine)() as s:
         study = s.scalar(select(Study).where(Study.slug == "bcli"))
@@ -418,7 +415,13 @@ def test_ebc_crowd_export_batch_writes_the_batch(empty_db, tmp_path):
     assert (tmp_path / "b" / "input.csv").read_bytes().decode() == rows
     assert (tmp_path / "b" / "hit_template.html").read_bytes().decode() == template
     refused = ebc(
-        "crowd", "export-batch", "bnone", "--out", str(tmp_path / "c"), db=empty_db, check=False
+        "crowd",
+        "export-batch",
+        "bnone",
+        "--out",
+        str(tmp_path / "c"),
+        db=migrated_copy,
+        check=False,
     )
     assert refused.returncode == 1 and "no HITs" in refused.stderr
     engine.dispose()

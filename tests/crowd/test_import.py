@@ -295,15 +295,12 @@ def test_a_batch_worker_is_not_the_mturk_worker_of_the_same_id(session):
     assert batch_worker is not None and batch_worker.id != mturk.id
 
 
-def test_ebc_crowd_import_results(empty_db, tmp_path):
+def test_ebc_crowd_import_results(migrated_copy, tmp_path):
     from app.db import build_engine, make_sessionmaker
-    from app.migrate import upgrade
     from app.models import Study
     from tests.test_cli import ebc
 
-    engine = build_engine(empty_db.settings())
-    with engine.begin() as conn:
-        upgrade(conn)
+    engine = build_engine(migrated_copy.settings())
     with make_sessionmaker(engine)() as s, s.begin():
         study = make_study(s, slug="imcli", lengths=(10,), per_cell=20)
         template, input_csv = export_batch(s, study)
@@ -314,14 +311,14 @@ def test_ebc_crowd_import_results(empty_db, tmp_path):
     rows = read_csv(results)
     bad.write_bytes(edit(results, {0: {"AssignmentId": "9000", "Input.option_0_0": "x"}}).encode())
 
-    out = ebc("crowd", "import-results", "imcli", str(good), db=empty_db)
+    out = ebc("crowd", "import-results", "imcli", str(good), db=migrated_copy)
     assert "stored 4, repeated 0, skipped 0" in out.stdout
-    out = ebc("crowd", "import-results", "imcli", str(bad), db=empty_db, check=False)
+    out = ebc("crowd", "import-results", "imcli", str(bad), db=migrated_copy, check=False)
     assert out.returncode == 1
     assert "stored 0, repeated 3, skipped 1" in out.stdout
     hit = rows[0]["Input.hit"]
     assert f"skipped line 2 (HIT {hit}): tampered: Input.option_0_0" in out.stdout
-    missing = ebc("crowd", "import-results", "nope", str(good), db=empty_db, check=False)
+    missing = ebc("crowd", "import-results", "nope", str(good), db=migrated_copy, check=False)
     assert missing.returncode == 1 and "no study 'nope'" in missing.stderr
 
     with make_sessionmaker(engine)() as s:

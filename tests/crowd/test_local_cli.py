@@ -10,21 +10,18 @@ from typer.testing import CliRunner
 from app.annotation.admin import MAX_BATCH
 from app.cli import cli
 from app.db import build_engine, make_sessionmaker
-from app.migrate import upgrade
 from app.models import Annotator, CrowdPosting
 from tests.crowd.test_local import SLUG, lab_study
 
 
 @pytest.fixture
-def cli_db(empty_db, monkeypatch):
+def cli_db(migrated_copy, monkeypatch):
     """A committed database with a lab study open to annotators: the CLI owns its
     transactions."""
-    engine = build_engine(empty_db.settings())
-    with engine.begin() as conn:
-        upgrade(conn)
+    engine = build_engine(migrated_copy.settings())
     with make_sessionmaker(engine)() as s, s.begin():
         lab_study(s)
-    monkeypatch.setenv("DATABASE_URL", empty_db.url)
+    monkeypatch.setenv("DATABASE_URL", migrated_copy.url)
     monkeypatch.setenv("EBC_ENV", "test")
     monkeypatch.setenv("EBC_BASE_URL", "https://ebc.example.org")
     yield make_sessionmaker(engine)

@@ -19,7 +19,6 @@ from sqlalchemy import select
 from app.annotation.identities import crowd_annotator
 from app.crowd import common, ledger, payments, publishing
 from app.db import build_engine, make_sessionmaker, unit_of_work
-from app.migrate import upgrade
 from app.models import Channel, CrowdCall, CrowdHit
 from tests.crowd.test_service_mturk import (  # noqa: F401  (fixtures)
     aws_env,
@@ -63,9 +62,11 @@ def _twice(run: Callable[[], object]) -> tuple[list[object], list[BaseException]
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("kind", ["reopen", "expire", "block"])
-def test_the_same_posting_call_made_twice_at_once_is_one_call(empty_db, standin, monkeypatch, kind):
+def test_the_same_posting_call_made_twice_at_once_is_one_call(
+    migrated_copy, standin, monkeypatch, kind
+):
     platform, url = standin
-    settings = empty_db.settings(
+    settings = migrated_copy.settings(
         base_url="https://ebc.example.org",
         mturk_endpoint_url=url,
         crowd_calls_per_second=100,
@@ -73,8 +74,6 @@ def test_the_same_posting_call_made_twice_at_once_is_one_call(empty_db, standin,
     )
     engine = build_engine(settings)
     try:
-        with engine.begin() as conn:
-            upgrade(conn)
         make_session = make_sessionmaker(engine)
         with unit_of_work(make_session) as session:
             crowd_annotator(session, crowd_study(session), Channel.mturk, "W1")
@@ -111,7 +110,7 @@ def test_the_same_posting_call_made_twice_at_once_is_one_call(empty_db, standin,
         engine.dispose()
 
 
-def test_a_block_that_finished_after_the_worker_was_read_is_the_same_call(empty_db, standin):
+def test_a_block_that_finished_after_the_worker_was_read_is_the_same_call(migrated_copy, standin):
     """The window the race above hit under load, made deterministic (on both databases): a
     second block's unit of work has read the worker (not blocked yet) when the first block
     finishes and commits; its ledger read then sees the first call `ok` and must take it as
@@ -121,13 +120,11 @@ def test_a_block_that_finished_after_the_worker_was_read_is_the_same_call(empty_
     from app.models import Annotator
 
     platform, url = standin
-    settings = empty_db.settings(
+    settings = migrated_copy.settings(
         base_url="https://ebc.example.org", mturk_endpoint_url=url, crowd_calls_per_second=100
     )
     engine = build_engine(settings)
     try:
-        with engine.begin() as conn:
-            upgrade(conn)
         make_session = make_sessionmaker(engine)
         with unit_of_work(make_session) as session:
             worker_id = crowd_annotator(session, crowd_study(session), Channel.mturk, "W1").id

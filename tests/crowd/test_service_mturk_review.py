@@ -392,7 +392,7 @@ def test_an_endpoint_at_mturk_production_needs_the_production_setting_and_enviro
 
 
 def test_the_cli_approves_what_it_previewed_and_rejects_a_flagged_submission(
-    empty_db, standin, monkeypatch
+    migrated_copy, standin, monkeypatch
 ):
     """`ebc crowd approve --all` lists a flagged submission apart (never approved) with
     the command that rejects it, and `ebc crowd reject` takes its MTurk id."""
@@ -400,16 +400,13 @@ def test_the_cli_approves_what_it_previewed_and_rejects_a_flagged_submission(
 
     from app.cli import cli
     from app.db import build_engine, make_sessionmaker
-    from app.migrate import upgrade
 
     platform, url = standin
-    on_file = empty_db.settings(
+    on_file = migrated_copy.settings(
         base_url="https://ebc.example.org", mturk_endpoint_url=url, crowd_calls_per_second=100
     )
     engine = build_engine(on_file)
     try:
-        with engine.begin() as conn:
-            upgrade(conn)
         make = make_sessionmaker(engine)
         with make() as session:
             study = crowd_study(session)
@@ -427,7 +424,7 @@ def test_the_cli_approves_what_it_previewed_and_rejects_a_flagged_submission(
         engine.dispose()
 
     for name, value in {
-        "EBC_DATABASE_URL": empty_db.url,
+        "EBC_DATABASE_URL": migrated_copy.url,
         "EBC_ENV": "test",
         "EBC_BASE_URL": "https://ebc.example.org",
         "EBC_MTURK_ENDPOINT_URL": url,

@@ -16,7 +16,6 @@ from sqlalchemy.exc import OperationalError
 
 from app.crowd import common, payments, publishing, sync
 from app.db import begin_write, build_engine, make_sessionmaker, unit_of_work
-from app.migrate import upgrade
 from app.models import CrowdHit
 from tests.crowd.test_service_mturk import (  # noqa: F401  (fixtures)
     aws_env,
@@ -29,12 +28,11 @@ from tests.crowd.test_service_mturk import (  # noqa: F401  (fixtures)
 
 
 @pytest.fixture
-def sqlite_file(empty_db):
-    engine = build_engine(empty_db.settings())
+def sqlite_file(migrated_copy):
+    engine = build_engine(migrated_copy.settings())
     with engine.begin() as conn:
-        upgrade(conn)
         conn.execute(text("CREATE TABLE bump (n INTEGER)"))
-    yield empty_db, engine
+    yield migrated_copy, engine
     engine.dispose()
 
 

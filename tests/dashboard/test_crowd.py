@@ -95,7 +95,9 @@ def prolific():
     handler = type("Handler", (_ProlificHandler,), {"fake": fake})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(  # a short poll: `shutdown` waits for the next one
+        target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+    )
     thread.start()
     try:
         yield fake, f"http://127.0.0.1:{httpd.server_address[1]}/api/v1/"

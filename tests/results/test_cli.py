@@ -11,7 +11,6 @@ from typer.testing import CliRunner
 
 from app.cli import cli
 from app.db import build_engine, make_sessionmaker
-from app.migrate import upgrade
 from tests.factories import StudyFactory, make_handmade
 
 # The CLI reads the same service on both backends; SQLite is enough.
@@ -19,16 +18,14 @@ pytestmark = pytest.mark.sqlite
 
 
 @pytest.fixture
-def db(empty_db, monkeypatch):
-    engine = build_engine(empty_db.settings())
-    with engine.begin() as conn:
-        upgrade(conn)
+def db(migrated_copy, monkeypatch):
+    engine = build_engine(migrated_copy.settings())
     with make_sessionmaker(engine)() as session, session.begin():
         make_handmade(session)
     engine.dispose()
-    monkeypatch.setenv("DATABASE_URL", empty_db.url)
+    monkeypatch.setenv("DATABASE_URL", migrated_copy.url)
     monkeypatch.setenv("EBC_ENV", "test")
-    return empty_db
+    return migrated_copy
 
 
 def run(*args):
@@ -58,17 +55,15 @@ def test_results_errors(db):
     assert out.exit_code == 1 and "unknown format" in out.output
 
 
-def test_a_nan_figure_is_null_in_the_json_output(empty_db, monkeypatch):
+def test_a_nan_figure_is_null_in_the_json_output(migrated_copy, monkeypatch):
     """One annotator: the CGD's interval and every test are undefined (NaN), written null."""
-    engine = build_engine(empty_db.settings())
-    with engine.begin() as conn:
-        upgrade(conn)
+    engine = build_engine(migrated_copy.settings())
     with make_sessionmaker(engine)() as session, session.begin():
         f = StudyFactory(session, "solo")
         items = [f.item("data") for _ in range(2)] + [f.item("model") for _ in range(2)]
         f.answer(f.annotator("only"), f.hit(items), [0, 1, None, 0])
     engine.dispose()
-    monkeypatch.setenv("DATABASE_URL", empty_db.url)
+    monkeypatch.setenv("DATABASE_URL", migrated_copy.url)
     monkeypatch.setenv("EBC_ENV", "test")
     out = run("solo", "--b", "200", "--format", "json")
     assert out.exit_code == 0, out.output

@@ -12,7 +12,6 @@ from typer.testing import CliRunner
 
 from app.cli import cli
 from app.db import build_engine, make_sessionmaker
-from app.migrate import upgrade
 from app.results.diagnostics import DIAGNOSTIC_FIELDS
 from tests.results.diagnostic_study import diagnostic_study
 
@@ -21,16 +20,14 @@ pytestmark = pytest.mark.sqlite
 
 
 @pytest.fixture
-def db(empty_db, monkeypatch):
-    engine = build_engine(empty_db.settings())
-    with engine.begin() as conn:
-        upgrade(conn)
+def db(migrated_copy, monkeypatch):
+    engine = build_engine(migrated_copy.settings())
     with make_sessionmaker(engine)() as session, session.begin():
         diagnostic_study(session, "dgr", reference="fake:3")
     engine.dispose()
-    monkeypatch.setenv("DATABASE_URL", empty_db.url)
+    monkeypatch.setenv("DATABASE_URL", migrated_copy.url)
     monkeypatch.setenv("EBC_ENV", "test")
-    return empty_db
+    return migrated_copy
 
 
 def run(*args):

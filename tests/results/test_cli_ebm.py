@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 
 from app.cli import cli
 from app.db import build_engine, make_sessionmaker
-from app.migrate import upgrade
 from app.models import StudyScore
 from tests.factories import StudyFactory
 from tests.results.ebm_study import make_ebm_study, write_corpus
@@ -23,15 +22,13 @@ pytestmark = pytest.mark.sqlite
 
 
 @pytest.fixture
-def db(empty_db, monkeypatch, tmp_path):
-    engine = build_engine(empty_db.settings())
-    with engine.begin() as conn:
-        upgrade(conn)
+def db(migrated_copy, monkeypatch, tmp_path):
+    engine = build_engine(migrated_copy.settings())
     corpus = write_corpus(tmp_path / "corpus.txt")
     with make_sessionmaker(engine)() as session, session.begin():
         make_ebm_study(session, corpus)
         StudyFactory(session, "nw")
-    monkeypatch.setenv("DATABASE_URL", empty_db.url)
+    monkeypatch.setenv("DATABASE_URL", migrated_copy.url)
     monkeypatch.setenv("EBC_ENV", "test")
     yield engine, corpus
     engine.dispose()

@@ -12,7 +12,6 @@ from typer.testing import CliRunner
 
 from app.cli import cli
 from app.db import build_engine, make_sessionmaker
-from app.migrate import upgrade
 from tests.results.ratings_study import make_rated_study
 
 # The CLI calls the service tested on both backends (tests/results/test_ratings_service.py).
@@ -20,14 +19,12 @@ pytestmark = pytest.mark.sqlite
 
 
 @pytest.fixture
-def db(empty_db, monkeypatch):
-    engine = build_engine(empty_db.settings())
-    with engine.begin() as conn:
-        upgrade(conn)
+def db(migrated_copy, monkeypatch):
+    engine = build_engine(migrated_copy.settings())
     with make_sessionmaker(engine)() as session, session.begin():
         made = make_rated_study(session)
     engine.dispose()
-    monkeypatch.setenv("DATABASE_URL", empty_db.url)
+    monkeypatch.setenv("DATABASE_URL", migrated_copy.url)
     monkeypatch.setenv("EBC_ENV", "test")
     return made
 
@@ -76,13 +73,13 @@ def test_next_word_options_and_diagnostics_are_refused(db):
     assert set(doc["options"]) == {"b", "seed", "exclusions", "level"}
 
 
-def test_unfinished_hits_are_a_note(db, empty_db):
+def test_unfinished_hits_are_a_note(db, migrated_copy):
     from app.annotation.leases import next_assignment
     from app.annotation.ratings import CONSISTENCY, QUALITY, RatingPost, rate
     from tests.hits.factory import annotator
     from tests.hits.ratings_factory import make_ratings_study
 
-    engine = build_engine(empty_db.settings())
+    engine = build_engine(migrated_copy.settings())
     with make_sessionmaker(engine)() as session, session.begin():
         study = make_ratings_study(session, slug="part", per_cell=10, replicas=1)
         done, late = annotator(session, study, "done"), annotator(session, study, "late")

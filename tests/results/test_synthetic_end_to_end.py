@@ -15,7 +15,6 @@ import math
 import pytest
 
 from app.db import build_engine, make_sessionmaker
-from app.migrate import upgrade
 from app.precompute import service
 from app.results.diagnostics import study_diagnostics
 from app.results.schemas import ResultQuery
@@ -31,13 +30,11 @@ KINDS = ["data", "model", "data_corrupted@0.5", "model_corrupted@0.5"]
 
 
 @pytest.fixture
-def db(empty_db, tmp_path):
-    engine = build_engine(empty_db.settings())
-    with engine.begin() as conn:
-        upgrade(conn)
+def db(migrated_copy, tmp_path):
+    engine = build_engine(migrated_copy.settings())
     dataset = tmp_path / "lines.txt"
     dataset.write_text("\n".join(fake_lines(200)) + "\n", encoding="utf-8")
-    yield empty_db, engine, make_sessionmaker(engine), dataset
+    yield migrated_copy, engine, make_sessionmaker(engine), dataset
     engine.dispose()
 
 

@@ -14,7 +14,6 @@ from sqlalchemy.orm import sessionmaker
 from app.cli.server import background_server
 from app.config import Settings
 from app.db import build_engine, make_sessionmaker
-from app.migrate import upgrade
 
 
 @dataclass
@@ -33,11 +32,9 @@ class LiveDb:
 
 
 @pytest.fixture
-def live_db(empty_db) -> Iterator[LiveDb]:
-    settings = empty_db.settings()
+def live_db(migrated_copy) -> Iterator[LiveDb]:
+    settings = migrated_copy.settings()
     engine = build_engine(settings)
-    with engine.begin() as conn:
-        upgrade(conn)
     try:
         yield LiveDb(settings, engine, make_sessionmaker(engine))
     finally:

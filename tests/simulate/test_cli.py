@@ -11,7 +11,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from app.db import build_engine, make_sessionmaker
-from app.migrate import upgrade
 from tests.hits.factory import make_study
 
 EBC = str(Path(sys.executable).with_name("ebc"))
@@ -32,10 +31,8 @@ def ebc(db, *args):
     return SimpleNamespace(returncode=out.exit_code, stdout=out.stdout, stderr=out.stderr)
 
 
-def test_simulate_a_study_built_by_build_hits(empty_db):
-    engine = build_engine(empty_db.settings())
-    with engine.begin() as conn:
-        upgrade(conn)
+def test_simulate_a_study_built_by_build_hits(migrated_copy):
+    engine = build_engine(migrated_copy.settings())
     with make_sessionmaker(engine)() as session, session.begin():
         study = make_study(
             session, slug="sim", lengths=(10, 20), per_cell=40, overlap_share=0.1,
@@ -46,7 +43,7 @@ def test_simulate_a_study_built_by_build_hits(empty_db):
         study.per_annotator_cap = 20
     engine.dispose()
     args = ("simulate", "sim", "--replications", "6", "--b", "199", "--seed", "3")
-    out = ebc_process(empty_db, *args, "--true-ebc", "1.1")
+    out = ebc_process(migrated_copy, *args, "--true-ebc", "1.1")
     assert out.returncode == 0, out.stdout + out.stderr
     text = out.stdout
     assert "SIMULATED crowd (sampler), 6 replications" in text
@@ -64,38 +61,36 @@ def test_simulate_a_study_built_by_build_hits(empty_db):
     assert "local (local): 288 assignments, rewards $144.00 + fees $0.00 = $144.00" in text
     one = next(line for line in text.splitlines() if line.startswith("one simulated study"))
     assert "l=10 " in one and "l=20 " in one and "(truth 1.1)" in one
-    again = ebc(empty_db, *args, "--true-ebc", "1.1").stdout
+    again = ebc(migrated_copy, *args, "--true-ebc", "1.1").stdout
     assert again.splitlines()[:-1] == text.splitlines()[:-1]  # seeded (the timing aside)
 
-    noisy = ebc(empty_db, *args, "--crowd", "oracle,noisy:0.3").stdout
+    noisy = ebc(migrated_copy, *args, "--crowd", "oracle,noisy:0.3").stdout
     assert "SIMULATED crowd (oracle,noisy:0.3)" in noisy and "power" in noisy
     assert "(target EB-C 1.02)" in noisy
 
-    bad = ebc(empty_db, "simulate", "sim", "--crowd", "lazy")
+    bad = ebc(migrated_copy, "simulate", "sim", "--crowd", "lazy")
     assert bad.returncode == 1 and "unknown crowd behaviour 'lazy'" in bad.stderr
-    bad = ebc(empty_db, "simulate", "sim", "--true-ebc", "1.5")
+    bad = ebc(migrated_copy, "simulate", "sim", "--true-ebc", "1.5")
     assert bad.returncode == 1 and "a CGD is a share" in bad.stderr
-    bad = ebc(empty_db, "simulate", "nope")
+    bad = ebc(migrated_copy, "simulate", "nope")
     assert bad.returncode == 1 and "no study 'nope'" in bad.stderr
-    bad = ebc(empty_db, "simulate", "sim", "--provider", "paypal")
+    bad = ebc(migrated_copy, "simulate", "sim", "--provider", "paypal")
     assert bad.returncode == 1 and "unknown provider 'paypal'" in bad.stderr
-    bad = ebc(empty_db, "simulate", "sim", "--target-ebc", "0")
+    bad = ebc(migrated_copy, "simulate", "sim", "--target-ebc", "0")
     assert bad.returncode == 1 and "--target_ebc: Input should be greater than 0" in bad.stderr
 
 
-def test_simulate_prices_one_channel_with_its_own_rules(empty_db):
+def test_simulate_prices_one_channel_with_its_own_rules(migrated_copy):
     """`--provider` picks one channel; MTurk's fee follows the study file (Masters: +5%) and
     the assignments per HIT (10 or more: 40%), each fee rounded half up per assignment."""
-    engine = build_engine(empty_db.settings())
-    with engine.begin() as conn:
-        upgrade(conn)
+    engine = build_engine(migrated_copy.settings())
     with make_sessionmaker(engine)() as session, session.begin():
         study = make_study(session, slug="wide", lengths=(10,), per_cell=50, reward_cents=33)
         study.replicas = 10  # every HIT done by 10 annotators: MTurk's 40% tier
         study.overlap_share = 0.0
         study.channels = {"mturk": {"enabled": True, "sandbox": False, "masters": True}}
     engine.dispose()
-    out = ebc(empty_db, "simulate", "wide", "--replications", "2", "--b", "199",
+    out = ebc(migrated_copy, "simulate", "wide", "--replications", "2", "--b", "199",
               "--provider", "mturk")  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     # 10 HITs x 10 replicas = 100 assignments; fee 45% of 33 cents = 14.85 -> 15 cents each.

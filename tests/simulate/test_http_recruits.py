@@ -8,18 +8,15 @@ import pytest
 from sqlalchemy import select
 
 from app.db import build_engine, make_sessionmaker
-from app.migrate import upgrade
 from app.models import Annotator, Study
 from app.simulate.http import simulated_annotator
 from tests.hits.factory import make_study
 
 
 @pytest.mark.postgres
-def test_two_runs_recruiting_at_once_label_their_annotators_apart(backend, empty_db):
-    engine = build_engine(empty_db.settings())
+def test_two_runs_recruiting_at_once_label_their_annotators_apart(backend, migrated_copy):
+    engine = build_engine(migrated_copy.settings())
     try:
-        with engine.begin() as conn:
-            upgrade(conn)
         sm = make_sessionmaker(engine)
         with sm() as session, session.begin():
             study_id = make_study(session, slug="h", lengths=(10,), per_cell=10).id

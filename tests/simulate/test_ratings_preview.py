@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from app.db import build_engine, make_sessionmaker
-from app.migrate import upgrade
 from app.results.exclusions import exclusion_mask
 from app.results.stats.ratings import ratings_results
 from app.simulate.preview import (
@@ -358,13 +357,11 @@ def test_the_form_shows_the_defaults_and_what_was_given():
 # ------------------------------------------------------------------------------ the CLI
 
 
-def test_ebc_simulate_on_a_rated_study(empty_db):
+def test_ebc_simulate_on_a_rated_study(migrated_copy):
     """The study of tests/results/ratings_study.py, its ratings given through the ratings
     service; the simulation reads its design, made 100 pairs per cell (2 lengths x 20
     HITs x 3 ratings = 120 assignments at 50 cents)."""
-    engine = build_engine(empty_db.settings())
-    with engine.begin() as conn:
-        upgrade(conn)
+    engine = build_engine(migrated_copy.settings())
     with make_sessionmaker(engine)() as session, session.begin():
         made = make_rated_study(session)
         made.study.items_per_cell = 100
@@ -372,7 +369,7 @@ def test_ebc_simulate_on_a_rated_study(empty_db):
         make_study(session, slug="nw", lengths=(10,), per_cell=10)
     engine.dispose()
     args = ("simulate", "rated", "--replications", "4", "--b", "200", "--seed", "3")
-    out = ebc(empty_db, *args, "--quality", "3.4,3.0", "--crowd", "spammers:0.2")
+    out = ebc(migrated_copy, *args, "--quality", "3.4,3.0", "--crowd", "spammers:0.2")
     assert out.returncode == 0, out.stdout + out.stderr
     text = out.stdout
     assert "SIMULATED raters (attentive raters with spammers:0.2), 4 replications" in text
@@ -392,7 +389,7 @@ def test_ebc_simulate_on_a_rated_study(empty_db):
     assert "  quality: gap half-width" in text and "pairs per cell for 0.1" in text
     assert "local (local): 120 assignments, rewards $60.00 + fees $0.00 = $60.00" in text
     assert "mturk (sandbox), channel off: 120 assignments, rewards $60.00 + fees $12.00" in text
-    again = ebc(empty_db, *args, "--quality", "3.4,3.0", "--crowd", "spammers:0.2").stdout
+    again = ebc(migrated_copy, *args, "--quality", "3.4,3.0", "--crowd", "spammers:0.2").stdout
     assert again.splitlines()[:-1] == text.splitlines()[:-1]  # seeded (the timing aside)
 
     for bad, message in (
@@ -401,8 +398,8 @@ def test_ebc_simulate_on_a_rated_study(empty_db):
         (("--quality", "6,3"), "strictly between 0 and 5"),
         (("--crowd", "oracle"), "oracle do not apply to raters"),
     ):
-        out = ebc(empty_db, "simulate", "rated", *bad)
+        out = ebc(migrated_copy, "simulate", "rated", *bad)
         assert out.returncode == 1 and message in out.stderr, out.stderr
-    out = ebc(empty_db, "simulate", "nw", "--quality", "3.4,3.0", "--sd-pair", "1")
+    out = ebc(migrated_copy, "simulate", "nw", "--quality", "3.4,3.0", "--sd-pair", "1")
     assert out.returncode == 1
     assert "nw is a next-word study: --quality, --sd-pair does not apply" in out.stderr

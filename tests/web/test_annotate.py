@@ -255,9 +255,7 @@ def test_an_incomplete_mturk_form_after_a_block_or_close_is_a_message(
     assert session.scalar(select(func.count()).select_from(Judgment)) == 0
 
 
-def test_an_incomplete_form_for_a_lapsed_lease_does_not_fill_in_the_next_hit(
-    client, session, link
-):
+def test_an_incomplete_form_for_a_lapsed_lease_does_not_fill_in_the_next_hit(client, session, link):
     hidden, _ = _form(client.get(link).text)
     answers = _answer_all(session, hidden["assignment"])
     answers.pop("o3")

@@ -18,7 +18,6 @@ from sqlalchemy import select
 from app.auth.service import create_api_token
 from app.db import build_engine, make_sessionmaker
 from app.main import create_app
-from app.migrate import upgrade
 from app.models import AuditEvent, User
 from app.results import exports
 from tests.factories import answered_study, broken_study
@@ -91,14 +90,12 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def served(empty_db):
+def served(migrated_copy):
     """A real server (uvicorn) over a migrated database of its own."""
     import uvicorn
 
-    settings = empty_db.settings()
+    settings = migrated_copy.settings()
     engine = build_engine(settings)
-    with engine.begin() as conn:
-        upgrade(conn)
     port = _free_port()
     server = uvicorn.Server(
         uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="critical")

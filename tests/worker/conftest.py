@@ -26,7 +26,6 @@ from transformers import (
 )
 
 from app.db import build_engine, make_sessionmaker
-from app.migrate import upgrade
 from worker.hf import HFCausalLM, HFSeq2SeqLM
 
 # Tiny models run fastest on one thread; several threads spin badly on a shared 2-core machine.
@@ -187,11 +186,9 @@ def pair_dataset(tmp_path: Path):
 # The runner tests' shared set-up: a migrated database with its engine and sessions, a tiny
 # word-level GPT-2 on disk, and a dataset file.
 @pytest.fixture
-def db(empty_db):
-    engine = build_engine(empty_db.settings())
-    with engine.begin() as conn:
-        upgrade(conn)
-    yield empty_db, engine, make_sessionmaker(engine)
+def db(migrated_copy):
+    engine = build_engine(migrated_copy.settings())
+    yield migrated_copy, engine, make_sessionmaker(engine)
     engine.dispose()
 
 
