@@ -211,8 +211,15 @@ def test_a_killed_worker_shard_is_taken_over_after_its_lease(db, model_dir, data
     assert leased is not None, "the worker never claimed a shard"
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=30)
-    with sm() as session:
-        assert session.scalar(select(func.count()).select_from(Item)) < 240  # killed mid-job
+    with sm() as session:  # killed mid-claim: both shards of its cell still its own
+        cell = session.scalars(
+            select(PrecomputeShard).where(
+                PrecomputeShard.length == leased.length, PrecomputeShard.kind == leased.kind
+            )
+        ).all()
+        assert [(s.status, s.worker_id, s.attempts) for s in cell] == [
+            (ShardStatus.leased, leased.worker_id, 1)
+        ] * 2
     time.sleep(lease + 1)  # the lease lapses without heartbeats
     rescuer = _ebc(database, "worker", "--once", "--device", "cpu")
     out = rescuer.communicate(timeout=300)[0]
