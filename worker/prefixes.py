@@ -58,7 +58,7 @@ from app.precompute.datasets import Dataset, DatasetError
 from app.studies.schemas import WORKER_DEFAULTS as _STUDY
 from app.studies.schemas import parse_kind
 from worker.continuations import continuation, continue_texts
-from worker.models import LOGIT_BUFFERS, auto_batch_size, memory_budget
+from worker.models import LOGIT_BUFFERS, auto_batch_size, host_copy, memory_budget
 from worker.sampler import ContinuousSampler, expected_columns
 from worker.seeds import item_seed, stable_seed
 from worker.words import (
@@ -553,8 +553,9 @@ def _choices_lm_text(
 
 def _keep(chunk, root, keep_roots: bool) -> None:
     if keep_roots:
+        kept = host_copy(root)
         for i, d in enumerate(chunk):
-            d.root = root[i]
+            d.root = kept[i]
 
 
 def _choices_seq2seq(model, classes, drafts, spec, batch, keep_roots) -> list[NextWords | None]:

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from worker.models import APPEND, CONTEXT, release_heap
+from worker.models import APPEND, CONTEXT, host_copy, release_heap
 from worker.words import NextWords, SearchSettings, TokenClasses, WordSearch, decode_word
 
 # Tokens a row is expected to hold per word of its prompt, prefix and continuation, plus the
@@ -493,7 +493,7 @@ class ContinuousSampler:
         index = torch.tensor([r.out for r in rows], dtype=torch.long, device=self.out.device)
         roots = self.out[index]
         if self.keep_roots:
-            for r, root in zip(rows, roots, strict=True):
+            for r, root in zip(rows, host_copy(roots), strict=True):
                 r.draft.root = root.clone()
         if self.search.classes.word_level:
             for r, res in zip(rows, self.search.word_level(roots), strict=True):

@@ -172,7 +172,7 @@ def _map(ids: Sequence[int], table: tuple[int, ...] | None) -> list[int]:
 def _model_roots(model, chunk: list[PrefixItem]) -> torch.Tensor:
     """P_M's log-probs after each item's context: kept by `make_items`, else one forward."""
     if all(item.root is not None for item in chunk):
-        return torch.stack([item.root.to(model.device) for item in chunk])
+        return torch.stack([item.root for item in chunk]).to(model.device)  # kept on the host
     if model.task == "seq2seq":
         root, _ = model.start([i.source_ids for i in chunk], [i.context_ids for i in chunk])
     else:
