@@ -268,19 +268,8 @@ class Worker:
         completed = 0
         for shard in shards:
             mine = rows[shard.id]
-            with unit_of_work(self.sessionmaker) as session:
-                if study.dataset_sha256 is None:
-                    fresh = session.get(Study, study.id)
-                    fresh.dataset_sha256 = fresh.dataset_sha256 or self.dataset_for(study).sha256
-                    study.dataset_sha256 = fresh.dataset_sha256
-                stored = service.complete_shard(
-                    session,
-                    shard.id,
-                    self.worker_id,
-                    mine,
-                    seconds=elapsed * len(mine) / n_items if n_items else elapsed / len(shards),
-                )
-            if not stored:
+            seconds = elapsed * len(mine) / n_items if n_items else elapsed / len(shards)
+            if not self._complete(study, shard, mine, seconds):
                 continue  # the job was cancelled: nothing was written
             completed += 1
             if on_shard is not None:
@@ -288,6 +277,22 @@ class Worker:
         if study.study_type is StudyType.ratings:
             self._score_when_done(study, shards[0].job_id)
         return completed
+
+    def _complete(self, study: Study, shard, rows: list[dict], seconds: float) -> bool:
+        """Store a shard's items and end it; False if its job was cancelled.  A study planned
+        without its dataset's hash (`ebc study create`) gets it here, in the same transaction
+        and after `complete_shard` has locked the job: locking the study first would take the
+        locks in the opposite order to `cancel_job` (job, shards, study), a deadlock on
+        PostgreSQL when a study is stopped or closed as a shard ends."""
+        with unit_of_work(self.sessionmaker) as session:
+            stored = service.complete_shard(
+                session, shard.id, self.worker_id, rows, seconds=seconds
+            )
+            if stored and study.dataset_sha256 is None:
+                fresh = session.get(Study, study.id)
+                fresh.dataset_sha256 = fresh.dataset_sha256 or self.dataset_for(study).sha256
+                study.dataset_sha256 = fresh.dataset_sha256
+        return stored
 
     def _score_when_done(self, study: Study, job_id: int) -> None:
         """A ratings study's EB-M scores, once its precompute job is done: the results job

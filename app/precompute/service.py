@@ -272,8 +272,9 @@ def _mark_running(session: Session, job_id: int, now: datetime) -> None:
     The claim already holds a shard's lock here, and `cancel_job` locks the job and then
     its shards: waiting for the job's lock could close that cycle on PostgreSQL (one of the
     two transactions aborted as a deadlock).  So the job is taken with SKIP LOCKED: whoever
-    holds its lock is a cancel (which then cancels this shard too) or another claim or
-    ending of its shards (which moves it on); a later claim retries while it is pending."""
+    holds its lock is a cancel (which then cancels this shard too), another first claim
+    (which moves it on) or a shard's end; each later claim tries again while the job is
+    pending (a job left pending is only shown so: every path accepts it)."""
     query = select(PrecomputeJob).where(
         PrecomputeJob.id == job_id, PrecomputeJob.status == JobStatus.pending
     )

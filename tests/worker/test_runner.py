@@ -14,7 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, select, text, update
 
 from app.models import (
     Item,
@@ -350,7 +350,7 @@ def test_a_first_claim_and_a_cancel_of_a_pending_job_do_not_deadlock(db, model_d
             job = session.get(PrecomputeJob, job_id, with_for_update=True)
             assert job.status is JobStatus.pending
             job_locked.set()
-            time.sleep(0.5)  # the claim has its shard and reaches the job
+            _until(lambda: claimed or _waiting_for_a_lock(sm))  # it holds its shard
             service.cancel_job(session, job)
     except Exception as exc:  # reported by the assertion below
         errors.append(exc)
@@ -361,6 +361,66 @@ def test_a_first_claim_and_a_cancel_of_a_pending_job_do_not_deadlock(db, model_d
         shards = session.scalars(select(PrecomputeShard)).all()
         assert {s.status for s in shards} == {ShardStatus.cancelled}
         assert session.get(PrecomputeShard, claimed[0]).attempts == 1
+
+
+def _until(condition, seconds: float = 10) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _waiting_for_a_lock(sm) -> bool:
+    """Whether a session of this database waits for a row lock (PostgreSQL)."""
+    with sm() as session:
+        return bool(
+            session.scalar(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                )
+            )
+        )
+
+
+@pytest.mark.postgres
+def test_a_shard_ending_while_its_study_is_stopped_does_not_deadlock(db, model_dir, dataset_file):
+    """A study created without its dataset's hash (`ebc study create`) gets it with its first
+    stored shard.  Written before the shard's job was locked, it took the study's lock first,
+    while a cancel (stop or close) takes the job, its shards, then the study."""
+    database, engine, sm = db
+    study_id, job_id = _study(sm, model_dir, dataset_file, lengths=(3,), per_cell=4, shard=2)
+    with sm() as session, session.begin():
+        assert session.get(Study, study_id).dataset_sha256 is None
+        shard = service.claim_shard(session, "w", lease_seconds=60)
+    with sm() as session:
+        study = session.get(Study, study_id)
+        session.expunge(study)
+    worker = Worker(database.settings(), WorkerOptions(device="cpu"), engine=engine, worker_id="w")
+    job_locked, errors, stored = threading.Event(), [], []
+
+    def finisher() -> None:
+        job_locked.wait(10)
+        try:
+            stored.append(worker._complete(study, shard, [], 0.1))
+        except Exception as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    thread = threading.Thread(target=finisher)
+    thread.start()
+    try:
+        with sm() as session, session.begin():
+            job = session.get(PrecomputeJob, job_id, with_for_update=True)
+            job_locked.set()
+            _until(lambda: _waiting_for_a_lock(sm))  # the shard's end waits for the job
+            time.sleep(0.2)
+            service.cancel_job(session, job)
+    except Exception as exc:  # reported by the assertion below
+        errors.append(exc)
+    thread.join(30)
+    assert not errors and not thread.is_alive() and stored == [False]
+    with sm() as session:
+        assert session.get(PrecomputeJob, job_id).status is JobStatus.cancelled
+        assert session.get(PrecomputeShard, shard.id).status is ShardStatus.cancelled
 
 
 def test_a_claim_moves_a_pending_job_to_running(db, model_dir, dataset_file):
