@@ -323,46 +323,6 @@ def test_the_job_ends_when_its_last_two_shards_end_at_once(db, model_dir, datase
         assert session.get(PrecomputeJob, job_id).status is JobStatus.done
 
 
-@pytest.mark.postgres
-def test_a_first_claim_and_a_cancel_of_a_pending_job_do_not_deadlock(db, model_dir, dataset_file):
-    """`cancel_job` locks the job, then its shards; the job's first claim locks a shard and
-    moves the pending job to running.  Interleaved (the cancel holding the job while the
-    claim takes its shard), waiting for the job's lock closed a cycle that PostgreSQL broke
-    by aborting one of them as a deadlock."""
-    _, _, sm = db
-    _study_id, job_id = _study(sm, model_dir, dataset_file, lengths=(3,), per_cell=4, shard=2)
-    job_locked, claimed, errors = threading.Event(), [], []
-
-    def claimer() -> None:
-        job_locked.wait(10)
-        try:
-            with sm() as session, session.begin():
-                shard = service.claim_shard(session, "w", lease_seconds=60)
-                claimed.append(shard.id)
-                time.sleep(0.3)  # the cancel now waits for this shard's lock
-        except Exception as exc:  # reported by the assertion below
-            errors.append(exc)
-
-    thread = threading.Thread(target=claimer)
-    thread.start()
-    try:
-        with sm() as session, session.begin():
-            job = session.get(PrecomputeJob, job_id, with_for_update=True)
-            assert job.status is JobStatus.pending
-            job_locked.set()
-            _until(lambda: claimed or _waiting_for_a_lock(sm))  # it holds its shard
-            service.cancel_job(session, job)
-    except Exception as exc:  # reported by the assertion below
-        errors.append(exc)
-    thread.join(30)
-    assert not errors and not thread.is_alive() and len(claimed) == 1
-    with sm() as session:
-        assert session.get(PrecomputeJob, job_id).status is JobStatus.cancelled
-        shards = session.scalars(select(PrecomputeShard)).all()
-        assert {s.status for s in shards} == {ShardStatus.cancelled}
-        assert session.get(PrecomputeShard, claimed[0]).attempts == 1
-
-
 def _until(condition, seconds: float = 10) -> None:
     deadline = time.monotonic() + seconds
     while not condition() and time.monotonic() < deadline:
@@ -382,6 +342,60 @@ def _waiting_for_a_lock(sm) -> bool:
         )
 
 
+def _cancel_meanwhile(sm, job_id: int, other, ready) -> list[Exception]:
+    """Take the job's lock (`cancel_job`'s first write), run ``other`` in a thread, wait until
+    ``ready()`` (it holds or waits for its locks), then cancel the job in that transaction: what
+    either side raised (PostgreSQL aborts one of them on a lock cycle)."""
+    job_locked, errors = threading.Event(), []
+
+    def run() -> None:
+        job_locked.wait(10)
+        try:
+            other()
+        except Exception as exc:  # returned to the test
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        with sm() as session, session.begin():
+            job = session.get(PrecomputeJob, job_id, with_for_update=True)
+            job_locked.set()
+            _until(ready)
+            service.cancel_job(session, job)
+    except Exception as exc:  # returned to the test
+        errors.append(exc)
+    thread.join(30)
+    assert not thread.is_alive()
+    return errors
+
+
+@pytest.mark.postgres
+def test_a_first_claim_and_a_cancel_of_a_pending_job_do_not_deadlock(db, model_dir, dataset_file):
+    """`cancel_job` locks the job, then its shards; the job's first claim locks a shard and
+    moves the pending job to running.  Interleaved (the cancel holding the job while the
+    claim takes its shard), waiting for the job's lock closed a cycle that PostgreSQL broke
+    by aborting one of them as a deadlock."""
+    _, _, sm = db
+    _study_id, job_id = _study(sm, model_dir, dataset_file, lengths=(3,), per_cell=4, shard=2)
+    with sm() as session:
+        assert session.get(PrecomputeJob, job_id).status is JobStatus.pending
+    claimed = []
+
+    def claim() -> None:
+        with sm() as session, session.begin():
+            claimed.append(service.claim_shard(session, "w", lease_seconds=60).id)
+            time.sleep(0.3)  # the cancel now waits for this shard's lock
+
+    errors = _cancel_meanwhile(sm, job_id, claim, lambda: claimed or _waiting_for_a_lock(sm))
+    assert not errors and len(claimed) == 1
+    with sm() as session:
+        assert session.get(PrecomputeJob, job_id).status is JobStatus.cancelled
+        shards = session.scalars(select(PrecomputeShard)).all()
+        assert {s.status for s in shards} == {ShardStatus.cancelled}
+        assert session.get(PrecomputeShard, claimed[0]).attempts == 1
+
+
 @pytest.mark.postgres
 def test_a_shard_ending_while_its_study_is_stopped_does_not_deadlock(db, model_dir, dataset_file):
     """A study created without its dataset's hash (`ebc study create`) gets it with its first
@@ -396,28 +410,13 @@ def test_a_shard_ending_while_its_study_is_stopped_does_not_deadlock(db, model_d
         study = session.get(Study, study_id)
         session.expunge(study)
     worker = Worker(database.settings(), WorkerOptions(device="cpu"), engine=engine, worker_id="w")
-    job_locked, errors, stored = threading.Event(), [], []
+    stored = []
 
-    def finisher() -> None:
-        job_locked.wait(10)
-        try:
-            stored.append(worker._complete(study, shard, [], 0.1))
-        except Exception as exc:  # reported by the assertion below
-            errors.append(exc)
+    def end_the_shard() -> None:
+        stored.append(worker._complete(study, shard, [], 0.1))
 
-    thread = threading.Thread(target=finisher)
-    thread.start()
-    try:
-        with sm() as session, session.begin():
-            job = session.get(PrecomputeJob, job_id, with_for_update=True)
-            job_locked.set()
-            _until(lambda: _waiting_for_a_lock(sm))  # the shard's end waits for the job
-            time.sleep(0.2)
-            service.cancel_job(session, job)
-    except Exception as exc:  # reported by the assertion below
-        errors.append(exc)
-    thread.join(30)
-    assert not errors and not thread.is_alive() and stored == [False]
+    errors = _cancel_meanwhile(sm, job_id, end_the_shard, lambda: _waiting_for_a_lock(sm))
+    assert not errors and stored == [False]
     with sm() as session:
         assert session.get(PrecomputeJob, job_id).status is JobStatus.cancelled
         assert session.get(PrecomputeShard, shard.id).status is ShardStatus.cancelled
