@@ -334,7 +334,7 @@ def main() -> None:
         "--bound-forwards",
         type=int,
         default=6,
-        help="forwards the bound is the median of (half before ours, half after)",
+        help="forwards the bound is the median of (half before ours, half after; at least 2)",
     )
     parser.add_argument(
         "--max-word-tokens",
@@ -344,6 +344,8 @@ def main() -> None:
     )
     parser.add_argument("--demo-model", default=None, help="a built demo model's directory")
     args = parser.parse_args()
+    if args.bound_forwards < 2:
+        parser.error("--bound-forwards: at least 2 (one before ours, one after)")
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -373,7 +375,7 @@ def main() -> None:
         f"{'l':>4} {'batch':>5} {'items/s':>8} {'tok/item':>8} {'exp/item':>8} {'ours s':>7} "
         f"{'peer s':>8} {'x peer':>11} {'naive s':>8} {'x naive':>11} {'of bound':>11} "
         f"{'tok/s':>6} {'pad%':>5} {'spec%':>5} {'inexact':>7} {'merged':>6} {'skip':>4} "
-        f"{'peak ours':>9} {'peak peer':>9}  load  bound tok/s (min-max)"
+        f"{'peak ours':>9} {'peak peer':>9}  load  bound tok/CPU s (min-max)"
     )
     print(header)
     rates = {}
@@ -431,7 +433,7 @@ def main() -> None:
             f"{bound_w / ours.wall:>5.2f}/{bound_c / ours.cpu:<5.2f} {rate:>6.0f} "
             f"{100 * pad:>5.1f} {100 * spec_share:>5.1f} {inexact:>7} {merged_items(items):>6} "
             f"{skipped:>4} {ours_peak.gib:>9.2f} {peer_peak.gib:>9.2f}  "
-            f"{os.getloadavg()[0]:.1f}  {tps_c:.0f} ({spread_c[0]:.0f}-{spread_c[1]:.0f})"
+            f"{os.getloadavg()[0]:>4.1f}  {tps_c:.0f} ({spread_c[0]:.0f}-{spread_c[1]:.0f})"
             + ("" if n_items == args.items else f"  ({n_items} items: one batch)"),
             flush=True,
         )

@@ -323,10 +323,11 @@ def test_the_job_ends_when_its_last_two_shards_end_at_once(db, model_dir, datase
         assert session.get(PrecomputeJob, job_id).status is JobStatus.done
 
 
-def _until(condition, seconds: float = 10) -> None:
+def _until(condition, seconds: float = 10) -> bool:
     deadline = time.monotonic() + seconds
-    while not condition() and time.monotonic() < deadline:
+    while not (met := condition()) and time.monotonic() < deadline:
         time.sleep(0.02)
+    return bool(met)
 
 
 def _waiting_for_a_lock(sm) -> bool:
@@ -361,7 +362,8 @@ def _cancel_meanwhile(sm, job_id: int, other, ready) -> list[Exception]:
         with sm() as session, session.begin():
             job = session.get(PrecomputeJob, job_id, with_for_update=True)
             job_locked.set()
-            _until(ready)
+            if not _until(ready):  # else the cancel would not meet the other side at all
+                raise AssertionError("the other side never took or waited for its locks")
             service.cancel_job(session, job)
     except Exception as exc:  # returned to the test
         errors.append(exc)
