@@ -385,6 +385,34 @@ def test_one_long_context_does_not_hold_the_rows_back_after_it(monkeypatch, bpe_
     assert [[w for w, _ in i.choices] for i in tight] == [[w for w, _ in i.choices] for i in eight]
 
 
+@pytest.mark.parametrize("budget", [False, True])
+def test_the_tail_s_forwards_cover_only_live_rows(monkeypatch, bpe_lm, budget):
+    """Once nothing waits, rows finish one by one; each forward covers only the slots it feeds
+    (the live rows are packed to the front every step), never a free slot below a live one,
+    which would be a padded row of the forward.  With a memory budget too (`_fit`'s path).
+    The items are those of one batch."""
+    from collections import Counter
+
+    one = make_items(bpe_lm, None, PrefixSpec(batch_size=64), 6, "model", 0, 40, seed=3)
+    if budget:
+        impose_budget(monkeypatch, 16 * 64 * bpe_lm.kv_bytes_per_token, rows=16)
+    covered, fed = [], []
+    real = bpe_lm.feed
+
+    def feed(state, slots, *rest):
+        covered.append(max(slots) + 1)
+        fed.append(len(Counter(slots)))
+        return real(state, slots, *rest)
+
+    monkeypatch.setattr(bpe_lm, "feed", feed)
+    spec = PrefixSpec() if budget else PrefixSpec(batch_size=16)
+    packed = make_items(bpe_lm, None, spec, 6, "model", 0, 40, seed=3)
+    assert max(covered) == 16 and min(covered) < 8  # a full batch, then a tail
+    # (step, slots covered, slots fed) of every forward that covered a free slot
+    assert [(i, c, f) for i, (c, f) in enumerate(zip(covered, fed, strict=True)) if c != f] == []
+    assert [[w for w, _ in i.choices] for i in packed] == [[w for w, _ in i.choices] for i in one]
+
+
 @pytest.mark.parametrize("columns", [400, 150])
 def test_a_memory_budget_bounds_the_cache_at_every_step(monkeypatch, tmp_path, columns):
     """Data prefixes of many widths (half the lines of long words) searched under a budget of
