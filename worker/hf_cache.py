@@ -245,8 +245,12 @@ def slot_cache_classes():
                 keep_r, keep_c = min(rows, self.n_rows), min(capacity, self.capacity)
                 for name in ("kbuf", "vbuf"):
                     old = getattr(self, name)
-                    new = old.new_zeros((rows, old.shape[1], capacity, old.shape[3]))
+                    # Zeros where nothing is copied (see ``update``): one pass over the buffer,
+                    # not two.
+                    new = old.new_empty((rows, old.shape[1], capacity, old.shape[3]))
                     new[:keep_r, :, :keep_c] = old[:keep_r, :, :keep_c]
+                    new[:keep_r, :, keep_c:] = 0
+                    new[keep_r:] = 0
                     setattr(self, name, new)
                     del old
             self.n_rows, self.capacity = rows, capacity
