@@ -37,6 +37,10 @@ import platform
 import tempfile
 from pathlib import Path
 
+import worker as _worker_env  # noqa: F401  (first: the OpenMP wait policy it sets, before torch loads)
+
+# isort: split
+
 import numpy as np
 import torch
 from precompute import (

@@ -59,6 +59,10 @@ import statistics
 import time
 from collections import Counter
 
+import worker as _worker_env  # noqa: F401  (first: the OpenMP wait policy it sets, before torch loads)
+
+# isort: split
+
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast

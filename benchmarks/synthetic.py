@@ -35,6 +35,10 @@ import os
 import platform
 import time
 
+import worker as _worker_env  # noqa: F401  (first: the OpenMP wait policy it sets, before torch loads)
+
+# isort: split
+
 import torch
 from precompute import VOCAB, Clock, peak_memory, sync, synthetic_bpe_tokenizer
 from transformers import GPT2Config, GPT2LMHeadModel

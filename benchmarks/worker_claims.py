@@ -32,6 +32,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import worker as _worker_env  # noqa: F401  (first: the OpenMP wait policy it sets, before torch loads)
+
+# isort: split
+
 import torch
 from precompute import build_model
 from sqlalchemy import delete, select, update

@@ -150,3 +150,29 @@ def test_the_import_graph_has_no_cycle():
 def test_the_cycle_check_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == []
+
+
+def _wait_policy(env: dict[str, str]) -> str:
+    """OMP_WAIT_POLICY as torch found it when it loaded, in a process that starts as ``ebc``
+    does (the CLI, then the worker's commands as a plugin, then a model)."""
+    import os
+
+    code = (
+        "import os, sys; from app.cli import load_plugins; load_plugins(); "
+        "seen = os.environ.get('OMP_WAIT_POLICY'); import worker.hf; "
+        "assert 'torch' in sys.modules; print(seen)"
+    )
+    run_env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"} | env
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=run_env
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    return out.stdout.strip()
+
+
+def test_the_worker_s_torch_loads_with_sleeping_openmp_threads():
+    """The worker sets ``OMP_WAIT_POLICY=PASSIVE`` (`worker/__init__.py`) before anything of
+    the ``ebc`` process loads torch (libgomp reads it then, once); an operator's own value
+    wins."""
+    assert _wait_policy({}) == "PASSIVE"
+    assert _wait_policy({"OMP_WAIT_POLICY": "ACTIVE"}) == "ACTIVE"
