@@ -24,6 +24,12 @@ each prefix length l, side by side in one run:
   bound and ours meet the machine in the same minutes (on this shared 2-core machine one
   forward's CPU rate varies by a third from one to the next: a best-of-two bound compared a
   fast moment with ours' average).
+- **cached step** (reference, "of step"): the same needed tokens at the tokens per second of a
+  plain ``transformers`` decoding step with a ``DynamicCache`` (one token per row, ``batch``
+  rows, the cache as wide as ours' average fed row), the median of ``--bound-forwards`` steps
+  just after ours.  Any sampler with a KV cache pays such a step per token; the forward bound
+  does not read a cache at all, and on a CPU whose memory bandwidth a decode step's attention
+  waits on, that is much of the difference between the two.
 
 Ratios are printed as wall clock / CPU time of this process (all threads): on a shared machine
 the wall time of each part depends on what else runs at that moment, the CPU time much less.  On
@@ -254,6 +260,40 @@ def forward_rates(
     return rates
 
 
+@torch.inference_mode()
+def cached_step_rates(
+    lm: HFCausalLM, width: int, rows: int, repeats: int
+) -> list[tuple[float, float]]:
+    """(wall, CPU) tokens per second of each of ``repeats`` plain cached decoding steps: one new
+    token per row of ``rows`` through ``lm.model`` with a ``transformers`` ``DynamicCache``
+    holding ``width`` columns already (random keys and values, written straight into the cache:
+    no forward fills it), the logits of the new position and their log-softmax, as any sampler
+    with a KV cache runs a step.  Unlike the forward bound, such a step reads every row's cached
+    keys and values in every layer."""
+    from transformers import DynamicCache
+
+    cfg = lm.model.config
+    heads, dim = cfg.n_head, cfg.n_embd // cfg.n_head
+    dtype = next(lm.model.parameters()).dtype
+    cache = DynamicCache()
+    for layer in range(cfg.n_layer):
+        k = torch.randn((rows, heads, width, dim), device=lm.device, dtype=dtype)
+        cache.update(k, torch.randn_like(k), layer)
+    rates = []
+    for step in range(repeats + 1):  # the first step warms up
+        ids = torch.randint(0, VOCAB - 1, (rows, 1), device=lm.device)
+        positions = torch.full((rows, 1), width + step, device=lm.device)
+        with Clock(lm.device) as clock:
+            out = lm.model(
+                ids, position_ids=positions, use_cache=True, logits_to_keep=1,
+                **{lm._cache_kw: cache},
+            )  # fmt: skip
+            torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+        if step:
+            rates.append((rows / clock.wall, rows / clock.cpu))
+    return rates
+
+
 def forward_tokens_per_second(
     lm: HFCausalLM, seq_len: int, rows: int, repeats: int
 ) -> tuple[float, float]:
@@ -271,8 +311,8 @@ def mean_entropy(lm: HFCausalLM) -> float:
 
 
 class FeedCounter:
-    """Counts what `HFCausalLM.feed` computes: forwards, tokens (speculative ones included) and
-    padding positions."""
+    """Counts what `HFCausalLM.feed` computes: forwards, tokens (speculative ones included),
+    padding positions, and the columns each token's slot held before the forward."""
 
     def __init__(self, lm: HFCausalLM):
         self.counts: Counter = Counter()
@@ -283,6 +323,7 @@ class FeedCounter:
             self.counts["forwards"] += 1
             self.counts["tokens"] += len(tokens)
             self.counts["padding"] += (max(slots) + 1) * q - len(tokens)
+            self.counts["columns"] += sum(state.fills[s] for s in slots)
             return self.real(state, slots, tokens, parents, want)
 
         lm.feed = feed
@@ -378,6 +419,7 @@ def main() -> None:
     header = (
         f"{'l':>4} {'batch':>5} {'items/s':>8} {'tok/item':>8} {'exp/item':>8} {'ours s':>7} "
         f"{'peer s':>8} {'x peer':>11} {'naive s':>8} {'x naive':>11} {'of bound':>11} "
+        f"{'of step':>11} "
         f"{'tok/s':>6} {'pad%':>5} {'spec%':>5} {'inexact':>7} {'merged':>6} {'skip':>4} "
         f"{'peak ours':>9} {'peak peer':>9}  load  bound tok/CPU s (min-max)"
     )
@@ -405,7 +447,11 @@ def main() -> None:
         with Peak(device) as ours_peak, Clock(device) as ours:
             items = make_items(lm, None, spec, length, "model", 0, n_items, seed=1)
         lm.feed = counter.real
-        bound_rates += forward_rates(lm, bound_tok, bound_rows, max(1, args.bound_forwards - half))
+        rest = max(1, args.bound_forwards - half)
+        bound_rates += forward_rates(lm, bound_tok, bound_rows, rest)
+        # The step's cache as wide as the average fed row's (columns it held before its token).
+        columns = round(counter.counts["columns"] / max(1, counter.counts["tokens"]))
+        step_rates = cached_step_rates(lm, max(1, columns), batch, args.bound_forwards)
         sampled = sum(i.provenance.get("context_tokens", 0) for i in items)
         expansions = sum(i.provenance.get("choices", {}).get("expansions", 0) for i in items)
         needed = sampled + expansions
@@ -421,6 +467,8 @@ def main() -> None:
         tps_c = statistics.median(c for _, c in bound_rates)
         bound_w, bound_c = needed / tps_w, needed / tps_c
         spread_c = min(c for _, c in bound_rates), max(c for _, c in bound_rates)
+        step_w = needed / statistics.median(w for w, _ in step_rates)
+        step_c = needed / statistics.median(c for _, c in step_rates)
         rate = needed / (ours.wall if device.type == "cuda" else ours.cpu)
         if n_items == args.items:
             rates[length] = rate
@@ -434,7 +482,8 @@ def main() -> None:
             f"{expansions / len(items):>8.1f} {ours.wall:>7.1f} {peer_w:>8.1f} "
             f"{peer_w / ours.wall:>5.2f}/{peer_c / ours.cpu:<5.2f} {naive_w:>8.1f} "
             f"{naive_w / ours.wall:>5.1f}/{naive_c / ours.cpu:<5.1f} "
-            f"{bound_w / ours.wall:>5.2f}/{bound_c / ours.cpu:<5.2f} {rate:>6.0f} "
+            f"{bound_w / ours.wall:>5.2f}/{bound_c / ours.cpu:<5.2f} "
+            f"{step_w / ours.wall:>5.2f}/{step_c / ours.cpu:<5.2f} {rate:>6.0f} "
             f"{100 * pad:>5.1f} {100 * spec_share:>5.1f} {inexact:>7} {merged_items(items):>6} "
             f"{skipped:>4} {ours_peak.gib:>9.2f} {peer_peak.gib:>9.2f}  "
             f"{os.getloadavg()[0]:>4.1f}  {tps_c:.0f} ({spread_c[0]:.0f}-{spread_c[1]:.0f})"
