@@ -25,11 +25,10 @@ each prefix length l, side by side in one run:
   forward's CPU rate varies by a third from one to the next: a best-of-two bound compared a
   fast moment with ours' average).
 - **cached step** (reference, "of step"): the same needed tokens at the tokens per second of a
-  plain ``transformers`` decoding step with a ``DynamicCache`` (one token per row, ``batch``
-  rows, the cache as wide as ours' average fed row), the median of ``--bound-forwards`` steps
-  just after ours.  Any sampler with a KV cache pays such a step per token; the forward bound
-  does not read a cache at all, and on a CPU whose memory bandwidth a decode step's attention
-  waits on, that is much of the difference between the two.
+  plain decoding step of the model with a KV cache written in place (one token per row, as
+  many rows as ours' batch, the cache as wide as ours' average fed row; `cached_step_rates`),
+  the median of ``--bound-forwards`` steps after ours and the bound's second half.  A sampler
+  that keeps a KV cache reads it at every step; the forward bound reads none.
 
 Ratios are printed as wall clock / CPU time of this process (all threads): on a shared machine
 the wall time of each part depends on what else runs at that moment, the CPU time much less.  On
@@ -74,6 +73,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
 from worker.hf import HFCausalLM
+from worker.hf_cache import make_cache
 from worker.models import auto_batch_size, load_model, memory_budget
 from worker.prefixes import PrefixSpec, make_items
 from worker.sampler import expected_columns
@@ -265,20 +265,21 @@ def cached_step_rates(
     lm: HFCausalLM, width: int, rows: int, repeats: int
 ) -> list[tuple[float, float]]:
     """(wall, CPU) tokens per second of each of ``repeats`` plain cached decoding steps: one new
-    token per row of ``rows`` through ``lm.model`` with a ``transformers`` ``DynamicCache``
-    holding ``width`` columns already (random keys and values, written straight into the cache:
-    no forward fills it), the logits of the new position and their log-softmax, as any sampler
-    with a KV cache runs a step.  Unlike the forward bound, such a step reads every row's cached
-    keys and values in every layer."""
-    from transformers import DynamicCache
-
+    token per row of ``rows`` through ``lm.model`` with a KV cache holding ``width`` columns
+    already (random keys and values, no forward fills it) and spare columns that each step
+    writes in place (`worker.hf_cache.make_cache`: a ``transformers`` ``DynamicCache`` whose
+    layers write into preallocated buffers; the stock one copies the whole cache every step),
+    then the logits of the new position and their log-softmax.  Unlike the forward bound, such
+    a step reads every row's cached keys and values in every layer."""
     cfg = lm.model.config
     heads, dim = cfg.n_head, cfg.n_embd // cfg.n_head
     dtype = next(lm.model.parameters()).dtype
-    cache = DynamicCache()
-    for layer in range(cfg.n_layer):
+    layers = []
+    for _ in range(cfg.n_layer):
         k = torch.randn((rows, heads, width, dim), device=lm.device, dtype=dtype)
-        cache.update(k, torch.randn_like(k), layer)
+        layers.append((k, torch.randn_like(k)))
+    cache = make_cache(layers, spare=repeats + 1)
+    del layers, k
     rates = []
     for step in range(repeats + 1):  # the first step warms up
         ids = torch.randint(0, VOCAB - 1, (rows, 1), device=lm.device)
@@ -451,7 +452,8 @@ def main() -> None:
         bound_rates += forward_rates(lm, bound_tok, bound_rows, rest)
         # The step's cache as wide as the average fed row's (columns it held before its token).
         columns = round(counter.counts["columns"] / max(1, counter.counts["tokens"]))
-        step_rates = cached_step_rates(lm, max(1, columns), batch, args.bound_forwards)
+        step_rows = min(batch, n_items)
+        step_rates = cached_step_rates(lm, max(1, columns), step_rows, args.bound_forwards)
         sampled = sum(i.provenance.get("context_tokens", 0) for i in items)
         expansions = sum(i.provenance.get("choices", {}).get("expansions", 0) for i in items)
         needed = sampled + expansions
