@@ -159,6 +159,7 @@ def _wait_policy(env: dict[str, str]) -> str:
 
     code = (
         "import os, sys; from app.cli import load_plugins; load_plugins(); "
+        "assert 'torch' not in sys.modules, 'torch loaded before the worker could set it'; "
         "seen = os.environ.get('OMP_WAIT_POLICY'); import worker.hf; "
         "assert 'torch' in sys.modules; print(seen)"
     )

@@ -287,8 +287,10 @@ class ContinuousSampler:
             r.out = None
         self._refill()
         self._place()
-        if not self.queue:
-            self._pack()  # after `_place`, which may move a row out of a band above a free slot
+        if None in self.rows:
+            # After `_place`, which may move a row out of a band above a free slot.  Slots stay
+            # free in the tail, and while a memory budget holds rows back.
+            self._pack()
         if self.paused:
             self._paused_last()
 
@@ -723,11 +725,11 @@ class ContinuousSampler:
 
     def _pack(self) -> None:
         """Move the live rows to the front (a forward covers only those), band after band, so
-        that the bands stay apart.  In the tail (nothing waiting) this runs every step: a slot
-        left free below the last live row would be a padded row of every forward, costing a
-        whole row's compute, where moving a row costs a copy of its columns (with packing only
-        once half the slots were free, 16 % of the forward positions of 400 items at l = 20 on
-        GPT-2 small's shape were such padding, 2026-11-26)."""
+        that the bands stay apart.  This runs every step that leaves a slot free: a free slot
+        below the last live row would be a padded row of every forward, costing a whole row's
+        compute, where packing moves a row of each band above the free slot (a copy of their
+        columns, once).  With packing only once half the slots were free, 16 % of the forward
+        positions of 400 items at l = 20 on GPT-2 small's shape were such padding (2026-11-26)."""
         rows, starts = self.rows, self.starts
         live = [i for i, r in enumerate(rows) if r is not None]
         if not live or live[-1] == len(live) - 1:

@@ -299,11 +299,13 @@ class FeedLog:
 
     def __init__(self, monkeypatch, lm):
         self.rows: list[int] = []
+        self.fed: list[int] = []  # the slots it fed: fewer than it covered if one was free
         self.cache: list[int] = []
         real = lm.feed
 
         def feed(state, slots, *rest):
             self.rows.append(max(slots) + 1)
+            self.fed.append(len(set(slots)))
             out = real(state, slots, *rest)
             self.cache.append(lm.slot_bytes(state))
             return out
@@ -312,6 +314,7 @@ class FeedLog:
 
     def clear(self) -> None:
         self.rows.clear()
+        self.fed.clear()
         self.cache.clear()
 
 
@@ -388,9 +391,11 @@ def test_one_long_context_does_not_hold_the_rows_back_after_it(monkeypatch, bpe_
 @pytest.mark.parametrize("budget", [False, True])
 def test_the_tail_s_forwards_cover_only_live_rows(monkeypatch, bpe_lm, budget):
     """Once nothing waits, rows finish one by one; each forward covers only the slots it feeds
-    (the live rows are packed to the front every step), never a free slot below a live one,
-    which would be a padded row of the forward.  With a memory budget too (`_fit`'s path).
-    The items are those of one batch."""
+    (the live rows are packed to the front every step that leaves a slot free), never a free
+    slot below a live one, which would be a padded row of the forward.  Also through `_fit`,
+    the path of a run with a memory budget (here one that does not bind; pausing and rows
+    sent back to the queue: `test_a_memory_budget_bounds_the_cache_at_every_step`).  The
+    items are those of one batch."""
     from collections import Counter
 
     one = make_items(bpe_lm, None, PrefixSpec(batch_size=64), 6, "model", 0, 40, seed=3)
@@ -441,6 +446,9 @@ def test_a_memory_budget_bounds_the_cache_at_every_step(monkeypatch, tmp_path, c
     log.clear()
     tight = make_items(lm, dataset, PrefixSpec(), 4, "data", 0, 40, seed=1)
     assert max(log.cache) <= budget
+    # Paused rows sit after the fed ones, and free slots (rows that finished, or went back to
+    # the queue) are packed away: no forward covers a slot it does not feed.
+    assert log.rows == log.fed
     assert [(i.words, [w for w, _ in i.choices], i.skip_reason) for i in tight] == [
         (i.words, [w for w, _ in i.choices], i.skip_reason) for i in free
     ]
