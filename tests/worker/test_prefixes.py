@@ -396,25 +396,16 @@ def test_the_tail_s_forwards_cover_only_live_rows(monkeypatch, bpe_lm, budget):
     the path of a run with a memory budget (here one that does not bind; pausing and rows
     sent back to the queue: `test_a_memory_budget_bounds_the_cache_at_every_step`).  The
     items are those of one batch."""
-    from collections import Counter
-
     one = make_items(bpe_lm, None, PrefixSpec(batch_size=64), 6, "model", 0, 40, seed=3)
     if budget:
         impose_budget(monkeypatch, 16 * 64 * bpe_lm.kv_bytes_per_token, rows=16)
-    covered, fed = [], []
-    real = bpe_lm.feed
-
-    def feed(state, slots, *rest):
-        covered.append(max(slots) + 1)
-        fed.append(len(Counter(slots)))
-        return real(state, slots, *rest)
-
-    monkeypatch.setattr(bpe_lm, "feed", feed)
+    log = FeedLog(monkeypatch, bpe_lm)
     spec = PrefixSpec() if budget else PrefixSpec(batch_size=16)
     packed = make_items(bpe_lm, None, spec, 6, "model", 0, 40, seed=3)
-    assert max(covered) == 16 and min(covered) < 8  # a full batch, then a tail
+    assert max(log.rows) == 16 and min(log.rows) < 8  # a full batch, then a tail
     # (step, slots covered, slots fed) of every forward that covered a free slot
-    assert [(i, c, f) for i, (c, f) in enumerate(zip(covered, fed, strict=True)) if c != f] == []
+    pairs = enumerate(zip(log.rows, log.fed, strict=True))
+    assert [(i, c, f) for i, (c, f) in pairs if c != f] == []
     assert [[w for w, _ in i.choices] for i in packed] == [[w for w, _ in i.choices] for i in one]
 
 
