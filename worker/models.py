@@ -214,6 +214,17 @@ class Tokenizer(Protocol):
 BACKENDS = {"fake": "worker.fake:load", "hf": "worker.hf:load"}
 
 
+def grown_columns(columns: int, need: int, most: int | None = None) -> int:
+    """Columns to widen slots of ``columns`` to when a forward needs ``need``: by a quarter at
+    least (each widening copies the whole cache once, so growing by what one step needs would
+    copy it every few steps), in steps of 16, at most ``most`` unless ``need`` is more (a
+    single row wider than a memory budget: no cap helps)."""
+    grown = -(-max(need, columns + max(16, columns // 4)) // 16) * 16
+    if most is None or most < need:
+        return grown
+    return min(grown, most)
+
+
 def load_model(
     name_or_path: str,
     *,

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from worker.models import APPEND, CONTEXT, host_copy, release_heap
+from worker.models import APPEND, CONTEXT, grown_columns, host_copy, release_heap
 from worker.words import NextWords, SearchSettings, TokenClasses, WordSearch, decode_word
 
 # Tokens a row is expected to hold per word of its prompt, prefix and continuation, plus the
@@ -618,13 +618,8 @@ class ContinuousSampler:
             model.resize_slots(self.state, len(rows), self._wider(need))
 
     def _wider(self, need: int, most: int | None = None) -> int:
-        """Columns to widen the slots to: by a quarter at least (each widening copies the cache
-        once), in steps of 16, at most ``most`` unless ``need`` is more."""
-        columns = self.model.slot_columns(self.state)
-        grown = -(-max(need, columns + max(16, columns // 4)) // 16) * 16
-        if most is None or most < need:  # a single row wider than the budget: no cap helps
-            return grown
-        return min(grown, most)
+        """Columns to widen the slots to (`worker.models.grown_columns`)."""
+        return grown_columns(self.model.slot_columns(self.state), need, most)
 
     def _need(self) -> int:
         """Columns the next forward may write to (an upper bound): each fed row's used columns

@@ -17,6 +17,7 @@ from worker.models import (
     MEMORY_FRACTION,
     auto_batch_size,
     free_memory,
+    grown_columns,
     memory_budget,
     row_bytes,
 )
@@ -128,6 +129,14 @@ def test_slots_score_like_plain_forwards(bpe_lm):
         out, full_logprobs(bpe_lm, [texts[3] + [*deep, 7]]), atol=1e-4, rtol=1e-4
     )
     assert bpe_lm.slot_bytes(slots) == slots.capacity * bpe_lm.kv_bytes_per_token
+
+
+def test_slots_widen_by_a_quarter_in_steps_of_16_within_a_cap():
+    assert grown_columns(17, 18) == 48  # at least 16 more, rounded up to 16
+    assert grown_columns(256, 257) == 320  # a quarter more
+    assert grown_columns(64, 200) == 208  # what the step needs, when that is more
+    assert grown_columns(256, 257, most=300) == 300  # a memory budget caps the growth
+    assert grown_columns(256, 400, most=300) == 400  # but never below the need
 
 
 def test_the_batch_size_follows_free_memory_and_the_model(bpe_lm):
