@@ -20,7 +20,7 @@ from worker.hf_cache import (
     gather_cache,
     make_cache,
 )
-from worker.models import APPEND, CONTEXT, keep_buffers_on_heap, release_heap
+from worker.models import APPEND, CONTEXT, grown_columns, keep_buffers_on_heap, release_heap
 
 DTYPES = {
     "float32": torch.float32,
@@ -280,26 +280,25 @@ class HFCausalLM:
         query positions per slot (the most tokens any slot gets; the others are padded): each
         token is written at its own column of its slot and attends, through a 4-D mask, to its
         slot's context (an appended token also to itself and the tokens appended before it), to
-        its partial word's earlier tokens and to itself."""
+        its partial word's earlier tokens and to itself.  A refused feed (ValueError: a slot
+        past the state's, an unknown parent, a position past the model's) changes no slot."""
         n = max(slots) + 1
+        if n > state.rows:
+            raise ValueError(f"slot {n - 1} of {state.rows}")
         counts = [0] * n
         for s in slots:
             counts[s] += 1
         q = max(counts)
-        need = max(state.fills[i] for i in range(n)) + q
-        if n > state.rows:
-            raise ValueError(f"slot {n - 1} of {state.rows}")
-        if need > state.capacity:
-            # Grow by a quarter at least (each growth copies the cache once, layer by layer).
-            grown = max(need, state.capacity + max(16, state.capacity // 4))
-            state.resize(state.rows, -(-grown // 16) * 16)
-            self._trim()
+        need = max(state.fills[:n]) + q
         size = n * q
         ids, pos, cols, ctx = [self.pad_id] * size, [0] * size, [0] * size, [0] * size
         see_at, see_col = [], []  # (flat token, column) pairs visible beyond the context
         handles, wanted = [], []
         used = [0] * n
-        lengths, fills = state.lengths, state.fills
+        # The slots' counters and partial words as this forward leaves them, written to the
+        # state only once every token is known to be valid: a refused feed changes nothing.
+        lengths, fills = state.lengths[:n], state.fills[:n]
+        added: dict[tuple[int, int], tuple[int, int]] = {}
         for s, t, p, w in zip(slots, tokens, parents, want, strict=True):
             f = s * q + used[s]
             used[s] += 1
@@ -314,16 +313,18 @@ class HFCausalLM:
             else:
                 col = fills[s]
                 nodes = state.nodes[s]
-                if p == CONTEXT:
-                    depth = 1
-                else:
-                    depth = nodes[p][1] + 1
+                depth = 1
+                if p != CONTEXT:
+                    parent = added.get((s, p), nodes.get(p))
+                    if parent is None:
+                        raise ValueError(f"slot {s} holds no partial word {p}")
+                    depth = parent[1] + 1
                     a = p
                     while a != CONTEXT:
                         see_at.append(f)
                         see_col.append(a)
-                        a = nodes[a][0]
-                nodes[col] = (p, depth)
+                        a = added.get((s, a), nodes.get(a))[0]
+                added[s, col] = (p, depth)
                 pos[f] = lengths[s] + depth - 1
                 ctx[f] = lengths[s]
                 see_at.append(f)
@@ -333,6 +334,16 @@ class HFCausalLM:
             handles.append(col)
             if w:
                 wanted.append(f)
+        if self.max_positions and max(pos) >= self.max_positions:
+            # The sampler leaves room (prefix caps, the word search's depth): a position past
+            # the model's context would read an embedding it does not have.
+            raise ValueError(f"position {max(pos)} is past the model's {self.max_positions}")
+        if need > state.capacity:
+            state.resize(state.rows, grown_columns(state.capacity, need))
+            self._trim()
+        state.lengths[:n], state.fills[:n] = lengths, fills
+        for (s, col), node in added.items():
+            state.nodes[s][col] = node
         for i in range(n):
             for j in range(used[i], q):
                 # Padding writes into free columns after the slot's own and sees itself only.
@@ -349,10 +360,6 @@ class HFCausalLM:
         dtype = next(self.model.parameters()).dtype
         mask = torch.zeros((size, width), dtype=dtype, device=dev)
         mask = mask.masked_fill_(~visible, torch.finfo(dtype).min).view(n, 1, q, width)
-        if self.max_positions and max(pos) >= self.max_positions:
-            # The sampler leaves room (prefix caps, the word search's depth): a position past
-            # the model's context would read an embedding it does not have.
-            raise ValueError(f"position {max(pos)} is past the model's {self.max_positions}")
         positions = torch.tensor(pos, device=dev).view(n, q)
         plan = state.cache.plan
         plan.rows = torch.arange(n, device=dev).repeat_interleave(q)

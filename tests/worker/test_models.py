@@ -139,6 +139,39 @@ def test_slots_widen_by_a_quarter_in_steps_of_16_within_a_cap():
     assert grown_columns(256, 400, most=300) == 400  # but never below the need
 
 
+def test_a_refused_feed_changes_no_slot(bpe_lm):
+    """A feed that would pass the model's positions, or names a partial word its slot does not
+    hold, raises ValueError and leaves every slot as it was (counters, partial words, width):
+    the next forward scores as if it had never been tried."""
+    limit = bpe_lm.max_positions
+    rng = random.Random(3)
+    start = bpe_lm.start_token_id
+    text = [start] + [rng.randrange(1, bpe_lm.vocab_size) for _ in range(limit - 1)]
+    slots = bpe_lm.open_slots(2, 4)
+    bpe_lm.feed(slots, [1, 1], [start, 5], [APPEND, APPEND], [False, True])
+    last = [False] * (limit - 1) + [True]
+    full, _ = bpe_lm.feed(slots, [0] * limit, text, [APPEND] * limit, last)
+    torch.testing.assert_close(full, full_logprobs(bpe_lm, [text]), atol=1e-4, rtol=1e-4)
+    assert slots.capacity == limit  # full: one more column would widen the slots
+
+    def kept():
+        return slots.lengths[:], slots.fills[:], copy.deepcopy(slots.nodes), slots.capacity
+
+    before = kept()
+    # Slot 1 takes a valid token first; slot 0's partial word would sit at position ``limit``.
+    with pytest.raises(ValueError, match="past the model"):
+        bpe_lm.feed(slots, [1, 0], [7, 9], [APPEND, CONTEXT], [True, True])
+    assert kept() == before
+    # Slot 1 holds a partial word; a feed extends it and names one it does not hold.
+    _, (word,) = bpe_lm.feed(slots, [1], [8], [CONTEXT], [True])
+    before = kept()
+    with pytest.raises(ValueError, match="no partial word"):
+        bpe_lm.feed(slots, [1, 1, 1], [9, 4, 6], [CONTEXT, word, 1234], [True] * 3)
+    assert kept() == before
+    out, _ = bpe_lm.feed(slots, [1], [4], [word], [True])
+    torch.testing.assert_close(out, full_logprobs(bpe_lm, [[start, 5, 8, 4]]), atol=1e-4, rtol=1e-4)
+
+
 def test_the_batch_size_follows_free_memory_and_the_model(bpe_lm):
     cfg = bpe_lm.model.config
     # 2 (keys, values) x layers x heads x head dim x 4 bytes (float32); a float16 copy halves it.
