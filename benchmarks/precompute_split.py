@@ -4,17 +4,21 @@ On `benchmarks/precompute.py`'s model (GPT-2 small's shape, random peaked weight
 prefix length:
 
 - **split** (default): one run of ``--items`` `model` items, each forward timed (CPU), split
-  into the *full* forwards (at least three quarters of the batch's rows), the *tail* (fewer)
-  and the rest of the run outside the model's ``feed`` (sampling, the word search, slot
-  moves); then ``--bound-forwards`` forwards of the forward-pass bound in the same process
-  (as `benchmarks/precompute.py`: random ids, no cache, about 4,096 tokens).  Prints each
+  into the *full* forwards (at least three quarters of the largest row count any forward
+  had), the *tail* (fewer) and the rest of the run outside the model's ``feed`` (sampling,
+  the word search, slot moves); then ``--bound-forwards`` forwards of a forward-pass bound in
+  the same process, all after ours: random ids, no cache, about 4,096 tokens in rows as long
+  as the run's needed tokens per item.  `benchmarks/precompute.py` shapes its bound after the
+  sampled tokens alone and measures half of it before ours, so the two ratios are not
+  comparable.  Prints each
   part's share of the CPU, its fed tokens per CPU second and, for the whole run and the full
   forwards, the ratio to the bound's median.
 - **A/B** (``--ab A,B``): ``--pairs`` pairs of runs at batch sizes A and B, alternating (A B,
   B A, A B, ...) in one process, so that both meet this shared machine in the same minutes;
   prints each run's needed tokens per CPU second (sampled tokens plus word-search
-  expansions, as the main benchmark counts them) and the ratio of the medians.  Separate
-  processes compared one after the other were unusable here: identical runs moved by 15-20 %.
+  expansions, as the main benchmark counts them) and the ratio of the medians.  Alternating
+  only lets both sizes share the machine's minutes: identical runs in one process still moved
+  by up to 16 % on the 2-core CPU (2026-11-26), so read the medians of several pairs.
 
 Run: ``python benchmarks/precompute_split.py --length 20 --items 1024`` or
 ``python benchmarks/precompute_split.py --length 20 --items 1024 --ab 256,512 --pairs 4``.
@@ -113,7 +117,6 @@ def main() -> None:
     parser.add_argument("--logit-scale", type=float, default=8.0)
     parser.add_argument("--cont-scale", type=float, default=0.9)
     args = parser.parse_args()
-    torch.manual_seed(0)
     lm = build_model(torch.device("cpu"), args.logit_scale, torch.float32, args.cont_scale)
     make_items(lm, None, PrefixSpec(), args.length, "model", 0, 8, seed=99)  # warm-up
     if args.ab:
