@@ -26,6 +26,25 @@ from app.db import build_engine, make_sessionmaker
 from app.main import create_app
 from app.migrate import upgrade
 
+
+@pytest.fixture(autouse=True, scope="session")
+def _cheap_password_hashing() -> Iterator[None]:
+    """Argon2id at argon2-cffi's cheapest parameters (``argon2.profiles.CHEAPEST``, made for
+    tests) in the test processes: the same library, hashing and verification, without the
+    0.3 CPU s each hash and each login costs at the recommended parameters (the suite creates
+    and logs in users in hundreds of tests).  Production's parameters are checked by
+    ``tests/auth/test_service.py`` on the hash made when the module loads; processes the
+    tests start (servers, the CLI) keep them."""
+    from argon2 import PasswordHasher, profiles
+
+    from app.auth import service
+
+    production = service._hasher
+    service._hasher = PasswordHasher.from_parameters(profiles.CHEAPEST)
+    yield
+    service._hasher = production
+
+
 PG_ADMIN_URL = os.environ.get(
     "EBC_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )

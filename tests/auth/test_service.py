@@ -19,6 +19,19 @@ def test_passwords_are_hashed_with_argon2id(session):
     assert not verify_password(user.password_hash, "a long enough passwore")
 
 
+def test_production_hashes_with_the_recommended_parameters():
+    """The module's hasher (the tests swap in a cheap one: ``tests/conftest.py``) uses
+    argon2-cffi's recommended parameters, RFC 9106's low-memory profile: read from the hash it
+    made when the module loaded."""
+    import argon2
+
+    from app.auth import service
+
+    made = argon2.extract_parameters(service._DUMMY_HASH)
+    assert made == argon2.profiles.RFC_9106_LOW_MEMORY
+    assert made.memory_cost == 64 * 1024 and made.time_cost == 3
+
+
 def test_authenticate(session):
     create_user(session, "grace", "a long enough password")
     assert authenticate(session, "grace", "a long enough password").username == "grace"
