@@ -330,6 +330,15 @@ class FeedCounter:
         lm.feed = feed
 
 
+def needed_tokens(items) -> int:
+    """The tokens items need: every sampled (context) token plus one per word-search
+    expansion, speculative ones left out (what the forward bound is charged for)."""
+    return sum(
+        i.provenance.get("context_tokens", 0) + i.provenance.get("choices", {}).get("expansions", 0)
+        for i in items
+    )
+
+
 def merged_items(items) -> int:
     return sum(i.provenance.get("choices", {}).get("merged_tokenisations", 0) > 0 for i in items)
 
@@ -456,7 +465,7 @@ def main() -> None:
         step_rates = cached_step_rates(lm, max(1, columns), step_rows, args.bound_forwards)
         sampled = sum(i.provenance.get("context_tokens", 0) for i in items)
         expansions = sum(i.provenance.get("choices", {}).get("expansions", 0) for i in items)
-        needed = sampled + expansions
+        needed = needed_tokens(items)
         per_item = sampled / len(items)
         n_tok = max(2, round(per_item))
         rows = batch

@@ -35,16 +35,9 @@ import worker as _worker_env  # noqa: F401  (first: the OpenMP wait policy it se
 # isort: split
 
 import torch
-from precompute import build_model, forward_rates
+from precompute import build_model, forward_rates, needed_tokens
 
 from worker.prefixes import PrefixSpec, make_items
-
-
-def needed_tokens(items) -> int:
-    return sum(
-        i.provenance.get("context_tokens", 0) + i.provenance.get("choices", {}).get("expansions", 0)
-        for i in items
-    )
 
 
 def run(lm, length: int, n_items: int, batch: int | None, seed: int = 1):

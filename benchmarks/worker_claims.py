@@ -37,7 +37,7 @@ import worker as _worker_env  # noqa: F401  (first: the OpenMP wait policy it se
 # isort: split
 
 import torch
-from precompute import build_model
+from precompute import build_model, needed_tokens
 from sqlalchemy import delete, select, update
 
 from app.config import Settings
@@ -64,13 +64,6 @@ def dataset(path: Path, lines: int, words: int) -> None:
     vocab = ["".join(rng.choice(letters) for _ in range(rng.randint(2, 7))) for _ in range(3000)]
     text = "\n".join(" ".join(rng.choice(vocab) for _ in range(words)) for _ in range(lines))
     path.write_text(text + "\n", encoding="utf-8")
-
-
-def needed_tokens(items) -> int:
-    return sum(
-        i.provenance.get("context_tokens", 0) + i.provenance.get("choices", {}).get("expansions", 0)
-        for i in items
-    )
 
 
 def main() -> None:
