@@ -30,6 +30,13 @@ each prefix length l, side by side in one run:
   the median of ``--bound-forwards`` steps after ours and the bound's second half.  A sampler
   that keeps a KV cache reads it at every step; the forward bound reads none.
 
+Every part runs the same model object, as the worker wraps it: `HFCausalLM` runs GPT-2's
+written-out ``gelu_new`` as one fused kernel (`worker.hf.fuse_gelu`), and so do the bound, the
+cached step, the peer and the naive loop.  That makes the peer and the naive loop a little
+faster than a researcher's plain ``from_pretrained`` model (our ratio to them is understated,
+not flattered) and the bound tighter: with the written-out GELU a forward of ~4,096 tokens
+spent about 11 % of its CPU in it (2026-11-26).
+
 Ratios are printed as wall clock / CPU time of this process (all threads): on a shared machine
 the wall time of each part depends on what else runs at that moment, the CPU time much less.  On
 a GPU the CPU time says little; read the wall-clock figures there.  "tok/s" is the needed tokens

@@ -7,8 +7,11 @@ import random
 
 import pytest
 import torch
+from transformers import GPT2LMHeadModel, MarianConfig, MarianMTModel
+from transformers.activations import GELUActivation, GELUTanh, NewGELUActivation
 
-from worker.hf import HFCausalLM
+from tests.worker.conftest import bpe_tokenizer, sp_tokenizer, tiny_gpt2
+from worker.hf import HFCausalLM, HFSeq2SeqLM, fuse_gelu
 from worker.models import (
     APPEND,
     CONTEXT,
@@ -170,6 +173,45 @@ def test_a_refused_feed_changes_no_slot(bpe_lm):
     assert kept() == before
     out, _ = bpe_lm.feed(slots, [1], [4], [word], [True])
     torch.testing.assert_close(out, full_logprobs(bpe_lm, [[start, 5, 8, 4]]), atol=1e-4, rtol=1e-4)
+
+
+def _acts(model, kinds=(NewGELUActivation, GELUTanh, GELUActivation)):
+    return [type(m).__name__ for m in model.modules() if type(m) in kinds]
+
+
+def test_written_out_gelus_run_as_one_kernel_and_compute_the_same():
+    tok = bpe_tokenizer()
+    model = tiny_gpt2(tok, seed=2)
+    plain = copy.deepcopy(model)  # as transformers builds it: gelu_new, written out
+    assert _acts(plain) == ["NewGELUActivation"] * 2
+    lm = HFCausalLM(model, tok)
+    assert lm.model is model and _acts(model) == ["GELUTanh"] * 2
+    with torch.inference_mode():
+        for text in ["the cat at", "a dog ."]:
+            ids = torch.tensor([[lm.start_token_id, *lm.encode(text)]])
+            assert torch.allclose(model(ids).logits, plain(ids).logits, atol=1e-5, rtol=0)
+    assert fuse_gelu(model) == 0  # nothing left to replace
+
+    # The exact GELU is a different function: it stays.
+    config = copy.deepcopy(plain.config)
+    config.activation_function = "gelu"
+    exact = GPT2LMHeadModel(config).eval()
+    HFCausalLM(exact, tok)
+    assert _acts(exact) == ["GELUActivation"] * 2
+
+    # An encoder-decoder with gelu_new in both stacks.
+    sp = sp_tokenizer()
+    marian = MarianMTModel(
+        MarianConfig(
+            vocab_size=len(sp), d_model=16, encoder_layers=1, decoder_layers=1,
+            encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+            decoder_ffn_dim=32, activation_function="gelu_new", pad_token_id=sp.pad_token_id,
+            eos_token_id=sp.eos_token_id, decoder_start_token_id=sp.pad_token_id,
+        )
+    ).eval()  # fmt: skip
+    assert _acts(marian) == ["NewGELUActivation"] * 2
+    HFSeq2SeqLM(marian, sp)
+    assert _acts(marian) == ["GELUTanh"] * 2
 
 
 def test_the_batch_size_follows_free_memory_and_the_model(bpe_lm):
