@@ -35,30 +35,37 @@ def default_device() -> torch.device:
 
 
 def fuse_gelu(model) -> int:
-    """Replace ``model``'s tanh-approximation GELUs written as elementwise operations
-    (transformers' ``gelu_new`` and ``gelu_fast``: GPT-2, GPT-J, T5 v1.1, ...) by transformers'
-    ``GELUTanh``, the same function in one fused PyTorch kernel; returns how many it replaced.
+    """Replace ``model``'s tanh-approximation GELUs written out as elementwise operations
+    (transformers' ``gelu_new`` and ``gelu_fast``: GPT-2, GPT-J, OpenAI GPT, T5 v1.1, ...) by
+    transformers' ``GELUTanh``, the same function in one fused PyTorch kernel; returns how many
+    modules it replaced.  The exact GELU is another function and is left alone, and so is a
+    shared activation object itself (OpenAI GPT's MLPs hold one module-level instance): each
+    module that holds it gets its own.
 
-    The function is the same up to float rounding (≤ 2.4e-7 apart on normal inputs), so an item
-    changes only where a sampled token or a word's rank was a near-tie, as with any change of
-    kernel (5 of 256 model items at l = 20 on the benchmark's model).  On a CPU the written-out
-    form makes eight passes over the [rows, 4 * width] activation: at 256 rows of GPT-2 small it
-    took 4.0 against 1.4 ms a layer, at 4,096 rows 237 against 44 ms (2-core AMD EPYC,
-    2026-11-26), and a cached decoding step of 256 rows 3 % less CPU (medians of 48 steps each,
-    alternating; the fused one faster in 38 of 48).  On a GPU it is eight kernel launches a
-    layer instead of one.
+    In float32 the two forms agree to about one rounding step (at most 2.4e-7 on standard-normal
+    inputs), so an item changes only where a sampled token or a word's rank was a near-tie, as
+    with any change of kernel: 5 of 256 model items at l = 20 on the benchmark's model.  In
+    bfloat16 or float16 the written-out form rounds after each of its eight or nine operations
+    and the fused kernel computes in float32 inside: they differ by up to 0.016 in bfloat16 (the
+    largest error against float64 0.0078 fused, 0.0089 written out), and more items change.
+
+    On a CPU the written-out form makes eight passes (``gelu_fast``: nine) over the MLP's
+    activation, [rows, 4 * width] for GPT-2: at 256 rows of GPT-2 small it took 4.0 against
+    1.4 ms a layer, at 4,096 rows 237 against 44 ms (2-core AMD EPYC, 2026-11-26), and a cached
+    decoding step of 256 rows 3 % less CPU (medians of 48 steps each, alternating; the fused one
+    faster in 38 of 48).  On a GPU it is as many kernel launches a layer instead of one.
     """
     from transformers.activations import FastGELUActivation, GELUTanh, NewGELUActivation
 
     written_out = (NewGELUActivation, FastGELUActivation)
     swaps = [
-        (parent, name)
+        (parent, name, child.training)
         for parent in model.modules()
         for name, child in parent.named_children()
         if type(child) in written_out
     ]
-    for parent, name in swaps:
-        setattr(parent, name, GELUTanh())
+    for parent, name, training in swaps:
+        setattr(parent, name, GELUTanh().train(training))
     return len(swaps)
 
 
@@ -601,6 +608,8 @@ class HFSeq2SeqLM:
     The encoder runs once per source; decoder inputs are right-padded and the log-probs are read
     at each row's last real position (absolute decoder positions stay right).  ``extend`` re-runs
     the decoder on prefix + continuation, cheap next to the encoder for sentence-length text.
+    The wrapper takes the model over: its written-out GELUs become one fused kernel
+    (`fuse_gelu`).
     """
 
     task = "seq2seq"

@@ -7,8 +7,21 @@ import random
 
 import pytest
 import torch
-from transformers import GPT2LMHeadModel, MarianConfig, MarianMTModel
-from transformers.activations import GELUActivation, GELUTanh, NewGELUActivation
+from transformers import (
+    GPT2LMHeadModel,
+    MarianConfig,
+    MarianMTModel,
+    OpenAIGPTConfig,
+    OpenAIGPTLMHeadModel,
+    activations,
+)
+from transformers.activations import (
+    FastGELUActivation,
+    GELUActivation,
+    GELUTanh,
+    NewGELUActivation,
+)
+from transformers.models.openai import modeling_openai
 
 from tests.worker.conftest import bpe_tokenizer, sp_tokenizer, tiny_gpt2
 from worker.hf import HFCausalLM, HFSeq2SeqLM, fuse_gelu
@@ -175,43 +188,78 @@ def test_a_refused_feed_changes_no_slot(bpe_lm):
     torch.testing.assert_close(out, full_logprobs(bpe_lm, [[start, 5, 8, 4]]), atol=1e-4, rtol=1e-4)
 
 
-def _acts(model, kinds=(NewGELUActivation, GELUTanh, GELUActivation)):
-    return [type(m).__name__ for m in model.modules() if type(m) in kinds]
+GELUS = (NewGELUActivation, FastGELUActivation, GELUTanh, GELUActivation)
 
 
-def test_written_out_gelus_run_as_one_kernel_and_compute_the_same():
-    tok = bpe_tokenizer()
-    model = tiny_gpt2(tok, seed=2)
-    plain = copy.deepcopy(model)  # as transformers builds it: gelu_new, written out
-    assert _acts(plain) == ["NewGELUActivation"] * 2
-    lm = HFCausalLM(model, tok)
-    assert lm.model is model and _acts(model) == ["GELUTanh"] * 2
+def _acts(model):
+    return [type(m).__name__ for m in model.modules() if type(m) in GELUS]
+
+
+def _same_logits(model, plain, ids, **kwargs) -> bool:
     with torch.inference_mode():
-        for text in ["the cat at", "a dog ."]:
-            ids = torch.tensor([[lm.start_token_id, *lm.encode(text)]])
-            assert torch.allclose(model(ids).logits, plain(ids).logits, atol=1e-5, rtol=0)
+        return torch.allclose(
+            model(ids, **kwargs).logits, plain(ids, **kwargs).logits, atol=1e-5, rtol=0
+        )
+
+
+@pytest.mark.parametrize(
+    ("activation", "before", "after"),
+    [
+        ("gelu_new", "NewGELUActivation", "GELUTanh"),  # GPT-2's default
+        ("gelu_fast", "FastGELUActivation", "GELUTanh"),
+        ("gelu", "GELUActivation", "GELUActivation"),  # the exact GELU: another function
+    ],
+)
+def test_written_out_gelus_run_as_one_kernel_and_compute_the_same(activation, before, after):
+    tok = bpe_tokenizer()
+    config = tiny_gpt2(tok, seed=2).config
+    config.activation_function = activation
+    torch.manual_seed(2)
+    model = GPT2LMHeadModel(config).eval()
+    plain = copy.deepcopy(model)  # as transformers builds it
+    assert _acts(plain) == [before] * 2
+    lm = HFCausalLM(model, tok)
+    assert lm.model is model and _acts(model) == [after] * 2
+    assert not any(m.training for m in model.modules())
+    for text in ["the cat at", "a dog ."]:
+        ids = torch.tensor([[lm.start_token_id, *lm.encode(text)]])
+        assert _same_logits(model, plain, ids)
     assert fuse_gelu(model) == 0  # nothing left to replace
 
-    # The exact GELU is a different function: it stays.
-    config = copy.deepcopy(plain.config)
-    config.activation_function = "gelu"
-    exact = GPT2LMHeadModel(config).eval()
-    HFCausalLM(exact, tok)
-    assert _acts(exact) == ["GELUActivation"] * 2
 
-    # An encoder-decoder with gelu_new in both stacks.
+def test_a_gelu_shared_by_every_layer_is_replaced_in_each_and_left_alone_where_it_lives():
+    # OpenAI GPT puts one module-level gelu_new object into every MLP.
+    shared = modeling_openai.ACT_FNS["gelu"]
+    torch.manual_seed(5)
+    model = OpenAIGPTLMHeadModel(
+        OpenAIGPTConfig(vocab_size=40, n_positions=16, n_embd=16, n_layer=3, n_head=2)
+    ).eval()
+    plain = copy.deepcopy(model)
+    assert sum(m is shared for m in model.modules()) == 1  # modules() lists it once
+    assert fuse_gelu(model) == 3 and _acts(model) == ["GELUTanh"] * 3
+    assert type(shared) is NewGELUActivation and modeling_openai.ACT_FNS["gelu"] is shared
+    assert type(activations.gelu_new) is NewGELUActivation
+    assert _same_logits(model, plain, torch.randint(0, 40, (2, 9)))
+
+
+def test_an_encoder_decoder_gets_the_fused_gelu_in_both_stacks():
     sp = sp_tokenizer()
-    marian = MarianMTModel(
+    torch.manual_seed(6)
+    model = MarianMTModel(
         MarianConfig(
             vocab_size=len(sp), d_model=16, encoder_layers=1, decoder_layers=1,
             encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
             decoder_ffn_dim=32, activation_function="gelu_new", pad_token_id=sp.pad_token_id,
-            eos_token_id=sp.eos_token_id, decoder_start_token_id=sp.pad_token_id,
+            eos_token_id=sp.eos_token_id, decoder_start_token_id=sp.pad_token_id, init_std=0.3,
         )
     ).eval()  # fmt: skip
-    assert _acts(marian) == ["NewGELUActivation"] * 2
-    HFSeq2SeqLM(marian, sp)
-    assert _acts(marian) == ["GELUTanh"] * 2
+    plain = copy.deepcopy(model)
+    assert _acts(model) == ["NewGELUActivation"] * 2
+    lm = HFSeq2SeqLM(model, sp)
+    assert lm.model is model and _acts(model) == ["GELUTanh"] * 2
+    source = torch.tensor([sp("the cat sat")["input_ids"]])
+    target = torch.tensor([[sp.pad_token_id, *sp("a dog", add_special_tokens=False)["input_ids"]]])
+    assert _same_logits(model, plain, source, decoder_input_ids=target)
 
 
 def test_the_batch_size_follows_free_memory_and_the_model(bpe_lm):
