@@ -67,6 +67,7 @@ import contextlib
 import ctypes
 import os
 import re
+import resource
 import statistics
 import time
 from collections import Counter
@@ -169,6 +170,14 @@ class Peak:
             with open("/proc/self/status") as f:
                 self.gib = int(re.search(r"VmHWM:\s+(\d+)", f.read()).group(1)) / 2**20
             self.label = "GiB RSS"
+
+
+def peak_memory(device: torch.device) -> str:
+    """The peak since the process began (the scripts that measure one part a process,
+    `benchmarks/continuations.py` and `benchmarks/synthetic.py`; `Peak` measures a block)."""
+    if device.type == "cuda":
+        return f"{torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB GPU"
+    return f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB RSS"
 
 
 def sync(device: torch.device) -> None:
