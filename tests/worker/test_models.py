@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import random
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,6 +27,7 @@ from transformers.models.openai import modeling_openai
 
 from tests.worker.conftest import bpe_tokenizer, sp_tokenizer, tiny_gpt2
 from worker.hf import HFCausalLM, HFSeq2SeqLM, fuse_gelu
+from worker.hf_cache import slot_zeros
 from worker.models import (
     APPEND,
     CONTEXT,
@@ -34,6 +37,7 @@ from worker.models import (
     auto_batch_size,
     free_memory,
     grown_columns,
+    keep_buffers_on_heap,
     memory_budget,
     row_bytes,
 )
@@ -145,6 +149,48 @@ def test_slots_score_like_plain_forwards(bpe_lm):
         out, full_logprobs(bpe_lm, [texts[3] + [*deep, 7]]), atol=1e-4, rtol=1e-4
     )
     assert bpe_lm.slot_bytes(slots) == slots.capacity * bpe_lm.kv_bytes_per_token
+
+
+def test_a_resized_slot_cache_keeps_what_it_held_and_is_zero_elsewhere(bpe_lm):
+    slots = bpe_lm.open_slots(3, 4)
+    start = bpe_lm.start_token_id
+    bpe_lm.feed(slots, [0, 1, 2], [start] * 3, [APPEND] * 3, [True] * 3)
+    bpe_lm.feed(slots, [0, 2], [5, 6], [APPEND] * 2, [True] * 2)
+    held = [(layer.kbuf.clone(), layer.vbuf.clone()) for layer in slots.cache.layers]
+    columns = held[0][0].shape[2]
+    bpe_lm.resize_slots(slots, 5, columns + 20)
+    for layer, kept in zip(slots.cache.layers, held, strict=True):
+        for buf, before in zip((layer.kbuf, layer.vbuf), kept, strict=True):
+            assert buf.shape[0] == 5 and buf.shape[2] == columns + 20
+            assert torch.equal(buf[:3, :, :columns], before)
+            assert not buf[:3, :, columns:].any() and not buf[3:].any()
+    bpe_lm.resize_slots(slots, 2, 2)  # narrower: the first rows and columns stay
+    for layer, (k, v) in zip(slots.cache.layers, held, strict=True):
+        assert torch.equal(layer.kbuf, k[:2, :, :2]) and torch.equal(layer.vbuf, v[:2, :, :2])
+
+
+def _resident_mib() -> int:
+    with open("/proc/self/status") as f:
+        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1)) // 1024
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads Linux's /proc")
+def test_a_slot_buffer_is_zeroed_and_goes_back_to_the_system_when_freed():
+    keep_buffers_on_heap()  # a CPU worker's heap, which keeps what is freed on it
+    # 256 MiB: far above what the rest of the test moves.
+    like = torch.zeros(1)
+    base = _resident_mib()
+    buf = slot_zeros(like, (64, 1024, 1024))
+    assert buf.dtype == torch.float32 and not buf[::7, ::97, ::89].any()
+    buf.fill_(1.0)
+    assert _resident_mib() - base >= 240
+    view = buf[3:5]
+    del buf
+    assert _resident_mib() - base >= 240  # a view keeps the mapping
+    del view
+    assert _resident_mib() - base < 64
+    half = slot_zeros(torch.zeros(1, dtype=torch.bfloat16), (3, 4))
+    assert half.dtype == torch.bfloat16 and not half.any()
 
 
 def test_slots_widen_by_a_quarter_in_steps_of_16_within_a_cap():
