@@ -20,7 +20,7 @@ from worker.hf_cache import (
     gather_cache,
     make_cache,
 )
-from worker.models import APPEND, CONTEXT, grown_columns, keep_buffers_on_heap, release_heap
+from worker.models import APPEND, CONTEXT, grown_columns, keep_buffers_on_heap
 
 DTYPES = {
     "float32": torch.float32,
@@ -289,14 +289,6 @@ class HFCausalLM:
         if columns is not None and columns < max(state.fills[:rows], default=0):
             raise ValueError(f"a slot holds {max(state.fills[:rows])} tokens, not {columns}")
         state.resize(rows, state.capacity if columns is None else columns)
-        self._trim()
-
-    def _trim(self) -> None:
-        """After the slots' buffers were copied: on a CPU the old ones (hundreds of MB) were
-        freed into glibc's heap (`worker.models.keep_buffers_on_heap`), where they would stay,
-        fragmented, and the process would hold every width the slots ever had."""
-        if self.device.type == "cpu":
-            release_heap()
 
     def slot_columns(self, state: SlotState) -> int:
         return state.capacity
@@ -377,7 +369,6 @@ class HFCausalLM:
             raise ValueError(f"position {max(pos)} is past the model's {self.max_positions}")
         if need > state.capacity:
             state.resize(state.rows, grown_columns(state.capacity, need))
-            self._trim()
         state.lengths[:n], state.fills[:n] = lengths, fills
         for (s, col), node in added.items():
             state.nodes[s][col] = node

@@ -20,22 +20,23 @@ def slot_zeros(like: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
     """A zeroed buffer of ``shape`` with ``like``'s dtype and device, for the slots' keys and
     values.
 
-    On a CPU it is anonymous memory mapped for this buffer alone: the kernel's pages come
-    zeroed, only those written are resident (the columns past a row's own width stay
-    unbacked until a resize copies them), and freed, the buffer goes back to the system at
-    once, so a resize holds at most one layer's old buffer next to the new ones.  From glibc's
+    On a CPU it is anonymous memory mapped for this buffer alone: the kernel zeroes each page
+    when it is first written, only pages written are resident (the columns past a row's own
+    width stay unbacked until a resize copies them), and freed, the buffer goes back to the
+    system at once (no heap trim needed), so a resize holds at most one layer's old keys and
+    values next to the new ones.  From glibc's
     heap, which keeps freed memory for the step buffers (`worker.models.keep_buffers_on_heap`),
     a resize's old buffers could not be reused by the larger new ones and stayed until the heap
     was trimmed.  A 1,000-item run at l = 100 (GPT-2 small's shape, 2026-11-26; largest cache
     8.4 GiB, the process 1.0 GiB before it, memory budget 10.9 GiB) peaked at 13.0 and 13.5 GiB
-    resident from the heap and at 8.5 GiB mapped, and its 18 resizes took 6.7 % of its CPU time
-    mapped against 8.1 % (no zeros written).
+    resident from the heap and at 8.4 GiB mapped, and its 18 resizes took 5.9 % of its CPU time
+    mapped against 8.1 % (no zero passes of their own, no heap trim after them).
     """
     n = math.prod(shape)
     if like.device.type != "cpu" or n == 0:
         return like.new_zeros(shape)
     area = mmap.mmap(-1, n * like.element_size(), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    # The tensor holds the mapping (a buffer export) until its storage is freed.
+    # The tensor's storage holds a reference to the mapping; the last view freed unmaps it.
     return torch.frombuffer(area, dtype=like.dtype, count=n).view(shape)
 
 
@@ -266,6 +267,8 @@ def slot_cache_classes():
 
         def resize(self, rows: int, capacity: int) -> None:
             """Keep the first ``rows`` rows and ``capacity`` columns (one copy of this layer)."""
+            # The views of the last forward would keep the old buffers alive through the copy.
+            self.keys = self.values = None
             if self.kbuf is not None:
                 keep_r, keep_c = min(rows, self.n_rows), min(capacity, self.capacity)
                 for name in ("kbuf", "vbuf"):
@@ -273,18 +276,15 @@ def slot_cache_classes():
                     shape = (rows, old.shape[1], capacity, old.shape[3])
                     # Zeros where nothing is copied (see ``update``).  A CPU buffer comes zeroed
                     # (`slot_zeros`); on a GPU one pass over the buffer, not two.
-                    if old.device.type == "cpu":
-                        new = slot_zeros(old, shape)
-                        new[:keep_r, :, :keep_c] = old[:keep_r, :, :keep_c]
-                    else:
-                        new = old.new_empty(shape)
-                        new[:keep_r, :, :keep_c] = old[:keep_r, :, :keep_c]
+                    cpu = old.device.type == "cpu"
+                    new = slot_zeros(old, shape) if cpu else old.new_empty(shape)
+                    new[:keep_r, :, :keep_c] = old[:keep_r, :, :keep_c]
+                    if not cpu:
                         new[:keep_r, :, keep_c:] = 0
                         new[keep_r:] = 0
                     setattr(self, name, new)
                     del old
             self.n_rows, self.capacity = rows, capacity
-            self.keys = self.values = None
 
         def swap(self, a: int, b: int, cols_a: int, cols_b: int) -> None:
             """Exchange the first ``cols_a`` columns of row ``a`` and ``cols_b`` of row ``b``."""
