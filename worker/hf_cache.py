@@ -24,13 +24,13 @@ def slot_zeros(like: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
     when it is first written, only pages written are resident (the columns past a row's own
     width stay unbacked until a resize copies them), and freed, the buffer goes back to the
     system at once (no heap trim needed), so a resize holds at most one layer's old keys and
-    values next to the new ones.  From glibc's
-    heap, which keeps freed memory for the step buffers (`worker.models.keep_buffers_on_heap`),
-    a resize's old buffers could not be reused by the larger new ones and stayed until the heap
-    was trimmed.  A 1,000-item run at l = 100 (GPT-2 small's shape, 2026-11-26; largest cache
-    8.4 GiB, the process 1.0 GiB before it, memory budget 10.9 GiB) peaked at 13.0 and 13.5 GiB
-    resident from the heap and at 8.4 GiB mapped, and its 18 resizes took 5.9 % of its CPU time
-    mapped against 8.1 % (no zero passes of their own, no heap trim after them).
+    values next to the new ones.  From glibc's heap, which keeps freed memory for the step
+    buffers (`worker.models.keep_buffers_on_heap`), a resize's old buffers could not be reused
+    by the larger new ones and stayed until the heap was trimmed.  A 1,000-item run at
+    l = 100 (GPT-2 small's shape, 2026-11-26; largest cache 8.4 GiB, the process 1.0 GiB
+    before it, memory budget 10.9 GiB) peaked at 13.0 and 13.5 GiB resident from the heap and
+    at 8.4 GiB mapped, and its 18 resizes took 5.9 % of its CPU time mapped against 8.1 % (no
+    zero passes of their own, no heap trim after them).
     """
     n = math.prod(shape)
     if like.device.type != "cpu" or n == 0:

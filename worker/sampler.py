@@ -255,7 +255,7 @@ class ContinuousSampler:
                 break
             self._forward(*feeds)
         self.state = self.out = None
-        release_heap(self.model.device)  # the slots' cache and the step buffers are free now
+        release_heap(self.model.device)  # the step buffers are free now (the slots' are unmapped)
         return [self.results.get(d.index) for d in drafts]
 
     def _columns(self, drafts: list, from_context: bool) -> int:
