@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import mmap
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -16,28 +17,46 @@ if TYPE_CHECKING:
     from worker.hf import HFCausalLM
 
 
-def slot_zeros(like: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
-    """A zeroed buffer of ``shape`` with ``like``'s dtype and device, for the slots' keys and
-    values.
+# Where ``MADV_DONTNEED`` gives a mapping's pages back to the system and they read as zeros
+# after (Linux), fewer slots keep their buffers as views (`SlotLayer`); elsewhere a resize
+# copies.
+_GIVES_BACK_ZEROS = sys.platform.startswith("linux")
+
+
+def slot_zeros(like: torch.Tensor, shape: tuple[int, ...]) -> tuple[torch.Tensor, Any]:
+    """A zeroed buffer of ``shape`` with ``like``'s dtype and device for the slots' keys and
+    values, and on a CPU its mapping (for `zero_bytes`; None elsewhere, and for no elements).
 
     On a CPU it is anonymous memory mapped for this buffer alone: the kernel zeroes each page
-    when it is first written, only pages written are resident (the columns past a row's own
-    width stay unbacked until a resize copies them), and freed, the buffer goes back to the
-    system at once (no heap trim needed), so a resize holds at most one layer's old keys and
-    values next to the new ones.  From glibc's heap, which keeps freed memory for the step
+    when it is first written, and only pages written are resident (not the rows no slot has
+    used, nor the columns past a row's own width).  Freed, the buffer goes back to the system
+    at once (no heap trim needed).  From glibc's heap, which keeps freed memory for the step
     buffers (`worker.models.keep_buffers_on_heap`), a resize's old buffers could not be reused
-    by the larger new ones and stayed until the heap was trimmed.  A 1,000-item run at
-    l = 100 (GPT-2 small's shape, 2026-11-26; largest cache 8.4 GiB, the process 1.0 GiB
-    before it, memory budget 10.9 GiB) peaked at 13.0 and 13.5 GiB resident from the heap and
-    at 8.4 GiB mapped, and its 18 resizes took 5.9 % of its CPU time mapped against 8.1 % (no
-    zero passes of their own, no heap trim after them).
-    """
+    by the larger new ones and stayed until the heap was trimmed: a 1,000-item run at l = 100
+    (GPT-2 small's shape, 2026-11-26; largest cache 8.4 GiB, the process 1.0 GiB before it,
+    memory budget 10.9 GiB) peaked at 13.0 and 13.5 GiB resident from the heap and at 8.4 GiB
+    mapped."""
     n = math.prod(shape)
     if like.device.type != "cpu" or n == 0:
-        return like.new_zeros(shape)
+        return like.new_zeros(shape), None
     area = mmap.mmap(-1, n * like.element_size(), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     # The tensor's storage holds a reference to the mapping; the last view freed unmaps it.
-    return torch.frombuffer(area, dtype=like.dtype, count=n).view(shape)
+    return torch.frombuffer(area, dtype=like.dtype, count=n).view(shape), area
+
+
+def zero_bytes(whole: torch.Tensor, area: mmap.mmap, start: int, end: int) -> None:
+    """Zero bytes [start, end) of a mapped buffer (`slot_zeros`): the pages wholly inside are
+    given back to the system (they read as zeros after, `_GIVES_BACK_ZEROS`), the parts of
+    the two pages at the edges are written."""
+    page = mmap.PAGESIZE
+    lo, hi = -(-start // page) * page, end // page * page
+    flat = whole.view(-1).view(torch.uint8)
+    if hi <= lo:
+        flat[start:end].zero_()
+        return
+    area.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+    flat[start:lo].zero_()
+    flat[hi:end].zero_()
 
 
 def cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -240,23 +259,32 @@ def slot_cache_classes():
     class SlotLayer(DynamicLayer):
         """Keys and values of every slot, [rows, heads, capacity, head dim], allocated on the
         first forward (the model says its heads and dims).  A forward writes each token at its
-        own (row, column) of the plan and attends over the first ``plan.width`` columns."""
+        own (row, column) of the plan and attends over the first ``plan.width`` columns.
+
+        On a CPU ``kbuf`` and ``vbuf`` are views of mapped buffers (`_mapped_zeros`) with room
+        for at least as many rows as the slots ever had.  On Linux (`_GIVES_BACK_ZEROS`) a
+        change of rows alone moves no data (rows are the outer dimension), and fewer rows give
+        their pages back (`_release`), so that the resident cache stays within rows x columns,
+        which the memory budget counts (`worker.sampler`).  A change of columns copies the cache
+        once.  Columns reserved ahead (no copy when rows widen) were tried: every step's
+        attention then read each (row, head)'s keys far apart from the next one's, and a
+        1,000-item run at l = 20 lost in attention what it saved in copies (attention modules
+        31-32 against 34-36 CPU s, widenings 2.6 against 0.1 CPU s; GPT-2 small's shape,
+        2026-11-26)."""
 
         def __init__(self, plan: _Plan, rows: int, capacity: int):
             super().__init__()
             self.plan, self.n_rows, self.capacity = plan, rows, capacity
             self.kbuf = self.vbuf = None
+            # Per buffer (keys, values): the whole mapped buffer and its mapping, on a CPU.
+            self.maps: list[tuple[torch.Tensor, mmap.mmap]] = []
 
         def update(self, key_states, value_states, *args, **kwargs):
             plan = self.plan
             n, h, q, d = key_states.shape
             if self.kbuf is None:
-                shape = (self.n_rows, h, self.capacity)
-                # Zeros, not garbage: a masked column still multiplies a zero weight, and a NaN
-                # there would spread.
-                self.kbuf = slot_zeros(key_states, (*shape, d))
-                self.vbuf = slot_zeros(value_states, (*shape, value_states.shape[-1]))
                 self.dtype, self.device = key_states.dtype, key_states.device
+                self._allocate(self.n_rows, self.capacity, None, (key_states, value_states))
                 self.is_initialized = True
             flat = (n * q, h)
             self.kbuf[plan.rows, :, plan.cols] = key_states.transpose(1, 2).reshape(*flat, d)
@@ -265,25 +293,58 @@ def slot_cache_classes():
             self.values = self.vbuf[:n, :, : plan.width]
             return self.keys, self.values
 
+        def _allocate(self, rows: int, capacity: int, keep, likes=None) -> None:
+            """New keys and values buffers of ``rows`` x ``capacity`` (zeros, not garbage: a
+            masked column still multiplies a zero weight, and a NaN there would spread), shaped
+            like ``likes`` (default: the present buffers), the first ``keep`` = (rows, columns)
+            of the present buffers copied; one buffer at a time, the old one let go before the
+            next is made, so that memory grows by one buffer at most meanwhile."""
+            olds = [self.kbuf, self.vbuf]
+            likes = list(likes) if likes is not None else olds
+            self.kbuf = self.vbuf = None
+            self.maps = []
+            bufs, maps = [], []
+            for i in range(2):
+                shape = (rows, likes[i].shape[1], capacity, likes[i].shape[-1])
+                if likes[i].device.type == "cpu":
+                    new, area = slot_zeros(likes[i], shape)
+                else:  # one pass over the buffer, not two (zeros, then the copy)
+                    make = likes[i].new_zeros if keep is None else likes[i].new_empty
+                    new, area = make(shape), None
+                if keep is not None:
+                    kr, kc = keep
+                    new[:kr, :, :kc] = olds[i][:kr, :, :kc]
+                    if area is None:
+                        new[:kr, :, kc:] = 0
+                        new[kr:] = 0
+                olds[i] = likes[i] = None  # the old keys go before the new values are made
+                bufs.append(new)
+                if area is not None:
+                    maps.append((new, area))
+            self.kbuf, self.vbuf = (b[: self.n_rows] for b in bufs)
+            self.maps = maps
+
         def resize(self, rows: int, capacity: int) -> None:
-            """Keep the first ``rows`` rows and ``capacity`` columns (one copy of this layer)."""
-            # The views of the last forward would keep the old buffers alive through the copy.
+            """Keep the first ``rows`` rows and ``capacity`` columns: on a Linux CPU a change of
+            rows alone (within the buffers' rows) moves no data, otherwise one copy of this
+            layer."""
+            # The views of the last forward would keep the old buffers alive through a copy.
             self.keys = self.values = None
+            old_rows, old_cols = self.n_rows, self.capacity
             if self.kbuf is not None:
-                keep_r, keep_c = min(rows, self.n_rows), min(capacity, self.capacity)
-                for name in ("kbuf", "vbuf"):
-                    old = getattr(self, name)
-                    shape = (rows, old.shape[1], capacity, old.shape[3])
-                    # Zeros where nothing is copied (see ``update``).  A CPU buffer comes zeroed
-                    # (`slot_zeros`); on a GPU one pass over the buffer, not two.
-                    cpu = old.device.type == "cpu"
-                    new = slot_zeros(old, shape) if cpu else old.new_empty(shape)
-                    new[:keep_r, :, :keep_c] = old[:keep_r, :, :keep_c]
-                    if not cpu:
-                        new[:keep_r, :, keep_c:] = 0
-                        new[keep_r:] = 0
-                    setattr(self, name, new)
-                    del old
+                in_place = _GIVES_BACK_ZEROS and self.maps and capacity == old_cols
+                if in_place and rows <= self.maps[0][0].shape[0]:
+                    for whole, area in self.maps:
+                        if rows < old_rows:
+                            row = whole.stride(0) * whole.element_size()
+                            zero_bytes(whole, area, rows * row, old_rows * row)
+                    self.kbuf, self.vbuf = (whole[:rows] for whole, _ in self.maps)
+                else:
+                    # Room for the rows the slots have now or had before this resize, no more
+                    # (the address space a wide buffer maps grows with its rows).
+                    keep = (min(rows, old_rows), min(capacity, old_cols))
+                    self.n_rows = rows
+                    self._allocate(max(rows, old_rows), capacity, keep)
             self.n_rows, self.capacity = rows, capacity
 
         def swap(self, a: int, b: int, cols_a: int, cols_b: int) -> None:
@@ -291,13 +352,17 @@ def slot_cache_classes():
             if self.kbuf is None:
                 return
             for buf in (self.kbuf, self.vbuf):
+                if not cols_b:  # into an empty slot: one copy
+                    buf[b, :, :cols_a] = buf[a, :, :cols_a]
+                    continue
                 keep = buf[a, :, :cols_a].clone() if cols_a else None
-                if cols_b:
-                    buf[a, :, :cols_b] = buf[b, :, :cols_b]
+                buf[a, :, :cols_b] = buf[b, :, :cols_b]
                 if keep is not None:
                     buf[b, :, :cols_a] = keep
 
         def nbytes(self) -> int:
+            """What the rows and columns in use take (a mapped buffer's rows past them take no
+            memory: their pages are given back or never written)."""
             if self.kbuf is None:
                 return 0
             return self.kbuf.numel() * self.kbuf.element_size() * 2

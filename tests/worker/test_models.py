@@ -26,8 +26,9 @@ from transformers.activations import (
 from transformers.models.openai import modeling_openai
 
 from tests.worker.conftest import bpe_tokenizer, sp_tokenizer, tiny_gpt2
+from worker import hf_cache
 from worker.hf import HFCausalLM, HFSeq2SeqLM, fuse_gelu
-from worker.hf_cache import slot_zeros
+from worker.hf_cache import slot_cache_classes, slot_zeros
 from worker.models import (
     APPEND,
     CONTEXT,
@@ -151,7 +152,10 @@ def test_slots_score_like_plain_forwards(bpe_lm):
     assert bpe_lm.slot_bytes(slots) == slots.capacity * bpe_lm.kv_bytes_per_token
 
 
-def test_a_resized_slot_cache_keeps_what_it_held_and_is_zero_elsewhere(bpe_lm):
+@pytest.mark.parametrize("views", [True, False], ids=["row-views", "copies"])
+def test_a_resized_slot_cache_keeps_what_it_held_and_is_zero_elsewhere(bpe_lm, monkeypatch, views):
+    # Row views: fewer rows keep the buffers (Linux); copies: every resize makes new buffers.
+    monkeypatch.setattr(hf_cache, "_GIVES_BACK_ZEROS", views)
     slots = bpe_lm.open_slots(3, 4)
     start = bpe_lm.start_token_id
     bpe_lm.feed(slots, [0, 1, 2], [start] * 3, [APPEND] * 3, [True] * 3)
@@ -164,9 +168,67 @@ def test_a_resized_slot_cache_keeps_what_it_held_and_is_zero_elsewhere(bpe_lm):
             assert buf.shape[0] == 5 and buf.shape[2] == columns + 20
             assert torch.equal(buf[:3, :, :columns], before)
             assert not buf[:3, :, columns:].any() and not buf[3:].any()
+    bpe_lm.resize_slots(slots, 1)  # fewer rows, then as many again: the others are zeros
+    bpe_lm.resize_slots(slots, 5)
+    for layer, kept in zip(slots.cache.layers, held, strict=True):
+        for buf, before in zip((layer.kbuf, layer.vbuf), kept, strict=True):
+            assert torch.equal(buf[:1, :, :columns], before[:1]) and not buf[1:].any()
+            assert not buf[:1, :, columns:].any()
     bpe_lm.resize_slots(slots, 2, 2)  # narrower: the first rows and columns stay
     for layer, (k, v) in zip(slots.cache.layers, held, strict=True):
-        assert torch.equal(layer.kbuf, k[:2, :, :2]) and torch.equal(layer.vbuf, v[:2, :, :2])
+        assert torch.equal(layer.kbuf[:1], k[:1, :, :2]) and not layer.kbuf[1:].any()
+        assert torch.equal(layer.vbuf[:1], v[:1, :, :2]) and not layer.vbuf[1:].any()
+
+
+def _fill_slots(cache, keys: torch.Tensor, values: torch.Tensor) -> None:
+    """Write keys and values [rows, heads, columns, dim]: ``columns`` tokens into each slot."""
+    rows, _, columns, _ = keys.shape
+    plan = cache.plan
+    plan.rows = torch.arange(rows).repeat_interleave(columns)
+    plan.cols = torch.arange(columns).repeat(rows)
+    plan.width = plan.query = columns
+    cache.layers[0].update(keys, values)
+
+
+@pytest.mark.skipif(
+    not hf_cache._GIVES_BACK_ZEROS or not Path("/proc/self/smaps_rollup").exists(),
+    reason="mapped slot buffers: Linux",
+)
+def test_fewer_slots_give_their_pages_back_without_moving_the_rest():
+    """A change of rows alone moves no data: fewer rows give the pages of the others back to
+    the system (the resident cache stays within rows x columns, what the memory budget
+    counts), and rows added again within the mapping are zero and take no memory until
+    written.  A change of columns copies once, keeping what the slots held."""
+    keep_buffers_on_heap()
+    # About 64 MiB a buffer, keys and values 128 MiB; a row is not a whole number of pages.
+    rows, heads, dim, columns = 32, 8, 64, 1023
+    keys, values = (torch.randn(rows, heads, columns, dim) for _ in range(2))
+    cache = slot_cache_classes()(rows, columns, 1)
+    layer = cache.layers[0]
+    base = _resident_mib()
+    _fill_slots(cache, keys, values)
+    assert _resident_mib() - base >= 120  # the two buffers, written
+    keys, values = keys[:7].clone(), values[:7].clone()
+    start = layer.kbuf.data_ptr()
+    before = _resident_mib()
+    layer.resize(7, columns)  # 7 rows: the cut falls inside a page
+    assert layer.kbuf.data_ptr() == start  # in place
+    assert before - _resident_mib() >= 90  # 100 MiB of the 128 given back
+    assert torch.equal(layer.kbuf, keys) and torch.equal(layer.vbuf, values)
+    before = _resident_mib()
+    layer.resize(rows, columns)
+    assert layer.kbuf.data_ptr() == start and _resident_mib() - before < 8
+    assert torch.equal(layer.kbuf[:7], keys) and not layer.kbuf[7:].any()
+    assert torch.equal(layer.vbuf[:7], values) and not layer.vbuf[7:].any()
+    layer.resize(7, columns)
+    before = _resident_mib()
+    layer.resize(7, columns + 16)  # wider: one copy
+    assert layer.kbuf.data_ptr() != start and layer.kbuf.shape == (7, heads, columns + 16, dim)
+    for buf, kept in ((layer.kbuf, keys), (layer.vbuf, values)):
+        assert torch.equal(buf[:, :, :columns], kept) and not buf[:, :, columns:].any()
+    assert layer.nbytes() == 2 * 7 * heads * (columns + 16) * dim * 4
+    # The old buffers are unmapped: as much is resident as before (the 7 rows, 28 MiB).
+    assert abs(_resident_mib() - before) < 8
 
 
 def _resident_mib() -> int:
@@ -181,7 +243,7 @@ def test_a_slot_buffer_is_zeroed_and_goes_back_to_the_system_when_freed():
     # 256 MiB: far above what the rest of the test moves.
     like = torch.zeros(1)
     base = _resident_mib()
-    buf = slot_zeros(like, (64, 1024, 1024))
+    buf = slot_zeros(like, (64, 1024, 1024))[0]  # the mapping itself is not kept
     assert buf.dtype == torch.float32 and not buf[::7, ::97, ::89].any()
     buf.fill_(1.0)
     assert _resident_mib() - base >= 240
@@ -190,7 +252,7 @@ def test_a_slot_buffer_is_zeroed_and_goes_back_to_the_system_when_freed():
     assert _resident_mib() - base >= 240  # a view keeps the mapping
     del view
     assert _resident_mib() - base < 64
-    half = slot_zeros(torch.zeros(1, dtype=torch.bfloat16), (3, 4))
+    half = slot_zeros(torch.zeros(1, dtype=torch.bfloat16), (3, 4))[0]
     assert half.dtype == torch.bfloat16 and not half.any()
 
 
