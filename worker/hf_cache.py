@@ -261,10 +261,10 @@ def slot_cache_classes():
         first forward (the model says its heads and dims).  A forward writes each token at its
         own (row, column) of the plan and attends over the first ``plan.width`` columns.
 
-        On a CPU ``kbuf`` and ``vbuf`` are views of mapped buffers (`_mapped_zeros`) with room
+        On a CPU ``kbuf`` and ``vbuf`` are views of mapped buffers (`slot_zeros`) with room
         for at least as many rows as the slots ever had.  On Linux (`_GIVES_BACK_ZEROS`) a
         change of rows alone moves no data (rows are the outer dimension), and fewer rows give
-        their pages back (`_release`), so that the resident cache stays within rows x columns,
+        their pages back (`zero_bytes`), so that the resident cache stays within rows x columns,
         which the memory budget counts (`worker.sampler`).  A change of columns copies the cache
         once.  Columns reserved ahead (no copy when rows widen) were tried: every step's
         attention then read each (row, head)'s keys far apart from the next one's, and a
@@ -331,6 +331,7 @@ def slot_cache_classes():
             # The views of the last forward would keep the old buffers alive through a copy.
             self.keys = self.values = None
             old_rows, old_cols = self.n_rows, self.capacity
+            self.n_rows, self.capacity = rows, capacity
             if self.kbuf is not None:
                 in_place = _GIVES_BACK_ZEROS and self.maps and capacity == old_cols
                 if in_place and rows <= self.maps[0][0].shape[0]:
@@ -343,9 +344,7 @@ def slot_cache_classes():
                     # Room for the rows the slots have now or had before this resize, no more
                     # (the address space a wide buffer maps grows with its rows).
                     keep = (min(rows, old_rows), min(capacity, old_cols))
-                    self.n_rows = rows
                     self._allocate(max(rows, old_rows), capacity, keep)
-            self.n_rows, self.capacity = rows, capacity
 
         def swap(self, a: int, b: int, cols_a: int, cols_b: int) -> None:
             """Exchange the first ``cols_a`` columns of row ``a`` and ``cols_b`` of row ``b``."""
