@@ -277,12 +277,8 @@ class HFCausalLM:
             state.lengths[s] = state.fills[s] = 0
             state.nodes[s] = {}
 
-    @torch.inference_mode()
     def swap_slots(self, state: SlotState, a: int, b: int) -> None:
-        for layer in state.cache.layers:
-            layer.swap(a, b, state.fills[a], state.fills[b])
-        for field in (state.lengths, state.fills, state.nodes):
-            field[a], field[b] = field[b], field[a]
+        state.swap(a, b)
 
     @torch.inference_mode()
     def resize_slots(self, state: SlotState, rows: int, columns: int | None = None) -> None:
@@ -379,6 +375,7 @@ class HFCausalLM:
                 cols[f] = fills[i] + j - used[i]
                 see_at.append(f)
                 see_col.append(cols[f])
+        state.settle()  # the step's slot moves, in one copy a buffer
         width = need
         dev = self.device
         visible = torch.arange(width, device=dev)[None, :] < torch.tensor(ctx, device=dev)[:, None]
@@ -435,7 +432,7 @@ class HFCausalLM:
             return self._extend_uncached(state, rows, continuations)
         tree = state.tree
         if tree is None or tree.source_width != state.mask.shape[1]:
-            tree = state.tree = WordTree(self, state, sorted(set(rows)))
+            tree = state.tree = WordTree(state, sorted(set(rows)))
         in_tree = [r in tree.row_of for r in rows]
         called = sorted({tree.row_of[r] for r, ok in zip(rows, in_tree, strict=True) if ok})
         if called and len(called) < 0.75 * len(tree.nodes):
