@@ -20,7 +20,8 @@ HEADER = """\
 # The `ebc` command line
 
 Generated from the Typer app by `python -m app.cli.docs > docs/cli.md`; do not edit by hand
-(a test compares this file with the generated text). `ebc COMMAND --help` prints the same.
+(a test compares this file with the generated text). `--help` after any command prints the
+same.
 Every command is one unit of work on the database named by `DATABASE_URL`
 ([configuration](configuration.md)); the CLI acts as an administrator.
 """
