@@ -27,7 +27,7 @@ class Environment(StrEnum):
 class Settings(BaseSettings):
     """Configuration of the web service, the worker and the CLI.
 
-    Every field is documented in the README's configuration table (a test
+    Every field is documented in docs/configuration.md's settings table (a test
     checks this). Environment variables carry the `EBC_` prefix, except
     `DATABASE_URL`, which is also accepted bare as most platforms set it.
     """

@@ -13,8 +13,8 @@ adaptive mode; `RateExceeded`, which botocore does not know, by a handler of our
 Every failure is a `CrowdError`; "this exact call was already made" is `AlreadyDone`.
 
 MTurk closed to new requesters on 30 July 2026 and closes on 30 September 2026: this
-serves the sandbox, MTurk-compatible endpoints and reproductions (README "Crowd
-channels").
+serves the sandbox, MTurk-compatible endpoints and reproductions (docs/crowd.md,
+"Mechanical Turk").
 """
 
 from __future__ import annotations
