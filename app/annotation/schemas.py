@@ -120,7 +120,7 @@ class Submission:
 
 @dataclass(frozen=True)
 class InviteRef:
-    """What a signed link names: an annotator's link nonce, and the panel session if any.
+    """What a signed link names: an annotator's link nonce, and the Prolific session if any.
 
     `annotator_id` is set only by links of the first format, which also carried the
     annotator's (sequential) id; it must then match the annotator the nonce names.
@@ -147,7 +147,7 @@ class PageData:
 
 @dataclass(slots=True)
 class Sent:
-    """A stored (or repeated) submission of an invite or panel link."""
+    """A stored (or repeated) submission of an invite or Prolific link."""
 
     submission: Submission
     kept: HitPage | None = None  # a repeat with other answers: the ones that were kept

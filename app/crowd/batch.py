@@ -146,10 +146,10 @@ def _hits(session: Session, study: Study) -> list[_Hit]:
 def _layout(study: Study, hits: list[_Hit]) -> Layout:
     if study.study_type is StudyType.ratings:
         # Its quality must be stored before the context is shown: a static template
-        # cannot hold that, the service's own pages do (ExternalQuestion, panel, invite).
+        # cannot hold that, the service's own pages do (ExternalQuestion, Prolific, invite).
         raise BatchError(
             f"Study {study.slug} collects ratings: the MTurk-format batch is for next-word "
-            "studies. Use the MTurk ExternalQuestion (ebc crowd publish), a panel or "
+            "studies. Use the MTurk ExternalQuestion (ebc crowd publish), Prolific or "
             "invite links."
         )
     if not hits:

@@ -52,7 +52,7 @@ from app.annotation.admin import invite, revoke_invite
 from app.annotation.identities import invite_token
 from app.audit.service import CLI
 from app.db import begin_write, unit_of_work
-from app.models import Annotator, Study, StudyStatus
+from app.models import Annotator, Channel, Study, StudyStatus
 from app.results.queries import Judgments
 from app.simulate.crowd import Crowd, Heterogeneity, deliver
 from app.simulate.judges import GodView, ItemTruth, Judge, SimulationError, StudyView
@@ -172,7 +172,7 @@ class HttpRun:
             annotator_blocked=np.zeros(len(people), bool),
             annotator_exclude_past=np.zeros(len(people), bool),
             annotator_labels=[r.label for r in people],
-            annotator_channels=["local"] * len(people),
+            annotator_channels=[Channel.local.value] * len(people),
         )
 
     def summary(self) -> str:

@@ -11,8 +11,8 @@ truth z: replication 1's estimate and SE), the share of the R studies whose defa
 interval covers the truth (p, with its Monte Carlo SE), the share rejecting EB-C = 1 (q:
 the power to detect the target EB-C when the truth is the target, as by default); what
 the design needs (HITs, assignments, judgments); and what each crowd channel charges for
-it, by that channel's own fee rules in `app.crowd` (`mturk.price`, `prolific.price`,
-`local.price`: no fee for invite links), grouped by replicas as
+it, by that channel's own fee rule (`Platform.price` of `app.crowd.registry`: no fee for
+invite links), grouped by replicas as
 `app.crowd.postings.price_groups` prices a study's HITs. Nothing is stored and no
 platform is asked: no network.
 
@@ -24,7 +24,6 @@ passed, reporting those done (`Preview.stopped`); the CLI has no limit.
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 from collections import Counter
@@ -35,10 +34,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app.config import Settings
-from app.crowd import local, mturk, prolific
 from app.crowd.base import CostEstimate, PostingSpec, Qualifications
 from app.crowd.common import study_qualifications
 from app.crowd.postings import price_groups
+from app.crowd.registry import PLATFORMS
 from app.models import StudyType
 from app.results.stats import PlanTarget
 from app.results.stats.power import PAPER_CGD_DATA
@@ -54,7 +53,7 @@ from app.simulate.study import (
 from app.simulate.workload import Workload
 from app.validation import INT32_MAX, BadInput, Line, check_text
 
-CHANNELS = ("mturk", "prolific", "local")
+CHANNELS = tuple(PLATFORMS)
 DEFAULT_TARGET = PlanTarget().target_ebc
 
 
@@ -433,30 +432,22 @@ def rejection_label(truths: Any, target_ebc: float) -> str:
 def channel_costs(
     study: Any, settings: Settings, size: DesignSize, providers: tuple[str, ...] = CHANNELS
 ) -> list[ChannelCost]:
-    """Each channel's estimate for the design's HITs, by its fee rules in `app.crowd`
-    (no call to any platform). The study's reward (`payment.reward_cents`) per assignment;
-    MTurk's environment and Masters as the study file sets them (`channels.mturk`);
-    Prolific at `EBC_PROLIFIC_FEE_RATE`, one HIT per place; local: no fee."""
-    channels = study.channels or {}
-    mturk_settings = channels.get("mturk") or {}
+    """Each channel's estimate for the design's HITs, by its platform's fee rule
+    (`Platform.price`: no call to any platform). The study's reward (`payment.reward_cents`)
+    per assignment; the environment and qualifications as the study file sets them
+    (`Platform.study_environment`: MTurk's sandbox, `channels.mturk`); Prolific at
+    `EBC_PROLIFIC_FEE_RATE`, one HIT per place; local: no fee."""
     out = []
     for name in providers:
+        platform = PLATFORMS[name]
         spec = _spec(study, name)
         notes: list[str] = []
-        if name == "mturk":
-            environment = "sandbox" if mturk_settings.get("sandbox", True) else "production"
-            enabled = bool(mturk_settings.get("enabled"))
-            price = functools.partial(mturk.price, spec)
-            if environment == "sandbox":
-                notes.append("sandbox: no money moves; production charges this for the same HITs")
-        elif name == "prolific":
-            environment = "production"
-            enabled = bool((channels.get("panel") or {}).get("enabled"))
-            price = functools.partial(prolific.price, spec, fee_rate=settings.prolific_fee_rate)
-        else:
-            environment, enabled = "local", True  # invite links always work
-            price = functools.partial(local.price, spec)
-        if spec.reward_cents < 1 and name != "local":
+        environment = platform.study_environment(study)
+        enabled = platform.enabled(study)
+        price = platform.price(settings, spec)
+        if environment == "sandbox":
+            notes.append("sandbox: no money moves; production charges this for the same HITs")
+        if spec.reward_cents < 1 and platform.caps.remote:
             out.append(
                 ChannelCost(
                     name,

@@ -24,7 +24,7 @@ from app.annotation.submissions import submit
 from app.config import ROOT
 from app.crowd import bonuses, claims, common, ledger, overview, payments, publishing, sync
 from app.crowd.base import CrowdError, PlatformSubmission
-from app.crowd.mturk import (
+from app.crowd.platforms.mturk.formats import (
     QUAL_APPROVAL_RATE,
     QUAL_LOCALE,
     QUAL_MASTERS,
