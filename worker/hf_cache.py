@@ -397,6 +397,9 @@ class SlotState:
     # `swap` exchanges two entries, and the rows move in one batched copy when the buffers are
     # next read or resized.
     where: list[int] = field(default_factory=list)
+    # Changes whenever the buffers are made anew (a resize): what refers to them (a step
+    # captured as a graph, `worker.hf._StepGraphs`) is then stale.
+    version: int = 0
 
     @classmethod
     def open(cls, rows: int, capacity: int, n_layers: int) -> SlotState:
@@ -432,6 +435,7 @@ class SlotState:
         """Keep the first ``rows`` slots, with ``capacity`` columns (layer by layer: one layer's
         buffers are copied at a time, so memory grows by one layer at most meanwhile)."""
         self.settle()
+        self.version += 1
         for layer in self.cache.layers:
             layer.resize(rows, capacity)
         if rows < self.rows:

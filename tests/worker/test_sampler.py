@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from worker import sampler
+from worker.hf import HFCausalLM
 from worker.opcount import OpCounter
 from worker.prefixes import PrefixSpec, make_items
 
@@ -147,3 +148,54 @@ def test_a_steps_operations_do_not_grow_with_its_rows(bpe_lm, text_dataset, kind
     large, n_large = _ops_per_forward(bpe_lm, 32, kind, text_dataset, 4)
     assert n_small > 10 and n_large > 10
     assert large <= 1.3 * small, (small, large)
+
+
+@pytest.fixture(scope="module")
+def static_lm(bpe_lm):
+    """`bpe_lm`'s model with the GPU's fixed-shape steps, run eagerly (no capture on a CPU)."""
+    return HFCausalLM(
+        bpe_lm.model, bpe_lm.tokenizer, name=bpe_lm.name, static_steps=True, graphs=False
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec"),
+    [
+        ("model", PrefixSpec(batch_size=4)),
+        ("model", PrefixSpec(batch_size=16, prompt_words=2)),  # the tail speculates
+        ("data", PrefixSpec(batch_size=8)),
+        ("model", CONTINUED),
+    ],
+    ids=["model-4", "model-16-prompt", "data-8", "continued"],
+)
+def test_fixed_shape_steps_make_the_same_items(bpe_lm, static_lm, text_dataset, kind, spec):
+    """The GPU's step (every slot, a power of two of queries a slot, every column, the logits
+    of every position: the shapes a CUDA graph replays) makes the items of the eager step, up
+    to float rounding of the other shapes; and its shapes change only when the slots are
+    resized, so that a few graphs cover a run."""
+    shapes: dict[tuple, set] = {}
+    steps = 0
+    real = static_lm._graphs.run
+
+    def run(state, inputs):
+        nonlocal steps
+        steps += 1
+        ids, _, mask = inputs[:3]
+        assert mask.shape[-1] == state.capacity  # every column
+        shapes.setdefault((id(state), state.version), set()).add((*ids.shape, mask.shape[-1]))
+        return real(state, inputs)
+
+    static_lm._graphs.run = run
+    try:
+        fixed = make_items(static_lm, text_dataset, spec, 3, kind, 0, 24, seed=2)
+    finally:
+        del static_lm._graphs.run
+    eager = make_items(bpe_lm, text_dataset, spec, 3, kind, 0, 24, seed=2)
+    for a, b in zip(fixed, eager, strict=True):
+        assert (a.words, a.continuation, a.skip_reason) == (b.words, b.continuation, b.skip_reason)
+        assert [w for w, _ in a.choices] == [w for w, _ in b.choices]
+        assert [p for _, p in a.choices] == pytest.approx([p for _, p in b.choices], abs=1e-5)
+    # One shape a slot state (its rows and columns), a few with speculation (the queries):
+    # a shape's graph is captured once and replayed until the slots are resized.
+    assert shapes and all(len(s) <= 3 for s in shapes.values()), shapes
+    assert sum(len(s) for s in shapes.values()) < steps / 3, (steps, shapes)
