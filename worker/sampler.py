@@ -438,7 +438,12 @@ class ContinuousSampler:
                 self._finish_search(r)
 
     def _rows_of(self, out: torch.Tensor, rows: list[_Row]) -> torch.Tensor:
-        index = torch.tensor([r.out for r in rows], dtype=torch.long, device=out.device)
+        """The rows' distributions in ``out``: ``out`` itself when they are all its rows in
+        order (most steps before the tail: a copy of [rows, vocabulary] saved)."""
+        at = [r.out for r in rows]
+        if len(at) == out.shape[0] and at == list(range(len(at))):
+            return out
+        index = torch.tensor(at, dtype=torch.long, device=out.device)
         return out.index_select(0, index)
 
     def _full(self, r: _Row) -> bool:

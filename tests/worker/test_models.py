@@ -164,16 +164,17 @@ def _filled_slots(lm, rows: int, texts: list[list[int]]):
     return slots
 
 
-def test_a_steps_slot_moves_are_one_copy_a_buffer_whatever_the_rows(bpe_lm):
+def test_a_steps_slot_moves_are_a_few_copies_a_buffer_whatever_the_rows(bpe_lm):
     """Slots moved within a step (a three-cycle, a move into an empty slot, a swap undone)
-    hold their texts at the next forward, and the moves cost the same operations for one moved
-    slot as for five: one gather and one scatter per buffer and layer."""
+    hold their texts at the next forward, and the moves cost one gather and one scatter per
+    buffer and layer for each power of two of the moved slots' widths, however many slots
+    move."""
     start, enc = bpe_lm.start_token_id, bpe_lm.encode
     texts = [[start, *enc(t)] for t in ["the cat", "a dog", "the dog at the", "th", "cat"]]
     texts.append([])  # slot 5 is empty
     layers = bpe_lm.model.config.n_layer
 
-    def moved_ops(swaps: list[tuple[int, int]]) -> tuple[list[list[int]], OpCounter]:
+    def moved_ops(swaps: list[tuple[int, int]]) -> tuple[list[list[int]], OpCounter, int]:
         slots = _filled_slots(bpe_lm, 6, texts)
         order = list(range(6))
         for a, b in swaps:
@@ -186,14 +187,25 @@ def test_a_steps_slot_moves_are_one_copy_a_buffer_whatever_the_rows(bpe_lm):
         out, _ = bpe_lm.feed(slots, live, [7] * len(live), [APPEND] * len(live), [True] * len(live))
         ref = full_logprobs(bpe_lm, [now[s] + [7] for s in live])
         torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
-        return now, ops
+        widths = {(len(now[s]) - 1).bit_length() for s in live if order[s] != s}
+        return now, ops, len(widths)
 
-    one, ops_one = moved_ops([(0, 5)])  # into the empty slot
-    assert one[5] == texts[0] and not one[0]
-    many, ops_many = moved_ops([(0, 1), (1, 2), (3, 5), (4, 0), (2, 4), (2, 4)])
-    assert many != texts
-    assert ops_one.counts["index_select"] == ops_one.counts["index_copy_"] == 2 * layers
-    assert ops_many.counts == ops_one.counts
+    one, ops_one, groups = moved_ops([(0, 5)])  # into the empty slot
+    assert one[5] == texts[0] and not one[0] and groups == 1
+    assert ops_one.counts["index"] == ops_one.counts["index_copy_"] == 2 * layers
+    many, ops_many, groups = moved_ops([(0, 1), (1, 2), (3, 5), (4, 0), (2, 4), (2, 4)])
+    assert many != texts and groups > 1
+    assert ops_many.counts["index"] == ops_many.counts["index_copy_"] == 2 * layers * groups
+    # Two slots of one width class cost what one does.
+    same = [
+        (i, j)
+        for i in range(5)
+        for j in range(i + 1, 5)
+        if (len(texts[i]) - 1).bit_length() == (len(texts[j]) - 1).bit_length()
+    ]
+    assert same
+    _, ops_two, groups = moved_ops([same[0]])
+    assert groups == 1 and ops_two.counts == ops_one.counts
     # Nothing moved: nothing copied.
     slots = _filled_slots(bpe_lm, 6, texts)
     bpe_lm.swap_slots(slots, 1, 2)
