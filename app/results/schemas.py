@@ -15,7 +15,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.results.ratings_schemas import RatingsOut
 from app.results.stats import (
     Agreement,
     ClusterTest,
@@ -31,6 +30,7 @@ from app.results.stats import (
 )
 from app.results.stats.ebc import CiMethod, Estimator, Unit
 from app.results.stats.ebm import EBMScores
+from app.studytypes.ratings.schemas import RatingsOut
 
 OnOff = Literal["on", "off"]
 

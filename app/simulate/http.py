@@ -53,10 +53,10 @@ from app.annotation.identities import invite_token
 from app.audit.service import CLI
 from app.db import begin_write, unit_of_work
 from app.models import Annotator, Study, StudyStatus
-from app.results.queries import Judgments
 from app.simulate.crowd import Crowd, Heterogeneity, deliver
 from app.simulate.judges import GodView, ItemTruth, Judge, SimulationError, StudyView
 from app.simulate.page import HIT_PAGE, Page, read_page
+from app.studytypes.nextword.queries import Judgments
 
 RETRIES = 5  # sends of one request that failed in transit or with a 503
 

@@ -34,7 +34,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.config import Settings
 from app.models import StudyType
-from app.results.queries_ratings import scale_of
 from app.simulate.crowd import Crowd, CrowdSpecError
 from app.simulate.preview import (
     CHANNELS,
@@ -67,6 +66,7 @@ from app.simulate.ratings_study import (
     summarise_ratings,
 )
 from app.simulate.study import Design
+from app.studytypes.ratings.queries import scale_of
 from app.validation import INT32_MAX, Line
 
 LEVEL = 0.95  # the ratings results' default level

@@ -8,7 +8,7 @@ activity) under :class:`~app.simulate.raters.Raters` with an exact truth, plus t
 ``fast`` layer (a share of ratings are uniform clicks posted faster than the study's
 minimum time, so the ``too_fast`` rule sees them); then the results' own steps: the
 study's exclusion rules (:func:`app.results.exclusions.exclusion_mask`, as
-:func:`app.results.ratings.compute_ratings` applies them) and the ratings statistics
+:func:`app.studytypes.ratings.results.compute_ratings` applies them) and the ratings statistics
 with the results' defaults, with and without exclusions. The statistics are
 :func:`app.results.stats.ratings.mean_ratings`: the cell means, gaps, ratios and trends of
 :func:`~app.results.stats.ratings.ratings_results` with the same definitions, intervals
@@ -43,7 +43,6 @@ import numpy as np
 from scipy import special
 
 from app.results.exclusions import exclusion_mask
-from app.results.queries_ratings import Ratings
 from app.results.stats import DATA_KIND, MODEL_KIND
 from app.results.stats.ratings import STEPS, mean_ratings
 from app.results.stats.ratings_columns import RatingColumns
@@ -52,6 +51,7 @@ from app.simulate.raters import PAPER_CONSISTENCY, PAPER_QUALITY, RaterHeterogen
 from app.simulate.raters import simulate_ratings as simulate_rating_columns
 from app.simulate.study import VARIANTS, Design
 from app.simulate.workload import FAST_NS, SLOW_NS, expected_annotators
+from app.studytypes.ratings.queries import Ratings
 
 # True means (data, model) when none are chosen: Raters.paper_like's, the shape of the
 # later paper's Table 3 (a continuation after a model prefix rated a little lower).

@@ -31,9 +31,10 @@ from typing import Any
 import numpy as np
 
 from app.results.exclusions import exclusion_mask
-from app.results.queries import ATTENTION_KIND, Judgments, kind_codes
+from app.results.queries import ATTENTION_KIND, kind_codes
 from app.results.stats import DATA_KIND, MODEL_KIND, EBCResults, PlanTarget, estimate_ebc
 from app.simulate.crowd import Crowd, Heterogeneity, StandIn, answer
+from app.studytypes.nextword.queries import Judgments
 
 DEFAULT_MIX = {"data": 5, "model": 5}
 

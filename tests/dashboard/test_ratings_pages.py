@@ -22,7 +22,7 @@ def test_a_ratings_study_results_page_shows_its_ratings(logged_in, session):
     session.commit()
     assert session.scalar(select(func.count(Rating.consistency))) == 11
     r = logged_in.get(f"/dashboard/studies/{study.slug}/results?b=200")
-    assert r.status_code == 200 and r.template.name == "results_ratings.html"
+    assert r.status_code == 200 and r.template.name == "ratings/results.html"
     assert "coming" not in r.text and "CGD(M|D)" not in r.text  # no next-word figures
     main = r.context["res"].ratings.results
     assert main.n_ratings == 10 and main.n_annotators == 1  # the attention pair aside

@@ -1,4 +1,4 @@
-"""The diagnostics table (app.results.diagnostics) on studies built as production builds
+"""The diagnostics table (app.studytypes.nextword.diagnostics) on studies built as production builds
 them (HITs from build_hits, answers through the annotation service), on both databases:
 people rows against the judgments and the headline figures, synthetic rows against the
 items' stored divergences, the self-recovery gaps, the translation labels."""
@@ -11,7 +11,9 @@ import pytest
 from sqlalchemy import select
 
 from app.models import Annotator
-from app.results.diagnostics import (
+from app.results.schemas import DiagnosticRow, DiagnosticsOut, ResultQuery
+from app.results.service import study_results
+from app.studytypes.nextword.diagnostics import (
     GAP_DEFINITION,
     compute_diagnostics,
     diagnostics_csv,
@@ -19,11 +21,9 @@ from app.results.diagnostics import (
     shows_diagnostics,
     study_diagnostics,
 )
-from app.results.plot import diagnostics_plot
-from app.results.queries import load_judgments, load_references
-from app.results.schemas import DiagnosticRow, DiagnosticsOut, ResultQuery
-from app.results.service import study_results
-from app.results.synthetic import synthetic_results
+from app.studytypes.nextword.plot import diagnostics_plot
+from app.studytypes.nextword.queries import load_judgments, load_references
+from app.studytypes.nextword.synthetic import synthetic_results
 from tests.factories import StudyFactory
 from tests.results.diagnostic_study import (
     MT_KINDS,

@@ -10,9 +10,10 @@ import sacrebleu
 from sqlalchemy import func, select
 
 from app.audit.service import CLI
-from app.models import AuditEvent, Item, StudyScore
-from app.results.ebm import ScoreError, score_study, stored_ebm
+from app.models import AuditEvent, Item, StudyScore, StudyType
 from app.software import package_version
+from app.studytypes.ratings.ebm import ScoreError, score_study, stored_ebm
+from app.studytypes.registry import STUDY_TYPES, study_type_of
 from tests.factories import StudyFactory
 from tests.results.ebm_study import L_GEN, make_ebm_study, write_corpus
 
@@ -81,11 +82,14 @@ def test_the_newest_scores_are_current(session, made):
     assert stored_ebm(session, made.study).scores.b == 120
 
 
-def test_a_next_word_study_is_not_scored(session):
+def test_a_next_word_study_has_no_scores(session):
+    """EB-M is a capability of the ratings type: a next-word study's plug-in has none, and
+    says why in its own words."""
     study = StudyFactory(session, "nw").study
-    with pytest.raises(ScoreError, match="next-word study"):
-        score_study(session, study, by=CLI)
-    assert stored_ebm(session, study) is None
+    plugin = study_type_of(study)
+    assert plugin.scores is None
+    assert plugin.refusal(study, "EB-M") == "nw is a next-word study: EB-M scores ratings studies"
+    assert STUDY_TYPES[StudyType.ratings].scores is not None
 
 
 def test_nothing_to_score_before_precompute(session, tmp_path):

@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from app.results.planning import plan_for_study, study_plan
 from app.results.schemas import ResultQuery
 from app.results.service import study_results
 from app.results.stats import PlanError, PlanTarget, jsonable
+from app.studytypes.nextword.planning import plan_for_study, study_plan
 
 FAST = {"b": 200}
 

@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from app.models import Assignment, Item, Judgment
-from app.results import queries
-from app.results.queries import kind_codes, load_judgments
+from app.results import queries as shared
+from app.results.queries import kind_codes
+from app.studytypes.nextword import queries
+from app.studytypes.nextword.queries import load_judgments
 from tests.factories import StudyFactory
 
 
@@ -62,7 +64,7 @@ def test_packed_and_fetched_columns_agree(session, handmade, backend):
     specs = (queries._judgment_spec(), queries._judgment_spec(dialect))
     for spec in (*specs, queries._item_spec(codes, 5, dialect)):
         stmt = (
-            queries._select(spec)
+            shared.select_spec(spec)
             .join_from(Judgment, Assignment, Assignment.id == Judgment.assignment_id)
             .join(Item, Item.id == Judgment.item_id)
             .where(Item.study_id == handmade.study.id)
@@ -71,7 +73,7 @@ def test_packed_and_fetched_columns_agree(session, handmade, backend):
         rows = session.connection().execute(stmt).all()
         for k, (name, *_rest) in enumerate(spec):
             fetched[name] = np.array([r[k] for r in rows], dtype=float)
-        copied = queries._packed_columns(session, stmt, spec)
+        copied = shared.packed_columns(session, stmt, spec)
         assert len(rows) == 25
         key = "id" if "id" in fetched else "id_item"
         order_f, order_c = np.argsort(fetched[key]), np.argsort(copied[key])
@@ -117,8 +119,8 @@ def test_true_rank_of_escaped_and_plain_words(session, handmade):
         queries._item_spec(codes, 5, dialect),
         queries._item_spec(codes, 5, "sqlite"),  # the portable CASE, no prefilter
     ):
-        stmt = queries._select(spec).where(Item.id.in_(list(ids.values())))
-        cols = queries._columns(session, stmt, spec)
+        stmt = shared.select_spec(spec).where(Item.id.in_(list(ids.values())))
+        cols = shared.spec_columns(session, stmt, spec)
         got = dict(zip(cols["id"].tolist(), cols["true_rank"].tolist(), strict=True))
         assert {w: got[i] for w, i in ids.items()} == TRUE_RANKS
 
@@ -153,13 +155,13 @@ def test_export_rows_carry_everything_a_reanalysis_needs(session, handmade):
     assert (json.loads(order) if isinstance(order, str) else order) == [0, 1, 2, 3, 4, "none"]
     assert first["kind"] == "data" and first["annotator_label"] == "A"
     assert first["external_assignment_id"].startswith("asg-")
-    batches = list(queries.iter_item_rows(session, handmade.study))
+    batches = list(shared.iter_item_rows(session, handmade.study))
     items = [dict(zip(keys, r, strict=True)) for keys, batch in batches for r in batch]
     assert len(items) == 10 and all(r["hit_id"] is not None for r in items)
 
 
 def test_study_counts(session, handmade):
-    counts = queries.study_counts(session, handmade.study)
+    counts = shared.study_counts(session, handmade.study)
     assert counts == {
         "items": 8,
         "attention_items": 2,

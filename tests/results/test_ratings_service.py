@@ -19,11 +19,14 @@ from app.annotation.ratings import CONSISTENCY, QUALITY, RatingPost, rate
 from app.models import Assignment, Rating, utcnow
 from app.results.exclusions import exclusion_mask
 from app.results.queries import FLAG_AFTER_BLOCK
-from app.results.queries_ratings import load_ratings
-from app.results.ratings import NextWordOnly, NextWordOption, study_ratings
 from app.results.schemas import ResultQuery
-from app.results.service import AGREEMENT_B, load_and_compute, study_results
+from app.results.service import study_results
+from app.results.stats.agreement import AGREEMENT_B
 from app.results.stats.ratings import ratings_results
+from app.studytypes.base import OptionNotForThisType
+from app.studytypes.ratings.queries import load_ratings
+from app.studytypes.ratings.results import study_ratings
+from app.studytypes.registry import study_type_of
 from tests.factories import StudyFactory
 from tests.hits.factory import annotator
 from tests.hits.ratings_factory import make_ratings_study
@@ -204,7 +207,7 @@ def _rate(session, who, lease, *, upto=None, start=0, now, attention="0.5", valu
 def test_ratings_of_unfinished_hits_count_in_neither_variant(session):
     """A rating counts once its HIT is submitted (as a next-word judgment, stored only at
     submission): an unfinished HIT's ratings stay stored and are reported as a count."""
-    from app.results.ratings_exports import ratings_csv
+    from app.studytypes.ratings.exports import ratings_csv
 
     study = make_ratings_study(session, slug="unfinished", per_cell=10, replicas=1)
     done, partial = annotator(session, study, "done"), annotator(session, study, "partial")
@@ -329,19 +332,19 @@ def test_the_attention_rule_is_relative_to_the_scale(session, scale_max, passing
 
 
 def test_a_ratings_study_loads_no_judgments(session, rated, monkeypatch):
-    from app.results import queries
+    from app.studytypes.nextword import queries
 
     def refuse(*_args, **_kwargs):
         raise AssertionError("a ratings study has no judgments to load")
 
     monkeypatch.setattr(queries, "load_judgments", refuse)
-    done = load_and_compute(session, rated.study, QUERY)
-    assert done.results.ratings is not None and done.judgments is None
+    res = study_results(session, rated.study, QUERY)
+    assert res.ratings is not None and res.results is None
 
 
 def test_next_word_options_are_refused_for_a_ratings_study(session, rated):
     for option, value in (("unit", "twoway"), ("estimator", "plurality"), ("ci", "bca")):
-        with pytest.raises(NextWordOption) as refused:
+        with pytest.raises(OptionNotForThisType) as refused:
             study_results(session, rated.study, ResultQuery(**{option: value}))
         assert refused.value.field == option and "ratings study" in refused.value.message
     res = study_results(session, rated.study, ResultQuery(b=200, seed=3, exclusions="off"))
@@ -349,9 +352,8 @@ def test_next_word_options_are_refused_for_a_ratings_study(session, rated):
 
 
 def test_diagnostics_and_plan_are_next_word_only(session, rated):
-    from app.results.diagnostics import study_diagnostics
-    from app.results.planning import study_plan
-
-    for compute in (study_diagnostics, study_plan):
-        with pytest.raises(NextWordOnly, match="rated is a ratings study"):
-            compute(session, rated.study)
+    plugin = study_type_of(rated.study)
+    assert plugin.diagnostics is None and plugin.planner is None
+    for what in ("diagnostics", "planner"):
+        refusal = plugin.refusal(rated.study, what)
+        assert refusal == f"rated is a ratings study: it has no {what} (a next-word figure)."

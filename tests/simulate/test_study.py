@@ -12,10 +12,10 @@ import pytest
 from app.models import Study
 from app.results.queries import ATTENTION_KIND
 from app.results.schemas import ResultQuery
-from app.results.service import compute_results
 from app.results.stats import PlanTarget
 from app.simulate.crowd import Crowd, Heterogeneity, StandIn, expected_with_random_clicks
 from app.simulate.study import Design, assign_slots, estimate, simulate_judgments, simulate_study
+from app.studytypes.nextword.results import compute_results
 
 pytestmark = pytest.mark.sqlite  # pure: one run is enough
 

@@ -14,8 +14,8 @@ from sqlalchemy import select
 from app.annotation.ratings import CONSISTENCY
 from app.auth.service import create_api_token
 from app.models import AuditEvent, User
-from app.results.ratings_exports import RATING_FIELDS, TABLE_FIELDS
 from app.results.schemas import ResultsOut
+from app.studytypes.ratings.exports import RATING_FIELDS, TABLE_FIELDS
 from tests.factories import StudyFactory
 from tests.results.ratings_study import FORMULA, MODEL_NAME, make_rated_study
 

@@ -25,15 +25,16 @@ from pydantic import TypeAdapter
 from sqlalchemy.orm import Session
 
 from app.audit.service import Actor, record_by
-from app.models import Study, StudyScore, StudyType
+from app.models import Study, StudyScore
 from app.precompute.datasets import Dataset, DatasetError, load_dataset
-from app.results import queries
-from app.results.queries import Continuation
+from app.results.queries import latest_score
 from app.results.schemas import EBMOut
 from app.results.stats import jsonable
 from app.results.stats.ebm import EBMScores, KindTexts, ebm_scores
 from app.software import package_version, software
 from app.studies.schemas import config_from_columns
+from app.studytypes.ratings import queries
+from app.studytypes.ratings.queries import Continuation
 
 NAME = "ebm"
 DEFAULT_B = 1000
@@ -42,10 +43,6 @@ SCORE_PACKAGES = ("sacrebleu", "nltk")
 
 class ScoreError(ValueError):
     """The scores cannot be computed, with a message meant for the researcher."""
-
-
-def is_ratings(study: Study) -> bool:
-    return study.study_type is StudyType.ratings
 
 
 def _dataset(study: Study, dataset: Dataset | None) -> Dataset:
@@ -118,11 +115,9 @@ def score_study(
     """Compute `study`'s EB-M document and store it as its current "ebm" scores.
 
     `dataset`: the study's dataset when the caller has it loaded (the worker); else it is
-    read from the study's path. Raises `ScoreError` for a next-word study, one without
-    continuations yet, or a dataset that is missing or changed.
+    read from the study's path. Raises `ScoreError` for one without continuations yet, or a
+    dataset that is missing or changed.
     """
-    if not is_ratings(study):
-        raise ScoreError(f"{study.slug} is a next-word study: EB-M scores ratings studies")
     if not 2 <= b <= 100_000:
         raise ScoreError("the bootstrap needs between 2 and 100,000 resamples")
     rows = queries.load_continuations(session, study)
@@ -158,10 +153,8 @@ _SCORES = TypeAdapter(EBMScores)
 
 
 def stored_ebm(session: Session, study: Study) -> EBMOut | None:
-    """The current stored EB-M document of `study` (None: none yet, or a next-word study)."""
-    if not is_ratings(study):
-        return None
-    row = queries.latest_score(session, study, NAME)
+    """The current stored EB-M document of `study` (None: none yet)."""
+    row = latest_score(session, study, NAME)
     if row is None:
         return None
     return EBMOut(
@@ -175,7 +168,6 @@ __all__ = [
     "DEFAULT_B",
     "NAME",
     "ScoreError",
-    "is_ratings",
     "score_study",
     "stored_ebm",
     "texts_by_cell",

@@ -32,13 +32,14 @@ from sqlalchemy.orm import Session
 from app.models import Annotator, Assignment, AssignmentStatus, Hit, Item, Rating, Study
 from app.results.queries import (
     ATTENTION_KIND,
-    _columns,
-    _raw_columns,
-    _select,
-    _stream,
+    Flagged,
     assignment_flags,
     kind_codes,
     load_annotators,
+    raw_columns,
+    select_spec,
+    spec_columns,
+    stream_rows,
     study_assignments,
 )
 from app.results.stats.ratings_columns import RatingColumns
@@ -51,7 +52,7 @@ _DEFAULTS = RatingsSection()
 
 
 @dataclass
-class Ratings(RatingColumns):
+class Ratings(Flagged, RatingColumns):
     """A study's counted ratings (:class:`RatingColumns`, in rating-id order: those of
     submitted HITs) and, beside them, what the exclusion rules read: per rating its
     assignment's flags (``FLAG_*`` bits), per annotator (indexed like ``annotator_ids``)
@@ -85,12 +86,6 @@ class Ratings(RatingColumns):
         """Per rating: an attention pair (shuffled words) rated as expected, a quality of
         at most :attr:`attention_max`."""
         return attention_passed(self.quality, self.scale_max)
-
-    def flagged(self, flag: int) -> np.ndarray:
-        """Which ratings' assignments carry `flag` (a FLAG_* bit)."""
-        if self.assignment_flags is None:
-            return np.zeros(self.n, bool)
-        return (self.assignment_flags & flag) != 0
 
 
 def scale_of(study: Study) -> tuple[int, float]:
@@ -141,12 +136,12 @@ def load_ratings(session: Session, study: Study) -> Ratings:
         ("consistency", func.coalesce(Rating.consistency, _OPEN), Float, ">f8"),
     ]
     stmt = (
-        _select(spec)
+        select_spec(spec)
         .join(asg, asg.id == Rating.assignment_id)
         .join(Item, Item.id == Rating.item_id)
         .where(Item.skip_reason.is_(None))
     )
-    cols = _columns(session, stmt, spec)
+    cols = spec_columns(session, stmt, spec)
     submitted = cols["submitted"].astype(bool)
     unfinished = cols["assignment"][~submitted]
     order = np.argsort(cols["id"][submitted], kind="stable")
@@ -182,7 +177,7 @@ def iter_rating_rows(session: Session, study: Study) -> Iterator[tuple[list[str]
     """Every rating of `study` (skipped pairs' and unfinished HITs' too, flagged by
     ``skip_reason`` and ``assignment_status``) with its pair and its annotator's opaque id:
     ``(column names, batch of rows)`` in rating-id order, streamed like
-    :func:`app.results.queries.iter_judgment_rows`."""
+    :func:`app.results.queries.iter_item_rows`."""
     spec = [
         (Rating.id.label("rating_id"), None),
         (Hit.id.label("hit_id"), None),
@@ -217,7 +212,7 @@ def iter_rating_rows(session: Session, study: Study) -> Iterator[tuple[list[str]
         (Assignment.unverified, "bool"),
     ]
     stmt = (
-        select(*_raw_columns(spec))
+        select(*raw_columns(spec))
         .join(Assignment, Assignment.id == Rating.assignment_id)
         .join(Hit, Hit.id == Assignment.hit_id)
         .join(Item, Item.id == Rating.item_id)
@@ -225,7 +220,83 @@ def iter_rating_rows(session: Session, study: Study) -> Iterator[tuple[list[str]
         .where(Hit.study_id == study.id)
         .order_by(Rating.id)
     )
-    yield from _stream(session, stmt)
+    yield from stream_rows(session, stmt)
 
 
-__all__ = ["Ratings", "iter_rating_rows", "load_ratings", "scale_of"]
+@dataclass(frozen=True)
+class Continuation:
+    """A shown item of a ratings study with its continuation (EB-M's input): ``line`` is
+    the dataset line its prompt (and a data kind's prefix) came from, from its provenance."""
+
+    item_id: int
+    length: int
+    kind: str
+    index: int
+    prompt: str | None
+    words: str
+    true_next_word: str | None
+    continuation: str
+    line: int | None
+    data_continuation: str | None  # data-line kinds: the worker's record of the line's words
+
+
+def load_continuations(session: Session, study: Study) -> list[Continuation]:
+    """Every shown (not skipped), non-attention item of `study` that has a continuation,
+    by length, kind and index."""
+    line = Item.provenance["line"].as_integer()
+    recorded = Item.provenance["data_continuation"].as_string()
+    rows = session.execute(
+        select(
+            Item.id,
+            Item.length,
+            Item.kind,
+            Item.index,
+            Item.prompt,
+            Item.words,
+            Item.true_next_word,
+            Item.continuation,
+            line,
+            recorded,
+        )
+        .where(
+            Item.study_id == study.id,
+            Item.skip_reason.is_(None),
+            Item.is_attention.is_(False),
+            Item.continuation.is_not(None),
+        )
+        .order_by(Item.length, Item.kind, Item.index)
+    ).all()
+    return [Continuation(*row) for row in rows]
+
+
+def iter_sample_rows(session: Session, study: Study) -> Iterator[tuple[list[str], list[tuple]]]:
+    """Every item of `study` with a continuation (skipped and attention ones flagged):
+    the prefix-switching samples, streamed like :func:`iter_item_rows`."""
+    spec = [
+        (Item.id.label("item_id"), None),
+        (Item.kind, None),
+        (Item.length, None),
+        (Item.index, None),
+        (Item.is_attention, "bool"),
+        (Item.skip_reason, None),
+        (Item.prompt, None),
+        (Item.words, None),
+        (Item.continuation, None),
+    ]
+    stmt = (
+        select(*raw_columns(spec))
+        .where(Item.study_id == study.id, Item.continuation.is_not(None))
+        .order_by(Item.id)
+    )
+    yield from stream_rows(session, stmt)
+
+
+__all__ = [
+    "Continuation",
+    "Ratings",
+    "iter_rating_rows",
+    "iter_sample_rows",
+    "load_continuations",
+    "load_ratings",
+    "scale_of",
+]

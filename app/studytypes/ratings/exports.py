@@ -43,11 +43,18 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.models import Study
-from app.results.exports import _csv_cell, _csv_chunks, _jsonl_chunks, _records, _time, tex_escape
-from app.results.queries_ratings import iter_rating_rows
-from app.results.ratings_schemas import RatingsOut, RatingsSet
+from app.results.exports import (
+    csv_cell,
+    csv_chunks,
+    iso_time,
+    jsonl_chunks,
+    records,
+    tex_escape,
+)
 from app.results.schemas import ResultsOut
 from app.results.stats import finite_or_none
+from app.studytypes.ratings.queries import iter_rating_rows
+from app.studytypes.ratings.schemas import RatingsOut, RatingsSet
 
 RATING_FIELDS = [
     "study", "rating_id", "assignment", "hit_id", "hit_index", "position", "item_id", "kind",
@@ -74,21 +81,21 @@ def _rating_batches(session: Session, study: Study) -> Iterator[list[dict[str, A
     slug = study.slug
     for keys, rows in iter_rating_rows(session, study):
         batch = []
-        for r in _records(keys, rows):
+        for r in records(keys, rows):
             r["prefix"] = r.pop("words")
-            r["quality_at"] = _time(r["quality_at"])
-            r["consistency_at"] = _time(r["consistency_at"])
+            r["quality_at"] = iso_time(r["quality_at"])
+            r["consistency_at"] = iso_time(r["consistency_at"])
             batch.append({"study": slug, **r})
         yield batch
 
 
 def ratings_csv(session: Session, study: Study) -> Iterator[str]:
     """Every rating of `study` as CSV text chunks (one per fetched batch)."""
-    return _csv_chunks(RATING_FIELDS, _rating_batches(session, study))
+    return csv_chunks(RATING_FIELDS, _rating_batches(session, study))
 
 
 def ratings_jsonl(session: Session, study: Study) -> Iterator[str]:
-    return _jsonl_chunks(RATING_FIELDS, _rating_batches(session, study))
+    return jsonl_chunks(RATING_FIELDS, _rating_batches(session, study))
 
 
 # --------------------------------------------------------------------------- the figures
@@ -174,7 +181,7 @@ def ratings_table_csv(res: ResultsOut) -> str:
         for row in _table_rows(res.study, v):
             writer.writerow(
                 {
-                    k: _csv_cell(finite_or_none(x) if isinstance(x, float) else x)
+                    k: csv_cell(finite_or_none(x) if isinstance(x, float) else x)
                     for k, x in row.items()
                 }
             )

@@ -24,18 +24,18 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.models import Study
-from app.results import queries
 from app.results.exports import (
-    _csv_cell,
-    _csv_chunks,
-    _jsonl_chunks,
-    _pm,
-    _records,
+    csv_cell,
+    csv_chunks,
+    jsonl_chunks,
+    plus_minus,
+    records,
     tex_escape,
 )
 from app.results.schemas import EBMOut
 from app.results.stats import finite_or_none
 from app.results.stats.ebm import SCORE_LABELS, SCORES
+from app.studytypes.ratings import queries
 
 EBM_FIELDS = [
     "study", "figure", "length", "kind", "score", "value", "se", "low", "high", "method",
@@ -83,7 +83,7 @@ def ebm_csv(study: str, ebm: EBMOut | None) -> str:
     writer.writeheader()
     for row in _rows(study, ebm) if ebm else ():
         writer.writerow(
-            {k: _csv_cell(finite_or_none(v) if isinstance(v, float) else v) for k, v in row.items()}
+            {k: csv_cell(finite_or_none(v) if isinstance(v, float) else v) for k, v in row.items()}
         )
     return buf.getvalue()
 
@@ -116,9 +116,9 @@ def ebm_latex(study: str, ebm: EBMOut | None, task_label: str) -> str:
         cells = []
         for score in SCORES:
             r = _ratio(ebm, ln, score)
-            cells.append(_pm(r.value, r.se) if r else "--")
+            cells.append(plus_minus(r.value, r.se) if r else "--")
         e = next((x for x in ebm.scores.eb_bleu if x.length == ln), None)
-        cells.append(_pm(e.value, e.se, digits=2) if e else "--")
+        cells.append(plus_minus(e.value, e.se, digits=2) if e else "--")
         lines.append(f"{tex_escape(task_label)} & {ln} & " + " & ".join(cells) + " \\\\")
     if ebm:
         s = ebm.scores
@@ -227,7 +227,7 @@ def _sample_batches(session: Session, study: Study) -> Iterator[list[dict[str, A
     slug = study.slug
     for keys, rows in queries.iter_sample_rows(session, study):
         batch = []
-        for r in _records(keys, rows):
+        for r in records(keys, rows):
             r["prefix"] = r.pop("words")
             batch.append({"study": slug, **r})
         yield batch
@@ -235,11 +235,11 @@ def _sample_batches(session: Session, study: Study) -> Iterator[list[dict[str, A
 
 def samples_csv(session: Session, study: Study) -> Iterator[str]:
     """The prefix-switching samples as CSV text chunks (one per fetched batch)."""
-    return _csv_chunks(SAMPLE_FIELDS, _sample_batches(session, study))
+    return csv_chunks(SAMPLE_FIELDS, _sample_batches(session, study))
 
 
 def samples_jsonl(session: Session, study: Study) -> Iterator[str]:
-    return _jsonl_chunks(SAMPLE_FIELDS, _sample_batches(session, study))
+    return jsonl_chunks(SAMPLE_FIELDS, _sample_batches(session, study))
 
 
 __all__ = [

@@ -1,10 +1,10 @@
 """Results of a ratings study (DESIGN.md "Second protocol: ratings of continuations").
 
-``ratings_document`` loads the study's ratings (:func:`app.results.queries_ratings.load_ratings`)
-and hands them to ``compute_ratings``, which is pure: columns in, :class:`RatingsOut` out.
+``ratings_document`` loads the study's ratings (:func:`~.queries.load_ratings`) and hands
+them to ``compute_ratings``, which is pure: columns in, :class:`RatingsOut` out.
 A rating counts once its HIT is submitted, as a next-word judgment (stored only at
 submission) does; the ratings of unfinished HITs stay stored, count in neither variant and
-are reported as a count. As for a next-word study (:mod:`app.results.service`), every
+are reported as a count. As for a next-word study (:mod:`~app.studytypes.nextword.results`), every
 figure is computed twice, with and without the study's pre-declared exclusions
 (:mod:`app.results.exclusions`, the same rules: blocked annotators whose past work is
 excluded, attention accuracy below the study's threshold — an attention pair of shuffled
@@ -12,11 +12,11 @@ words is answered right when its quality is at most ``scale_max / 5``, 1 on 0-5
 (:func:`app.results.stats.ratings_figures.attention_max`) —, too-fast ratings, kept work
 after a block, past the cap or the replicas; unconfirmed MTurk work counts in neither),
 and the ``exclusions`` option only says which is the main one. The next-word options
-(estimator, unit, ci) are refused (:class:`NextWordOption`), as the next-word figures
-(diagnostics, the planner) are (:class:`NextWordOnly`). The statistics are
+(estimator, unit, ci) are refused (:class:`~app.studytypes.base.OptionNotForThisType`),
+as the next-word figures (diagnostics, the planner) are. The statistics are
 :func:`app.results.stats.ratings.ratings_results` and
 :func:`~app.results.stats.ratings.rater_quality`; the stored EB-M scores come with them
-(:mod:`app.results.ebm`). Services read; they never commit.
+(:mod:`app.studytypes.ratings.ebm`). Services read; they never commit.
 """
 
 from __future__ import annotations
@@ -30,23 +30,7 @@ from sqlalchemy.orm import Session
 
 from app import __version__
 from app.models import Study
-from app.results.ebm import is_ratings, stored_ebm
 from app.results.exclusions import counted, exclusion_mask
-from app.results.queries_ratings import Ratings, load_ratings, scale_of
-from app.results.ratings_schemas import (
-    AgreementRowOut,
-    CellMeanOut,
-    ContrastOut,
-    PaperRowOut,
-    RaterQualityOut,
-    RatingsOut,
-    RatingsRow,
-    RatingsSet,
-    StepRow,
-    TrendOut,
-    figures,
-    simulated_ratings_label,
-)
 from app.results.schemas import (
     NEXTWORD_OPTIONS,
     ExclusionReport,
@@ -62,46 +46,37 @@ from app.results.stats.ratings import (
     ratings_results,
 )
 from app.results.stats.ratings_figures import attention_max
-from app.validation import BadInput
+from app.studytypes.base import OptionNotForThisType
+from app.studytypes.ratings.ebm import stored_ebm
+from app.studytypes.ratings.queries import Ratings, load_ratings, scale_of
+from app.studytypes.ratings.schemas import (
+    AgreementRowOut,
+    CellMeanOut,
+    ContrastOut,
+    PaperRowOut,
+    RaterQualityOut,
+    RatingsOut,
+    RatingsRow,
+    RatingsSet,
+    StepRow,
+    TrendOut,
+    figures,
+    simulated_ratings_label,
+)
 
 PAPER_LABEL = f"Paper-comparable: {PAPER_RUNS_LABEL}."
-
-
-class NextWordOption(BadInput):
-    """Next-word options (estimator, unit, ci) given for a ratings study's figures: refused
-    rather than ignored (a 4xx; ``fields`` names them, ``field`` the first)."""
-
-    def __init__(self, message: str, fields: list[str]) -> None:
-        super().__init__(message)  # the message names the fields
-        self.field = fields[0]
-        self.fields = fields
-
-
-class NextWordOnly(LookupError):
-    """A next-word figure (diagnostics, the planner) asked of a ratings study: there is none
-    (a 404, as a download a study's type does not have)."""
-
-    def __init__(self, study: Study, what: str) -> None:
-        self.message = f"{study.slug} is a ratings study: it has no {what} (a next-word figure)."
-        super().__init__(self.message)
-
-
-def next_word_only(study: Study, what: str) -> None:
-    """Raise :class:`NextWordOnly` when `study` is a ratings study."""
-    if is_ratings(study):
-        raise NextWordOnly(study, what)
 
 
 def ratings_query(query: ResultQuery | RatingsQuery) -> RatingsQuery:
     """The options of a ratings study's figures (:class:`RatingsQuery`) from the results'
     options; a next-word option that was given (estimator, unit, ci) is refused with
-    :class:`NextWordOption`, never silently ignored."""
+    :class:`~app.studytypes.base.OptionNotForThisType`, never silently ignored."""
     if isinstance(query, RatingsQuery):
         return query
     given = [name for name in NEXTWORD_OPTIONS if name in query.model_fields_set]
     if given:
         what = "are next-word options" if len(given) > 1 else "is a next-word option"
-        raise NextWordOption(
+        raise OptionNotForThisType(
             f"{', '.join(given)} {what}; a ratings study takes b, seed, exclusions and level "
             "(its headline intervals are two-way, annotator x pair; the secondary ones an "
             "annotator bootstrap)",
@@ -133,7 +108,7 @@ def ratings_document(
     """The results document of a ratings study: its ratings figures (``ratings``), its
     stored EB-M (``ebm``) and its exclusion report counted in ratings; the next-word
     figures (CGD, EB-C, the planner) do not apply and are empty, and a next-word option
-    given in `query` is refused (:class:`NextWordOption`)."""
+    given in `query` is refused (:class:`~app.studytypes.base.OptionNotForThisType`)."""
     started = time.perf_counter() if started is None else started
     opts = ratings_query(query)
     r = load_ratings(session, study)
@@ -328,11 +303,8 @@ def _quality(r: Ratings, keep: np.ndarray) -> list[RaterQualityOut]:
 
 __all__ = [
     "PAPER_LABEL",
-    "NextWordOnly",
-    "NextWordOption",
     "RatingsComputed",
     "compute_ratings",
-    "next_word_only",
     "rater_quality_rows",
     "ratings_document",
     "ratings_query",

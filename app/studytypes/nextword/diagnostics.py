@@ -6,7 +6,7 @@ estimator and the annotator-cluster intervals of the headline figures:
 :func:`app.results.stats.estimate_ebc` with the results' options and the study's
 exclusion rules) or ``synthetic:<metric>`` (the reference model P_D in place of people:
 the mean over items of token d_TV, d_JS, d_GD or word-level d_GD, item-bootstrap
-intervals: :mod:`app.results.synthetic`). Kinds are the study's: data, model,
+intervals: :mod:`app.studytypes.nextword.synthetic`). Kinds are the study's: data, model,
 data_shuffled, random, unrelated, data_corrupted@c, model_corrupted@c; a translation
 study's rows also carry the first paper's labels (DATA, NORMAL, UNREL, RAND).
 
@@ -33,12 +33,9 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from app.models import Study
-from app.results import queries, service
-from app.results.ebm import is_ratings
 from app.results.exclusions import counted, exclusion_mask
 from app.results.exports import csv_text
-from app.results.queries import ATTENTION_KIND, FIXED_KINDS, Judgments
-from app.results.ratings import next_word_only
+from app.results.queries import ATTENTION_KIND, FIXED_KINDS
 from app.results.schemas import (
     DiagnosticRow,
     DiagnosticsOut,
@@ -56,7 +53,15 @@ from app.results.stats import (
     estimate_ebc,
     finite_or_none,
 )
-from app.results.synthetic import CORRUPTED_OVER, reference_model, split_kind, synthetic_results
+from app.studytypes.nextword import queries
+from app.studytypes.nextword.queries import Judgments
+from app.studytypes.nextword.results import MainEstimate, load_and_compute
+from app.studytypes.nextword.synthetic import (
+    CORRUPTED_OVER,
+    reference_model,
+    split_kind,
+    synthetic_results,
+)
 
 PAPER_LABELS = {"data": "DATA", "model": "NORMAL", "unrelated": "UNREL", "random": "RAND"}
 """The first paper's forced prefixes of its translation diagnostics, by our kind names."""
@@ -75,10 +80,8 @@ NAN = float("nan")
 
 
 def shows_diagnostics(study: Study) -> bool:
-    """Whether `study` has diagnostics to show: a next-word study with a kind beyond data
-    and model, or a reference model."""
-    if is_ratings(study):
-        return False
+    """Whether `study` has diagnostics to show: a kind beyond data and model, or a reference
+    model."""
     return any(k not in FIXED_KINDS for k in study.kinds) or reference_model(study) is not None
 
 
@@ -91,8 +94,7 @@ def study_diagnostics(
 ) -> DiagnosticsOut:
     """The diagnostics table of `study` for `query` (load and compute). `synthetic`: the
     results' synthetic figures for the same `query`, when the caller has them already,
-    instead of computing them again. A ratings study has none: :class:`NextWordOnly`."""
-    next_word_only(study, "diagnostics")
+    instead of computing them again."""
     query = query or ResultQuery()
     j = queries.load_judgments(session, study)
     if synthetic is None and reference_model(study):
@@ -106,8 +108,8 @@ def results_with_diagnostics(
     """The results of `study` for `query` and, when it shows them, its diagnostics (else
     None), from one load of the judgments; the synthetic figures and, where the people rows
     count the judgments the headline figures count, the headline estimate are reused."""
-    done = service.load_and_compute(session, study, query)
-    if not shows_diagnostics(study) or done.judgments is None:
+    done = load_and_compute(session, study, query)
+    if not shows_diagnostics(study):
         return done.results, None
     synthetic = done.results.synthetic
     diag = compute_diagnostics(study, done.judgments, synthetic, query, main=done.main)
@@ -124,10 +126,10 @@ def compute_diagnostics(
     synthetic: SyntheticOut | None,
     query: ResultQuery,
     *,
-    main: service.MainEstimate | None = None,
+    main: MainEstimate | None = None,
 ) -> DiagnosticsOut:
     """Every row of the diagnostics table (module docstring) from the loaded judgments and
-    the synthetic figures (:func:`app.results.synthetic.synthetic_results`; None: none).
+    the synthetic figures (:func:`~.synthetic.synthetic_results`; None: none).
     `main`: the results' main estimate over the same `j`; the people rows take it instead
     of estimating again when it counted the same judgments with the same options."""
     messages: list[str] = []
@@ -167,7 +169,7 @@ def _people_rows(
     labels: dict[str, str],
     messages: list[str],
     *,
-    main: service.MainEstimate | None = None,
+    main: MainEstimate | None = None,
 ) -> tuple[list[DiagnosticRow], bool | None, str, int]:
     """CGD per cell and the gaps from the judgments (exclusions as the results' option),
     and how many of the judgments they count are a simulated crowd's."""

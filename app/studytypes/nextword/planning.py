@@ -13,10 +13,7 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from app.models import Study
-from app.results import queries
 from app.results.exclusions import exclusion_mask
-from app.results.queries import Judgments
-from app.results.ratings import next_word_only
 from app.results.stats import (
     DATA_KIND,
     MODEL_KIND,
@@ -27,6 +24,8 @@ from app.results.stats import (
     estimate_ebc,
     plan_study,
 )
+from app.studytypes.nextword import queries
+from app.studytypes.nextword.queries import Judgments
 
 PLAN_B = 2000  # resamples for the design effect when no annotator estimate is at hand
 
@@ -121,9 +120,7 @@ def study_plan(
     session: Session, study: Study, target: PlanTarget | None = None, *, seed: int = 0
 ) -> StudyPlan:
     """The plan for ``target`` measured on the study's judgments so far, exclusions
-    applied, single estimator (``GET /plan``, the dashboard's planner). A ratings study
-    has no such plan (its judgments are ratings): :class:`NextWordOnly`."""
-    next_word_only(study, "planner")
+    applied, single estimator (``GET /plan``, the dashboard's planner)."""
     j = queries.load_judgments(session, study)
     keep, _ = exclusion_mask(j, study.exclusions)
     return plan_from_judgments(study, j, keep, target, seed=seed)

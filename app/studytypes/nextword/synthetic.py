@@ -4,8 +4,8 @@ model): the worker's per-item divergences (``items.reference``, via
 the self-recovery gap ratios, by :func:`app.results.stats.synthetic_table`.
 
 Pure given the loaded columns; the results document (``synthetic``) and the diagnostics
-table (``app.results.diagnostics``) both take their numbers from :func:`synthetic_results`
-(the results page computes it once for both), so the two agree for the same options.
+table (:mod:`~.diagnostics`) both take their numbers from :func:`synthetic_results` (the
+results page computes it once for both), so the two agree for the same options.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from dataclasses import replace
 import numpy as np
 
 from app.models import Study
-from app.results.queries import References
 from app.results.schemas import ResultQuery, SyntheticEbcRow, SyntheticOut
 from app.results.stats import (
     DATA_KIND,
@@ -25,6 +24,7 @@ from app.results.stats import (
     SyntheticFigure,
     synthetic_table,
 )
+from app.studytypes.nextword.queries import References
 
 CORRUPTED_OVER = {"data_corrupted": "data", "model_corrupted": "model"}
 """A corrupted kind's self-recovery gap is over the uncorrupted kind it corrupts."""

@@ -1,0 +1,184 @@
+"""What a study type provides: the interface of a plug-in of `app.studytypes.registry`.
+
+A study type is what people do in a study (``StudyType``: pick the next word, rate
+continuations) and everything that follows from it: the items the worker makes and how they
+go into HITs, the annotator's page and what a submission stores, the results document and
+its downloads, the simulations and the dashboard's pages. Each type is one package under
+``app/studytypes/`` whose ``plugin.py`` subclasses :class:`StudyTypePlugin`; the rest of the
+code asks the registry (``STUDY_TYPES[study.study_type]``) and the type's declared
+capabilities, never a type's name.
+
+Capabilities a type may lack are ``None`` (a figure, a page section, a CLI command): the
+callers say so with the type's own message (:meth:`StudyTypePlugin.refusal`), as a 404 on
+the web (:class:`NotForThisType`). Options of the results that a type does not take are
+refused, never ignored (:class:`OptionNotForThisType`, a 422 that names them).
+
+What a type's code shares with the other types' is public in the shared modules
+(``app.results.queries``, ``app.results.exports``, ``app.annotation.*``,
+``app.simulate.*``), never a private name of another module.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from sqlalchemy.orm import Session
+
+from app.models import Study, StudyType
+from app.validation import BadInput
+
+
+class NotForThisType(LookupError):
+    """Something a study's type does not have (a figure, a download, a command): a 404 on
+    the web, as a download that does not exist; `message` says why."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class OptionNotForThisType(BadInput):
+    """Options a study's type does not take, given anyway: refused rather than ignored (a
+    4xx; ``fields`` names them, ``field`` the first)."""
+
+    def __init__(self, message: str, fields: list[str]) -> None:
+        super().__init__(message)  # the message names the fields
+        self.field = fields[0]
+        self.fields = fields
+
+
+Chunks = Callable[[Session, Study], Iterator[str]]
+"""A streamed download: its text chunks, read in a session of the caller's own."""
+Render = Callable[[Session, Study, Any, bool], str | bytes]
+"""A download made at once from (session, study, the results' options, paper)."""
+
+
+@dataclass(frozen=True)
+class DownloadSpec:
+    """One of a type's downloads: its media type, and either its chunks (streamed) or how
+    it is rendered."""
+
+    media_type: str
+    chunks: Chunks | None = None
+    render: Render | None = None
+
+
+class Diagnostics(Protocol):
+    """The diagnostics table of a type that has one (CGD per prefix kind, from people and
+    from a reference model)."""
+
+    def compute(self, session: Session, study: Study, query: Any) -> Any:
+        """The table (``app.results.schemas.DiagnosticsOut``) for the results' options."""
+
+    def text(self, diag: Any, fmt: str) -> str:
+        """The table as ``csv`` or a plain-text ``table`` for the terminal."""
+
+
+class Planner(Protocol):
+    """The power and budget planner of a type that has one."""
+
+    def plan(self, session: Session, study: Study, target: Any, *, seed: int) -> Any:
+        """The plan (``StudyPlan``) for `target`, measured on the study's answers so far."""
+
+
+class Scores(Protocol):
+    """Automatic scores a results job computes and stores (a ratings study's EB-M)."""
+
+    error: type[Exception]
+    """What :meth:`score` raises when the scores cannot be computed (its message says why)."""
+
+    def score(self, session: Session, study: Study, *, b: int, seed: int, by: Any) -> None:
+        """Compute the study's scores and store them as its current ones (flushes)."""
+
+    def stored(self, session: Session, study: Study) -> Any:
+        """The current stored scores (None: none yet)."""
+
+    def text(self, slug: str, stored: Any, label: str, fmt: str) -> str:
+        """The stored scores as ``csv``, ``latex`` or a plain-text ``table``."""
+
+
+class StudyTypePlugin(ABC):
+    """One study type: what varies between types, behind one interface.
+
+    Subclasses set the class attributes and implement the methods; the registry holds one
+    instance per ``StudyType``. The methods are called with a study of this type only.
+    """
+
+    name: ClassVar[StudyType]
+    """The ``studies.study_type`` value this plug-in serves (the registry's key)."""
+    label: ClassVar[str]
+    """What people do, as the new-study form offers it."""
+    noun: ClassVar[str]
+    """The type in a sentence: ``f"{slug} is {noun} study"``."""
+
+    # -- where its templates and static files live -----------------------------------------
+
+    @property
+    def folder(self) -> Path:
+        """The type's package folder: its ``templates/<name>/`` (named ``<name>/...`` by the
+        template loader) and ``static/`` (served under ``/static``)."""
+        import sys
+
+        return Path(sys.modules[type(self).__module__].__file__).parent
+
+    def template(self, name: str) -> str:
+        """The loader's name of the type's template `name`."""
+        return f"{self.name.value}/{name}"
+
+    # -- results ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def results_document(
+        self, session: Session, study: Study, query: Any, *, started: float | None = None
+    ) -> Any:
+        """The study's results document (``app.results.schemas.ResultsOut``) for the
+        results' options `query` (a ``ResultQuery``; options the type does not take raise
+        :class:`OptionNotForThisType`). Reads; never commits."""
+
+    downloads: ClassVar[Mapping[str, DownloadSpec]]
+    """The type's own downloads by name (``results.csv``, ``ratings.csv``, ...)."""
+    catalogue: ClassVar[tuple[str, ...]]
+    """Every download of a study of this type, in the order the pages list them: its own
+    and the shared ones (``manifest.json``, ``items.csv``, ``items.jsonl``)."""
+
+    @abstractmethod
+    def results_text(self, res: Any, fmt: str, label: str, *, paper: bool) -> str:
+        """``ebc results STUDY -f FMT``: the document as ``csv``, ``latex`` (`label`: the
+        table's row label; `paper`: the paper-comparable mean +- std) or a plain-text
+        ``table`` for the terminal (``json`` is the document itself, for every type)."""
+
+    @abstractmethod
+    def results_page(self, session: Session, study: Study, options: Any) -> tuple[str, dict]:
+        """The dashboard's results page: its template and context, from the page's options
+        (``results_query()``: the results' options; ``target()``: the planner's)."""
+
+    def check_options(self, query: Any) -> None:
+        """Refuse results' options given that this type does not take
+        (:class:`OptionNotForThisType`); by default it takes them all."""
+        return None
+
+    diagnostics: ClassVar[Diagnostics | None] = None
+    planner: ClassVar[Planner | None] = None
+    scores: ClassVar[Scores | None] = None
+
+    @abstractmethod
+    def annotator_quality(self, session: Session, study: Study) -> dict[int, Any]:
+        """Per annotator id, the quality figures of the Annotators page (no error bars)."""
+
+    def annotators_context(self, study: Study) -> dict[str, Any]:
+        """What the type's partials of the Annotators page read besides ``quality``
+        (``_annotators_head.html``, ``_annotators_row.html``)."""
+        return {}
+
+    @abstractmethod
+    def answers(self, session: Session, study: Study) -> Any:
+        """The study's counted answers (judgments, ratings) as the columns the exclusion
+        rules read (``app.results.exclusions.Answers``)."""
+
+    def refusal(self, study: Study, what: str) -> str:
+        """The message for `what` (a figure, a download) that this type does not have."""
+        return f"{study.slug} is {self.noun} study: it has no {what}."

@@ -1,0 +1,92 @@
+"""The ratings study type's plug-in: what the registry hands out for a ratings study."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.models import Study, StudyType
+from app.results.schemas import EBMOut, ResultsOut
+from app.results.stats.ebm import SCORE_LABELS, SCORES
+from app.studytypes.base import StudyTypePlugin
+from app.studytypes.ratings import ebm, ebm_exports, exports, queries, results
+from app.studytypes.ratings.downloads import CATALOGUE, DOWNLOADS
+
+# The next-word figures a ratings study does not have (its answers are ratings).
+NEXTWORD_FIGURES = ("diagnostics", "planner")
+
+
+class Scores:
+    """EB-M: the continuations' automatic scores, stored by a results job."""
+
+    error = ebm.ScoreError
+
+    def score(self, session: Session, study: Study, *, b: int, seed: int, by: Any) -> None:
+        ebm.score_study(session, study, b=b, seed=seed, by=by)
+
+    def stored(self, session: Session, study: Study) -> EBMOut | None:
+        return ebm.stored_ebm(session, study)
+
+    def text(self, slug: str, stored: EBMOut | None, label: str, fmt: str) -> str:
+        if fmt == "csv":
+            return ebm_exports.ebm_csv(slug, stored)
+        if fmt == "latex":
+            return ebm_exports.ebm_latex(slug, stored, label)
+        return ebm_exports.ebm_table(slug, stored)
+
+
+class Ratings(StudyTypePlugin):
+    name = StudyType.ratings
+    label = "rate continuations (EB-M)"
+    noun = "a ratings"
+    downloads = DOWNLOADS
+    catalogue = CATALOGUE
+    scores = Scores()
+
+    def results_document(
+        self, session: Session, study: Study, query: Any, *, started: float | None = None
+    ) -> ResultsOut:
+        return results.ratings_document(session, study, query, started=started)
+
+    def check_options(self, query: Any) -> None:
+        results.ratings_query(query)
+
+    def results_text(self, res: ResultsOut, fmt: str, label: str, *, paper: bool) -> str:
+        if fmt == "csv":
+            return exports.ratings_table_csv(res)
+        if fmt == "latex":
+            return exports.ratings_latex(res, label, paper=paper)
+        return exports.ratings_table(res)
+
+    def results_page(self, session: Session, study: Study, options: Any) -> tuple[str, dict]:
+        # Ratings, not judgments: quality and consistency, and the EB-M scores as a results
+        # job stored them.
+        query = options.results_query()
+        res = results.ratings_document(session, study, query)
+        return self.template("results.html"), {
+            "study": study,
+            "res": res,
+            "query": query,
+            "ebm": res.ebm,
+            "ebm_rows": ebm_exports.ebm_view(res.ebm) if res.ebm else [],
+            "score_labels": [SCORE_LABELS[n] for n in SCORES],
+            "downloads": list(self.catalogue),
+        }
+
+    def annotator_quality(self, session: Session, study: Study) -> dict[int, Any]:
+        return {q.annotator_id: q for q in results.rater_quality_rows(session, study)}
+
+    def annotators_context(self, study: Study) -> dict[str, Any]:
+        return {"attention_max": results.study_attention_max(study)}
+
+    def answers(self, session: Session, study: Study) -> queries.Ratings:
+        return queries.load_ratings(session, study)
+
+    def refusal(self, study: Study, what: str) -> str:
+        if what in NEXTWORD_FIGURES:
+            return f"{study.slug} is a ratings study: it has no {what} (a next-word figure)."
+        return super().refusal(study, what)
+
+
+RATINGS = Ratings()
