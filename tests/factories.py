@@ -431,7 +431,7 @@ def answered_study(session: Session, slug: str = "rt", *, seed: int = 5) -> Stud
     import random
 
     from app.annotation.leases import next_assignment
-    from app.annotation.submissions import submit
+    from app.studytypes.nextword.annotation import submit
     from tests.hits.factory import annotator, make_study
 
     study = make_study(

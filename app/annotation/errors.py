@@ -18,7 +18,13 @@ class AnnotationError(Exception):
         self.retry_after = retry_after  # seconds, sent as Retry-After (429, 503)
 
 
-class InvalidAnswers(AnnotationError):
+class FormRefused(AnnotationError):
+    """A posted page the server will not store as it is (incomplete, a bad option, a rating
+    off the scale or out of order): the page is shown again with the message, under this
+    4xx. Each study type's refusals are of this kind."""
+
+
+class InvalidAnswers(FormRefused):
     """The form is incomplete or holds an impossible option: show it again."""
 
     def __init__(self, message: str, answers: dict[int, int]) -> None:

@@ -4,7 +4,7 @@ or another MTurk-compatible tool) of a study's batch (app.crowd.batch; DESIGN.md
 Every row is stored through the annotator pages' own submission code: the row's worker is
 found or made (`identities.crowd_annotator`, which locks them), a lease is taken on exactly
 the row's HIT (`leases.lease_hit`: the claim's lock order, slot counters, cap and "never
-the same HIT twice"), and the answers are submitted (`submissions.submit`: d from the HIT's
+the same HIT twice"), and the answers are submitted (the next-word `submit`: d from the HIT's
 stored screen order, the time checks, a repeat stores nothing twice). The same path as
 `recovery.store_recovered_submission` of an MTurk sync, with a lease that names its HIT.
 
@@ -50,11 +50,10 @@ from sqlalchemy.orm import Session
 from app.annotation.errors import AnnotationError
 from app.annotation.identities import PLATFORM_ID, crowd_annotator
 from app.annotation.leases import lease_hit
-from app.annotation.schemas import Submission
-from app.annotation.submissions import submit
 from app.audit.service import Actor, record_by
 from app.crowd.batch import BatchError, ResultRow, RowError, parse_results
 from app.models import Assignment, Channel, Study, StudyStatus, utcnow
+from app.studytypes.nextword.annotation import Submission, submit
 
 _KEY_LENGTH = 255  # Assignment.external_assignment_id
 

@@ -46,10 +46,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.annotation.content import hit_content
-from app.annotation.ratings import Scale
 from app.models import Assignment, AssignmentStatus, Hit, Item, Study
 from app.results.queries import ATTENTION_KIND, kind_codes
 from app.simulate.crowd import Crowd, StandIn, honest_choice
+from app.studytypes.ratings.annotation import Scale
 
 
 class SimulationError(RuntimeError):

@@ -114,6 +114,8 @@ class StudyTypePlugin(ABC):
     """What people do, as the new-study form offers it."""
     noun: ClassVar[str]
     """The type in a sentence: ``f"{slug} is {noun} study"``."""
+    preview_title: ClassVar[str]
+    """The title of the MTurk preview page (its body: the ``_mturk_preview.html`` template)."""
 
     # -- where its templates and static files live -----------------------------------------
 
@@ -128,6 +130,43 @@ class StudyTypePlugin(ABC):
     def template(self, name: str) -> str:
         """The loader's name of the type's template `name`."""
         return f"{self.name.value}/{name}"
+
+    # -- the annotator's page -------------------------------------------------------------
+
+    @abstractmethod
+    def page(
+        self,
+        session: Session,
+        lease: Any,
+        study: Any,
+        now: Any,
+        *,
+        first_hit: bool,
+        refused: tuple[Exception, Mapping[str, str]] | None = None,
+    ) -> Any:
+        """The assigned HIT's page (an ``app.annotation.schemas.PageView``: its template and
+        what it shows; None: nothing left to show), the HIT recorded as served. `refused`:
+        the form just refused and why, on the page shown again."""
+
+    @abstractmethod
+    def send(self, session: Session, annotator: Any, form: Mapping[str, str]) -> Any:
+        """Store a posted page (``app.annotation.schemas.Sent``), or refuse it with an
+        ``app.annotation.errors.FormRefused`` (its page is shown again). Call with the
+        annotator locked."""
+
+    @abstractmethod
+    def mturk_fields(self, session: Session, assignment: Any) -> list[tuple[str, str]]:
+        """What the MTurk done page posts on to MTurk so that its copy (the answer XML)
+        can restore ours: form fields of positions and what was chosen, never a rank or a
+        kind."""
+
+    @abstractmethod
+    def store_copy(
+        self, session: Session, study: Study, annotator: Any, lease: Any, copy: Any, when: Any
+    ) -> None:
+        """Store a copy of a HIT's answers that reached a platform but not us
+        (``app.crowd.recovery.RecoveredSubmission``), as of `when`, by the rules of a live
+        submission; refuse one that does not fit (``AnnotationError``)."""
 
     # -- results ---------------------------------------------------------------------------
 

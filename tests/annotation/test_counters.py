@@ -11,8 +11,8 @@ from sqlalchemy.dialects import postgresql
 from app.annotation.leases import expire_leases, next_assignment, return_assignment
 from app.annotation.queries import LEAVE, PG_STORE_SUBMISSION
 from app.annotation.schemas import WorkStatus
-from app.annotation.submissions import submit
 from app.models import Assignment, AssignmentStatus, utcnow
+from app.studytypes.nextword.annotation import submit
 from tests.annotation.test_service import _answers, _counters
 from tests.hits.factory import annotator, make_study
 

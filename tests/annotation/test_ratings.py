@@ -8,7 +8,10 @@ from sqlalchemy import func, select
 
 from app.annotation.errors import AnnotationError
 from app.annotation.leases import next_assignment, return_assignment
-from app.annotation.ratings import (
+from app.annotation.schemas import WorkStatus
+from app.models import Assignment, AssignmentStatus, Hit, HitPosition, Item, Rating, utcnow
+from app.studytypes.nextword.annotation import submit
+from app.studytypes.ratings.annotation import (
     CONSISTENCY,
     QUALITY,
     RatingPost,
@@ -18,9 +21,6 @@ from app.annotation.ratings import (
     rating_from_form,
     rating_step,
 )
-from app.annotation.schemas import WorkStatus
-from app.annotation.submissions import submit
-from app.models import Assignment, AssignmentStatus, Hit, HitPosition, Item, Rating, utcnow
 from tests.hits.factory import annotator, make_study
 from tests.hits.ratings_factory import make_ratings_study
 

@@ -11,10 +11,10 @@ from sqlalchemy import select
 from app.annotation.errors import AnnotationError
 from app.annotation.identities import annotator_for_invite
 from app.annotation.leases import next_assignment
-from app.annotation.ratings import CONSISTENCY, QUALITY, RatingPost, rate
 from app.annotation.schemas import InviteRef
 from app.db import build_engine, make_sessionmaker
 from app.models import Hit, Rating
+from app.studytypes.ratings.annotation import CONSISTENCY, QUALITY, RatingPost, rate
 from tests.hits.factory import annotator
 from tests.hits.ratings_factory import make_ratings_study
 

@@ -10,8 +10,8 @@ from app.annotation.errors import AnnotationError, InvalidAnswers
 from app.annotation.identities import annotator_for_invite, invite_token, read_invite_token
 from app.annotation.leases import next_assignment, return_assignment
 from app.annotation.schemas import WorkStatus
-from app.annotation.submissions import answers_from_form, submit
 from app.models import Assignment, AssignmentStatus, Hit, HitPosition, Judgment, StudyStatus, utcnow
+from app.studytypes.nextword.annotation import answers_from_form, submit
 from tests.hits.factory import annotator, make_study
 
 

@@ -17,7 +17,6 @@ from sqlalchemy import func, select
 
 from app.annotation.identities import crowd_annotator
 from app.annotation.leases import next_assignment
-from app.annotation.submissions import submit
 from app.crowd.mturk import QUAL_APPROVAL_RATE, QUAL_LOCALE, QUAL_MASTERS, QUAL_NUMBER_APPROVED
 from app.main import create_app
 from app.models import (
@@ -32,6 +31,7 @@ from app.models import (
     ReviewStatus,
 )
 from app.studies.service import share_study
+from app.studytypes.nextword.annotation import submit
 from app.web import dashboard_crowd
 from tests.crowd.mturk_standin import Server
 from tests.crowd.test_prolific import TOKEN, FakeProlific

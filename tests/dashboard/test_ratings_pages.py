@@ -6,8 +6,8 @@ from __future__ import annotations
 from sqlalchemy import func, select
 
 from app.annotation.leases import next_assignment
-from app.annotation.ratings import CONSISTENCY, QUALITY, RatingPost, rate
 from app.models import Item, Rating
+from app.studytypes.ratings.annotation import CONSISTENCY, QUALITY, RatingPost, rate
 from tests.hits.factory import annotator
 from tests.hits.ratings_factory import make_ratings_study
 

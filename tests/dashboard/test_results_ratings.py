@@ -187,7 +187,7 @@ def test_the_paper_runs_are_stated_per_length_when_they_differ(logged_in, sessio
 
 def test_the_attention_threshold_on_the_page_is_the_scales(logged_in, session):
     from app.annotation.leases import next_assignment
-    from app.annotation.ratings import CONSISTENCY, QUALITY, RatingPost, rate
+    from app.studytypes.ratings.annotation import CONSISTENCY, QUALITY, RatingPost, rate
     from tests.hits.factory import annotator
     from tests.hits.ratings_factory import make_ratings_study
 

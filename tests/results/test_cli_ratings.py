@@ -75,7 +75,7 @@ def test_next_word_options_and_diagnostics_are_refused(db):
 
 def test_unfinished_hits_are_a_note(db, migrated_copy):
     from app.annotation.leases import next_assignment
-    from app.annotation.ratings import CONSISTENCY, QUALITY, RatingPost, rate
+    from app.studytypes.ratings.annotation import CONSISTENCY, QUALITY, RatingPost, rate
     from tests.hits.factory import annotator
     from tests.hits.ratings_factory import make_ratings_study
 

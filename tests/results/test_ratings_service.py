@@ -15,7 +15,6 @@ from sqlalchemy import func, select, update
 
 from app.annotation.admin import block
 from app.annotation.leases import next_assignment
-from app.annotation.ratings import CONSISTENCY, QUALITY, RatingPost, rate
 from app.models import Assignment, Rating, utcnow
 from app.results.exclusions import exclusion_mask
 from app.results.queries import FLAG_AFTER_BLOCK
@@ -24,6 +23,7 @@ from app.results.service import study_results
 from app.results.stats.agreement import AGREEMENT_B
 from app.results.stats.ratings import ratings_results
 from app.studytypes.base import OptionNotForThisType
+from app.studytypes.ratings.annotation import CONSISTENCY, QUALITY, RatingPost, rate
 from app.studytypes.ratings.queries import load_ratings
 from app.studytypes.ratings.results import study_ratings
 from app.studytypes.registry import study_type_of

@@ -68,7 +68,7 @@ def test_the_page_is_read_as_a_browser_shows_it():
         PositionView(number=p, prompt=None, words="x y", source=None, options=list(WORDS[p:]))
         for p in range(2)
     ]
-    items = templates.get_template("annotate/_items.html").render(positions=positions, answers={})
+    items = templates.get_template("nextword/_items.html").render(positions=positions, answers={})
     html = (
         '<form method="post" action="/a/T/submit" id="hit-form">'
         f'<input type="hidden" name="assignment" value="A1">{items}</form>'

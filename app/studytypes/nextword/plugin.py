@@ -11,7 +11,14 @@ from app.models import Study, StudyType
 from app.results.schemas import DiagnosticsOut, ResultsOut
 from app.results.stats import PlanTarget, StudyPlan
 from app.studytypes.base import StudyTypePlugin
-from app.studytypes.nextword import diagnostics, exports, planning, queries, results
+from app.studytypes.nextword import (
+    annotation,
+    diagnostics,
+    exports,
+    planning,
+    queries,
+    results,
+)
 from app.studytypes.nextword.downloads import CATALOGUE, DOWNLOADS
 from app.studytypes.nextword.plot import diagnostics_plot, results_plot
 
@@ -37,10 +44,23 @@ class NextWord(StudyTypePlugin):
     name = StudyType.nextword
     label = "pick the next word (EB-C)"
     noun = "a next-word"
+    preview_title = "Guess the next word"
     downloads = DOWNLOADS
     catalogue = CATALOGUE
     diagnostics = Diagnostics()
     planner = Planner()
+
+    def page(self, session, lease, study, now, *, first_hit, refused=None):
+        return annotation.hit_page(session, lease, study, now, refused=refused)
+
+    def send(self, session, annotator, form):
+        return annotation.send(session, annotator, form)
+
+    def mturk_fields(self, session, assignment):
+        return annotation.mturk_fields(session, assignment)
+
+    def store_copy(self, session, study, annotator, lease, copy, when):
+        annotation.store_copy(session, study, annotator, lease, copy, when)
 
     def results_document(
         self, session: Session, study: Study, query: Any, *, started: float | None = None

@@ -10,7 +10,7 @@ from app.models import Study, StudyType
 from app.results.schemas import EBMOut, ResultsOut
 from app.results.stats.ebm import SCORE_LABELS, SCORES
 from app.studytypes.base import StudyTypePlugin
-from app.studytypes.ratings import ebm, ebm_exports, exports, queries, results
+from app.studytypes.ratings import annotation, ebm, ebm_exports, exports, queries, results
 from app.studytypes.ratings.downloads import CATALOGUE, DOWNLOADS
 
 # The next-word figures a ratings study does not have (its answers are ratings).
@@ -40,9 +40,22 @@ class Ratings(StudyTypePlugin):
     name = StudyType.ratings
     label = "rate continuations (EB-M)"
     noun = "a ratings"
+    preview_title = "Rate short texts"
     downloads = DOWNLOADS
     catalogue = CATALOGUE
     scores = Scores()
+
+    def page(self, session, lease, study, now, *, first_hit, refused=None):
+        return annotation.page(session, lease, study, now, first_hit=first_hit)
+
+    def send(self, session, annotator, form):
+        return annotation.send(session, annotator, form)
+
+    def mturk_fields(self, session, assignment):
+        return annotation.mturk_fields(session, assignment)
+
+    def store_copy(self, session, study, annotator, lease, copy, when):
+        annotation.store_copy(session, study, annotator, lease, copy, when)
 
     def results_document(
         self, session: Session, study: Study, query: Any, *, started: float | None = None

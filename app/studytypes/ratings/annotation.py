@@ -17,16 +17,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, ClassVar
 
 from sqlalchemy.orm import Session
 
 from app.annotation.content import hit_content
-from app.annotation.errors import AnnotationError
-from app.annotation.leases import own_assignment, study_for
+from app.annotation.errors import AnnotationError, FormRefused
+from app.annotation.leases import own_assignment, record_served, study_for
 from app.annotation.queries import INSERT_RATING, RATINGS_OF, SET_CONSISTENCY
-from app.annotation.schemas import AnnotatorRef, Lease, Rated, RatingStep, StudyRef
+from app.annotation.schemas import AnnotatorRef, Lease, Sent, StudyRef
 from app.annotation.submissions import MAX_CLIENT_MS, mark_submitted
 from app.models import Annotator, AssignmentStatus, StudyType, utcnow
 from app.studies.schemas import RatingsSection
@@ -38,9 +38,46 @@ _POINT = re.compile(r"(?:0|[1-9][0-9]?)(?:\.[05])?", re.ASCII)
 _DEFAULTS = RatingsSection()
 
 
-class RatingRefused(AnnotationError):
+class RatingRefused(FormRefused):
     """A rating the server will not store (off the scale, out of order, a locked quality):
     its step is shown again with the message, under this 4xx."""
+
+
+@dataclass(frozen=True, slots=True)
+class RatingStep:
+    """One step of a ratings HIT as shown: the pair at `number`, rated for `step`.
+
+    At the quality step it holds the continuation only: the context (`prompt`, `words`) is
+    filled in only at the consistency step, once the quality is stored, so a page cannot
+    show what its step does not hold. No item id, no kind.
+    """
+
+    public_id: str
+    number: int  # 0-based position in the HIT: the form's `position`
+    total: int  # pairs in the HIT
+    step: str  # "quality" or "consistency"
+    continuation: str
+    values: tuple[str, ...]  # the scale's points, as posted ("0", "0.5", ..., "5")
+    scale_max: int
+    expires_at_iso: str
+    first: bool  # the first step of the annotator's first HIT: instructions open
+    prompt: str | None = None  # consistency step only
+    words: str | None = None  # consistency step only
+    quality: str | None = None  # consistency step: the stored (locked) quality
+
+    template: ClassVar[str] = "ratings/rate.html"
+    fragment: ClassVar[str | None] = None
+
+
+@dataclass(slots=True)
+class Rated:
+    """A stored (or repeated) rating; `completed`: it was the HIT's last, so the assignment
+    is submitted (`late` as a submission's)."""
+
+    assignment: Lease
+    completed: bool
+    late: bool
+    repeated: bool  # the same rating was already stored: nothing was written
 
 
 def point(value: float) -> str:
@@ -165,7 +202,7 @@ def rate(
     now = now or utcnow()
     assignment = own_assignment(session, annotator, post.public_id, lock=True)
     study = study_for(session, annotator)
-    if study.study_type is not StudyType.ratings:
+    if study.study_type is not StudyType.ratings:  # a next-word study's answers are words
         raise AnnotationError("This study collects next-word answers, not ratings.", 409)
     slots = hit_content(session, assignment.hit_id).slots
     slot = slots.get(post.position)
@@ -277,3 +314,102 @@ def rating_step(
     return RatingStep(
         **shown, prompt=view.prompt, words=view.words, quality=point(stored[position].quality)
     )
+
+
+# -- the page, a posted step, MTurk's copy -------------------------------------------------
+
+
+def page(
+    session: Session,
+    lease: Lease,
+    study: StudyRef,
+    now: datetime,
+    *,
+    first_hit: bool,
+    refused: Any = None,
+) -> RatingStep | None:
+    """The step due on `lease`'s HIT, the HIT recorded as served (None: every pair is
+    rated). A refused step is the step due again."""
+    record_served(session, lease, now)
+    return rating_step(session, lease, study, first_hit=first_hit)
+
+
+def send(session: Session, annotator: AnnotatorRef, form: Mapping[str, str]) -> Sent:
+    """Store a posted step (`RatingRefused`: its page is shown again); the last one
+    completes the HIT."""
+    rated = rate(session, annotator, rating_from_form(form))
+    return Sent(rated.assignment, rated.late, completed=rated.completed)
+
+
+def mturk_fields(session: Session, assignment: Lease) -> list[tuple[str, str]]:
+    """What the MTurk done page posts on to MTurk besides our assignment's id: each pair's
+    quality and consistency as scale points (``q{position}``, ``c{position}``)."""
+    fields = []
+    for position, r in sorted(stored_ratings(session, assignment.id).items()):
+        fields.append((f"q{position}", point(r.quality)))
+        if r.consistency is not None:
+            fields.append((f"c{position}", point(r.consistency)))
+    return fields
+
+
+def store_copy(
+    session: Session,
+    study: Any,
+    annotator: AnnotatorRef,
+    lease: Any,
+    copy: Any,
+    when: datetime,
+) -> None:
+    """Store the ratings of a platform's copy (MTurk's answer XML: ``copy.ratings``, the
+    quality and consistency per position as scale points) that we do not hold, through
+    :func:`rate`: for
+    each pair in position order its quality, then its consistency; the last one submits
+    the assignment (`app.annotation.submissions.mark_submitted`: late, cap and replica
+    flags). A copy that carries next-word answers is refused.
+
+    A rating we hold with the same value is left as it is (a repeat); one we hold with
+    another value is a conflict: ours is kept (a stored rating is never changed) and
+    nothing is stored. The copy must rate every pair of the HIT on the study's scale.
+
+    The copy carries no times, so the steps not stored are spread evenly between the last
+    step we hold (or the page's first showing) and the platform's submit time: each step
+    is judged too fast by the time per step, as a next-word HIT without JavaScript is by
+    the time per item. A submit time not after that last step (MTurk's clock behind ours)
+    says nothing of how long the steps took: they are stored at that step's time and none
+    is judged too fast.
+    """
+    ratings = copy.ratings
+    if not ratings:
+        raise AnnotationError("it carries next-word answers, which this study does not collect")
+    positions = sorted(hit_content(session, lease.hit_id).slots)
+    if sorted(ratings) != positions:
+        raise AnnotationError(
+            f"MTurk's copy rates {len(ratings)} texts at other positions than the HIT's "
+            f"{len(positions)}"
+        )
+    scale = Scale.of(study.ratings)
+    stored = stored_ratings(session, lease.id)
+    todo: list[RatingPost] = []
+    for position in positions:
+        row = stored.get(position)
+        ours = (row.quality, row.consistency) if row is not None else (None, None)
+        for step, text, have in zip(STEPS, ratings[position], ours, strict=True):
+            value = scale.parse(text)
+            if have is None:
+                todo.append(RatingPost(lease.public_id, position, step, text, None))
+            elif have != value:
+                raise AnnotationError(
+                    f"conflict: the {step} of text {position + 1} is {point(have)} here and "
+                    f"{point(value)} in MTurk's copy; ours is kept (a stored rating is never "
+                    "changed) and nothing was recovered"
+                )
+    if not todo:
+        raise AnnotationError("every rating is stored, yet the assignment was never submitted")
+    times = [t for r in stored.values() for t in (r.quality_at, r.consistency_at) if t]
+    since = max(times, default=lease.page_served_at or lease.leased_at)
+    timed = when > since
+    span = when - since if timed else timedelta(0)
+    for k, post in enumerate(todo, 1):
+        rated = rate(session, annotator, post, now=since + span * k / len(todo), timed=timed)
+    if not rated.completed:
+        raise AnnotationError("MTurk's copy does not complete the HIT")
