@@ -19,7 +19,7 @@ from datetime import timedelta
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
-from app.hits.service import NONE_SLOT
+from app.studytypes.nextword.hits import NONE_SLOT
 from app.models import (
     Annotator,
     Assignment,

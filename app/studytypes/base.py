@@ -21,7 +21,7 @@ What a type's code shares with the other types' is public in the shared modules
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -116,6 +116,16 @@ class StudyTypePlugin(ABC):
     """The type in a sentence: ``f"{slug} is {noun} study"``."""
     preview_title: ClassVar[str]
     """The title of the MTurk preview page (its body: the ``_mturk_preview.html`` template)."""
+    answers_label: ClassVar[str]
+    items_label: ClassVar[str]
+    """What the study page calls its answers and its items ("Judgments", "Items")."""
+    offline_batch: ClassVar[bool]
+    """Whether its HITs fit an MTurk-format batch (a static template and an input CSV,
+    ``app.crowd.batch``): a next-word HIT does; a ratings HIT, whose quality must be
+    stored before its context is shown, needs the service's own pages."""
+    crowd_description: ClassVar[str]
+    crowd_keywords: ClassVar[tuple[str, ...]]
+    """What a crowd posting says of the work when the researcher says nothing else."""
 
     # -- where its templates and static files live -----------------------------------------
 
@@ -130,6 +140,44 @@ class StudyTypePlugin(ABC):
     def template(self, name: str) -> str:
         """The loader's name of the type's template `name`."""
         return f"{self.name.value}/{name}"
+
+    # -- precompute ------------------------------------------------------------------------
+
+    def words_after_prefix(self, study: Study) -> int:
+        """Words a data prefix's dataset line must hold after it (by default the true next
+        word: 1)."""
+        return 1
+
+    # -- HITs ------------------------------------------------------------------------------
+
+    def placeable(self, query: Any) -> Any:
+        """`query` of a study's unplaced, shown items narrowed to those that may go into a
+        HIT (by default: all of them)."""
+        return query
+
+    @abstractmethod
+    def attention_ready(self, row: Any, min_prob: float) -> bool:
+        """Whether an item (a row with ``is_attention``, ``choices``, ``true_next_word``,
+        ``provenance``) may be one of a HIT's attention items."""
+
+    @abstractmethod
+    def screen_order(self, screen: list[int]) -> list:
+        """A position's stored screen order from its shuffled choices' ranks."""
+
+    @abstractmethod
+    def load_attention_items(
+        self, session: Session, study: Study, rows: Iterable[Mapping[str, object]]
+    ) -> int:
+        """Add a researcher's attention file (``ebc hits build --attention``); how many
+        items; ``HitBuildError`` where the type takes none."""
+
+    # -- collection ------------------------------------------------------------------------
+
+    @abstractmethod
+    def answers_per_cell(self, session: Session, items: Any) -> Mapping[tuple[int, str], tuple]:
+        """Per (length, kind) of the items matching `items` (a condition on ``Item``), the
+        answers they got and, for a type whose answers come in steps, how many are complete
+        (else None): ``(n, n_complete)``, for every cell (``(0, ...)`` where none)."""
 
     # -- the annotator's page -------------------------------------------------------------
 

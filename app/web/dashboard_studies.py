@@ -14,7 +14,7 @@ from starlette.datastructures import UploadFile as StarletteUpload
 
 from app.audit.service import study_events
 from app.auth.service import get_user, user_by_name
-from app.hits.service import HitBuildError
+from app.hits.schemas import HitBuildError
 from app.models import Study, StudyStatus
 from app.precompute.datasets import DatasetError
 from app.precompute.service import (

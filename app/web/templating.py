@@ -24,6 +24,8 @@ templates.env.loader = ChoiceLoader(
 )
 templates.env.globals["version"] = __version__
 templates.env.globals["plugin"] = study_type_of
+# The new-study form's choice of what people do: every registered type, by its label.
+templates.env.globals["type_choices"] = [(name.value, p.label) for name, p in STUDY_TYPES.items()]
 # A figure of the results that cannot be computed is NaN (±inf: an open interval end); pages
 # show it as they show no value, by the results' one NaN rule.
 templates.env.tests["none"] = missing

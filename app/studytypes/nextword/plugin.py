@@ -15,6 +15,7 @@ from app.studytypes.nextword import (
     annotation,
     diagnostics,
     exports,
+    hits,
     planning,
     queries,
     results,
@@ -45,10 +46,30 @@ class NextWord(StudyTypePlugin):
     label = "pick the next word (EB-C)"
     noun = "a next-word"
     preview_title = "Guess the next word"
+    answers_label = "Judgments"
+    items_label = "Items"
+    offline_batch = True
+    crowd_description = (
+        "Read the start of a short text and pick the word you think comes next. "
+        "About 10 texts per HIT; a research study on language models."
+    )
+    crowd_keywords = ("language", "next word", "guess", "research")
     downloads = DOWNLOADS
     catalogue = CATALOGUE
     diagnostics = Diagnostics()
     planner = Planner()
+
+    def attention_ready(self, row, min_prob):
+        return hits.attention_ready(row, min_prob)
+
+    def screen_order(self, screen):
+        return hits.screen_order(screen)
+
+    def load_attention_items(self, session, study, rows):
+        return hits.load_attention_items(session, study, rows)
+
+    def answers_per_cell(self, session, items):
+        return queries.judgments_per_cell(session, items)
 
     def page(self, session, lease, study, now, *, first_hit, refused=None):
         return annotation.hit_page(session, lease, study, now, refused=refused)

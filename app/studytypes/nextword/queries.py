@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -488,3 +488,12 @@ def iter_judgment_rows(session: Session, study: Study) -> Iterator[tuple[list[st
         .order_by(Judgment.id)
     )
     yield from stream_rows(session, stmt)
+
+
+def judgments_per_cell(session: Session, items: Any) -> dict[tuple[int, str], tuple[int, None]]:
+    """Per (length, kind) of the items matching `items`, their judgments (every cell: 0
+    where none): the study page's collection table."""
+    counts = select(Item.length, Item.kind, func.count(Judgment.id))
+    counts = counts.join(Judgment, Judgment.item_id == Item.id)
+    rows = session.execute(counts.where(items).group_by(Item.length, Item.kind))
+    return defaultdict(lambda: (0, None), {(ln, kd): (n, None) for ln, kd, n in rows})

@@ -29,7 +29,7 @@ from app.annotation.queries import INSERT_RATING, RATINGS_OF, SET_CONSISTENCY
 from app.annotation.schemas import AnnotatorRef, Lease, Sent, StudyRef
 from app.annotation.submissions import MAX_CLIENT_MS, mark_submitted
 from app.models import Annotator, AssignmentStatus, StudyType, utcnow
-from app.studies.schemas import RatingsSection
+from app.studytypes.ratings.config import RatingsSection
 
 QUALITY, CONSISTENCY = "quality", "consistency"
 STEPS = (QUALITY, CONSISTENCY)

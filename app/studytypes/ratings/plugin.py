@@ -9,8 +9,9 @@ from sqlalchemy.orm import Session
 from app.models import Study, StudyType
 from app.results.schemas import EBMOut, ResultsOut
 from app.results.stats.ebm import SCORE_LABELS, SCORES
+from app.studies.schemas import config_from_columns
 from app.studytypes.base import StudyTypePlugin
-from app.studytypes.ratings import annotation, ebm, ebm_exports, exports, queries, results
+from app.studytypes.ratings import annotation, ebm, ebm_exports, exports, hits, queries, results
 from app.studytypes.ratings.downloads import CATALOGUE, DOWNLOADS
 
 # The next-word figures a ratings study does not have (its answers are ratings).
@@ -41,9 +42,36 @@ class Ratings(StudyTypePlugin):
     label = "rate continuations (EB-M)"
     noun = "a ratings"
     preview_title = "Rate short texts"
+    answers_label = "Ratings"
+    items_label = "Pairs"
+    offline_batch = False
+    crowd_description = (
+        "Rate short texts: first how well written each one is, then how well it fits the "
+        "text before it. About 10 texts per HIT; a research study on language models."
+    )
+    crowd_keywords = ("language", "rating", "text quality", "research")
     downloads = DOWNLOADS
     catalogue = CATALOGUE
     scores = Scores()
+
+    def words_after_prefix(self, study):
+        # The real continuation: EB-M's references and the attention pairs' words.
+        return config_from_columns(study).ratings.continuation_words
+
+    def placeable(self, query):
+        return hits.placeable(query)
+
+    def attention_ready(self, row, min_prob):
+        return hits.attention_ready(row, min_prob)
+
+    def screen_order(self, screen):
+        return []  # a pair has no choices
+
+    def load_attention_items(self, session, study, rows):
+        return hits.load_attention_items(session, study, rows)
+
+    def answers_per_cell(self, session, items):
+        return queries.ratings_per_cell(session, items)
 
     def page(self, session, lease, study, now, *, first_hit, refused=None):
         return annotation.page(session, lease, study, now, first_hit=first_hit)
@@ -99,6 +127,14 @@ class Ratings(StudyTypePlugin):
     def refusal(self, study: Study, what: str) -> str:
         if what in NEXTWORD_FIGURES:
             return f"{study.slug} is a ratings study: it has no {what} (a next-word figure)."
+        if what == "batch":
+            # Its quality must be stored before the context is shown: a static template
+            # cannot hold that, the service's own pages do (ExternalQuestion, panel, invite).
+            return (
+                f"Study {study.slug} collects ratings: the MTurk-format batch is for next-word "
+                "studies. Use the MTurk ExternalQuestion (ebc crowd publish), a panel or "
+                "invite links."
+            )
         return super().refusal(study, what)
 
 

@@ -22,8 +22,10 @@ there) and the consistency (NaN while the rater is between the two steps).
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from sqlalchemy import Boolean, Float, Integer, SmallInteger, case, func, or_, select
@@ -44,7 +46,7 @@ from app.results.queries import (
 )
 from app.results.stats.ratings_columns import RatingColumns
 from app.results.stats.ratings_figures import attention_max, attention_passed
-from app.studies.schemas import RatingsSection
+from app.studytypes.ratings.config import RatingsSection
 
 # A consistency not given yet travels as this (no NULL in the packed columns).
 _OPEN = -1.0
@@ -291,6 +293,16 @@ def iter_sample_rows(session: Session, study: Study) -> Iterator[tuple[list[str]
     yield from stream_rows(session, stmt)
 
 
+def ratings_per_cell(session: Session, items: Any) -> dict[tuple[int, str], tuple[int, int]]:
+    """Per (length, kind) of the items matching `items`, their ratings (a pair's quality
+    given, one per rater) and of those the ones with their consistency too (every cell: 0
+    where none): the study page's collection table."""
+    counts = select(Item.length, Item.kind, func.count(Rating.id), func.count(Rating.consistency))
+    counts = counts.join(Rating, Rating.item_id == Item.id)
+    rows = session.execute(counts.where(items).group_by(Item.length, Item.kind))
+    return defaultdict(lambda: (0, 0), {(ln, kd): (n, c) for ln, kd, n, c in rows})
+
+
 __all__ = [
     "Continuation",
     "Ratings",
@@ -298,5 +310,6 @@ __all__ = [
     "iter_sample_rows",
     "load_continuations",
     "load_ratings",
+    "ratings_per_cell",
     "scale_of",
 ]
