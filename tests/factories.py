@@ -19,7 +19,6 @@ from datetime import timedelta
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
-from app.studytypes.nextword.hits import NONE_SLOT
 from app.models import (
     Annotator,
     Assignment,
@@ -40,6 +39,7 @@ from app.studies.schemas import (
     StudyConfig,
 )
 from app.studies.service import create_study
+from app.studytypes.nextword.hits import NONE_SLOT
 
 
 def choice_order(position: int, k: int) -> list[int | str]:

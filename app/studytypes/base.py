@@ -101,6 +101,52 @@ class Scores(Protocol):
         """The stored scores as ``csv``, ``latex`` or a plain-text ``table``."""
 
 
+class Preview(Protocol):
+    """ "Simulate before you pay": the type's simulated crowd on a study's design, R times,
+    through the type's results (the study page's section, its own page and
+    ``ebc simulate``)."""
+
+    options: type[Any]
+    """Its options (a pydantic model: the form's fields and the CLI's flags)."""
+    template: str
+    """The section of the study page and the simulate page."""
+
+    def form_values(self, values: Mapping[str, str]) -> dict[str, str]:
+        """What the form shows: the values given, the defaults for the others."""
+
+    def options_from_form(self, values: Mapping[str, str], limits: Any) -> Any:
+        """The form as options, or ``app.simulate.preview.PreviewError`` per field."""
+
+    def run(self, study: Study, settings: Any, options: Any, *, limits: Any, price: Any) -> Any:
+        """The preview within `limits` (``app.simulate.preview.Limits``), each channel
+        priced by `price` (``app.simulate.costs.channel_costs``)."""
+
+    def text(self, preview: Any) -> str:
+        """``ebc simulate``'s table (plain text)."""
+
+
+class HttpCrowd(Protocol):
+    """``ebc simulate-http``: the type's simulated crowd through a running server's
+    annotator pages (``app.simulate.http.CrowdOverHttp``)."""
+
+    def run(
+        self,
+        base_url: str,
+        make_session: Any,
+        study_id: int,
+        secret_key: str,
+        view: Any,
+        crowd: Any,
+        given: dict[str, Any],
+        **common: Any,
+    ) -> Any:
+        """Run it (`given`: the command's options; another type's, given, are refused
+        with a ``SimulationError`` that names them); the run's record."""
+
+    def done(self, run: Any, slug: str) -> str:
+        """The command's last line, after the run's summary."""
+
+
 class StudyTypePlugin(ABC):
     """One study type: what varies between types, behind one interface.
 
@@ -247,6 +293,11 @@ class StudyTypePlugin(ABC):
         """Refuse results' options given that this type does not take
         (:class:`OptionNotForThisType`); by default it takes them all."""
         return None
+
+    # -- simulations -----------------------------------------------------------------------
+
+    preview: ClassVar[Preview]
+    http_crowd: ClassVar[HttpCrowd]
 
     diagnostics: ClassVar[Diagnostics | None] = None
     planner: ClassVar[Planner | None] = None

@@ -25,8 +25,8 @@ from app.results.stats.ratings import (
 from app.results.stats.ratings_agreement import krippendorff_alpha, rating_agreement
 from app.results.stats.ratings_figures import paper_split
 from app.results.stats.ratings_inference import estimands, jackknife_var
-from app.simulate.raters import RaterHeterogeneity, Raters, simulate_ratings
-from app.simulate.study import Design
+from app.simulate.design import Design
+from app.studytypes.ratings.raters import RaterHeterogeneity, Raters, simulate_ratings
 
 KINDS = ["data", "model", "attention"]
 DATA, MODEL, ATT = 0, 1, 2

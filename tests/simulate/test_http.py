@@ -21,8 +21,9 @@ from app.results.service import study_results
 from app.results.stats import estimate_ebc
 from app.simulate import http
 from app.simulate.crowd import Crowd, Heterogeneity
-from app.simulate.http import run_http_crowd
-from app.simulate.judges import GodView, StandInJudge
+from app.simulate.godview import GodView
+from app.studytypes.nextword.http_crowd import run_http_crowd
+from app.studytypes.nextword.judges import StandInJudge
 from tests.hits.factory import make_study
 
 EBC = str(Path(sys.executable).with_name("ebc"))

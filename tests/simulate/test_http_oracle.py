@@ -13,10 +13,11 @@ from app.precompute import service
 from app.results.schemas import ResultQuery
 from app.results.service import study_results
 from app.simulate.crowd import Crowd
-from app.simulate.http import run_http_crowd
-from app.simulate.judges import GodView, ModelJudge
+from app.simulate.godview import GodView
 from app.studies.schemas import StudyConfig
 from app.studies.service import build_and_open, create_study
+from app.studytypes.nextword.http_crowd import run_http_crowd
+from app.studytypes.nextword.judges import ModelJudge
 from tests.worker.test_fake_pipeline import fake_lines
 from worker.runner import Worker, WorkerOptions
 

@@ -22,11 +22,12 @@ from sqlalchemy import select
 from app.models import Annotator, Assignment, AssignmentStatus, Item, Rating
 from app.simulate import http
 from app.simulate.crowd import Crowd
-from app.simulate.http import run_http_crowd
-from app.simulate.http_ratings import RatersOverHttp, run_http_raters
-from app.simulate.judges import GodView, ModelJudge, SimulationError
-from app.simulate.rater_judges import RaterJudge
-from app.simulate.raters import RaterHeterogeneity
+from app.simulate.godview import GodView, SimulationError
+from app.studytypes.nextword.http_crowd import run_http_crowd
+from app.studytypes.nextword.judges import ModelJudge
+from app.studytypes.ratings.http_crowd import RatersOverHttp, run_http_raters
+from app.studytypes.ratings.judges import RaterJudge
+from app.studytypes.ratings.raters import RaterHeterogeneity
 from tests.hits.ratings_factory import make_ratings_study
 
 EBC = str(Path(sys.executable).with_name("ebc"))

@@ -8,8 +8,9 @@ import pytest
 
 from app.annotation.schemas import PositionView
 from app.simulate.crowd import Crowd
-from app.simulate.judges import ItemTruth, ModelJudge, SimulationError
+from app.simulate.godview import ItemTruth, SimulationError
 from app.simulate.page import HIT_PAGE, read_page
+from app.studytypes.nextword.judges import ModelJudge
 from app.web.templating import templates
 
 pytestmark = pytest.mark.sqlite  # pure: one run is enough

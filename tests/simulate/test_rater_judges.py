@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from app.annotation.identities import invite_token
-from app.simulate.judges import ItemTruth, SimulationError, StudyView
+from app.simulate.godview import ItemTruth, SimulationError, StudyView
 from app.simulate.page import RATING_PAGE, read_page
-from app.simulate.rater_judges import RaterJudge
-from app.simulate.raters import RaterHeterogeneity
+from app.studytypes.ratings.judges import RaterJudge
+from app.studytypes.ratings.raters import RaterHeterogeneity
 from tests.hits.factory import annotator
 from tests.hits.ratings_factory import make_ratings_study
 
@@ -20,7 +20,7 @@ HALVES = ["0", "0.5", "1", "1.5", "2", "2.5", "3", "3.5", "4", "4.5", "5"]
 def _view(kinds=("data", "model", "attention"), study_type="ratings", step=0.5) -> StudyView:
     return StudyView(
         id=1, slug="s", kinds=list(kinds), lengths=(10, 20), top_k=5, min_ms_per_item=1000,
-        cap=200, study_type=study_type, scale_max=5, scale_step=step,
+        cap=200, study_type=study_type, ratings={"scale_max": 5, "step": step},
     )  # fmt: skip
 
 

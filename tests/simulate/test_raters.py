@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from app.results.stats import DATA_KIND, MODEL_KIND
-from app.simulate.raters import RaterHeterogeneity, Raters, simulate_ratings
-from app.simulate.study import Design
+from app.simulate.design import Design
+from app.studytypes.ratings.raters import RaterHeterogeneity, Raters, simulate_ratings
 
 ATT = "attention"
 

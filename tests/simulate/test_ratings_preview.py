@@ -1,4 +1,4 @@
-"""Simulate before you pay on a ratings study (app.simulate.ratings_study and
+"""Simulate before you pay on a ratings study (app.studytypes.ratings.simulation and
 ratings_preview, `ebc simulate` on a ratings study): the figures against the raters'
 exact truth, the replication against the ratings results, what the design needs, the
 costs against a hand computation, the bounds and the bad input."""
@@ -14,24 +14,18 @@ import pytest
 from app.db import build_engine, make_sessionmaker
 from app.results.exclusions import exclusion_mask
 from app.results.stats.ratings import ratings_results
-from app.simulate.preview import (
-    PAGE_LIMITS,
-    DesignSize,
-    Limits,
-    PreviewError,
-    PreviewOptions,
-    max_replications,
-    simulate_before_paying,
-)
-from app.simulate.raters import RaterHeterogeneity
-from app.simulate.ratings_preview import (
+from app.simulate.costs import channel_costs
+from app.simulate.design import Design
+from app.simulate.preview import PAGE_LIMITS, DesignSize, Limits, PreviewError, max_replications
+from app.studytypes.nextword.preview import PreviewOptions, simulate_before_paying
+from app.studytypes.ratings.preview import (
     RatingsPreviewOptions,
     form_values,
-    form_values_for,
     options_from_form,
     simulate_ratings_before_paying,
 )
-from app.simulate.ratings_study import (
+from app.studytypes.ratings.raters import RaterHeterogeneity
+from app.studytypes.ratings.simulation import (
     RatingsWorkload,
     raters_for,
     ratings_needs,
@@ -40,7 +34,7 @@ from app.simulate.ratings_study import (
     simulate_study_ratings,
     summarise_ratings,
 )
-from app.simulate.study import Design
+from app.studytypes.registry import study_type_of
 from tests.hits.factory import make_study
 from tests.hits.ratings_factory import make_ratings_study
 from tests.results.ratings_study import make_rated_study
@@ -222,7 +216,7 @@ def test_the_preview_prices_ratings_assignments_and_runs_the_replications(sessio
     options = RatingsPreviewOptions(
         **QUICK, quality="3.5,3.1", consistency=(3.0, 2.5), crowd="noisy:0.1", seed=4
     )
-    preview = simulate_ratings_before_paying(study, settings, options)
+    preview = simulate_ratings_before_paying(study, settings, options, price=channel_costs)
     assert preview.size.hits == 100 and preview.size.assignments == 500
     assert preview.size.judgments == 500 * 11  # ratings, attention pairs included
     assert preview.size.judgments_per_cell == {"data": 250 * 5, "model": 250 * 5}
@@ -256,12 +250,15 @@ def test_the_study_s_scale_bounds_the_true_means(session, settings):
     study = _study(session)
     study.ratings = {**(study.ratings or {}), "scale_max": 3, "step": 1.0}
     with pytest.raises(PreviewError) as caught:
-        simulate_ratings_before_paying(study, settings, RatingsPreviewOptions(**QUICK))
+        simulate_ratings_before_paying(
+            study, settings, RatingsPreviewOptions(**QUICK), price=channel_costs
+        )
     assert "strictly between 0 and 3" in caught.value.errors["quality"]
     done = simulate_ratings_before_paying(
         study,
         settings,
         RatingsPreviewOptions(**QUICK, quality=(2.0, 1.5), consistency=(2.2, 2.0)),
+        price=channel_costs,
     )
     assert done.raters.scale_max == 3 and done.raters.step == 1.0
     assert done.row(WITH, 10, "quality").true_gap == pytest.approx(0.5)
@@ -271,11 +268,14 @@ def test_each_preview_takes_only_its_own_kind_of_study(session, settings):
     ratings = _study(session)
     nextword = make_study(session, slug="nw1", lengths=(10,), per_cell=10)
     with pytest.raises(PreviewError, match="is a ratings study"):
-        simulate_before_paying(ratings, settings, PreviewOptions(**QUICK))
+        simulate_before_paying(ratings, settings, PreviewOptions(**QUICK), price=channel_costs)
     with pytest.raises(PreviewError, match="not a ratings study"):
-        simulate_ratings_before_paying(nextword, settings, RatingsPreviewOptions(**QUICK))
-    assert form_values_for(ratings, {})["quality"] == "3.4,3.1"
-    assert "quality" not in form_values_for(nextword, {})
+        simulate_ratings_before_paying(
+            nextword, settings, RatingsPreviewOptions(**QUICK), price=channel_costs
+        )
+    # Each type's form, from its plug-in.
+    assert study_type_of(ratings).preview.form_values({})["quality"] == "3.4,3.1"
+    assert "quality" not in study_type_of(nextword).preview.form_values({})
 
 
 def test_the_page_limits_bound_the_ratings_work(session, settings):
@@ -287,7 +287,11 @@ def test_the_page_limits_bound_the_ratings_work(session, settings):
     assert max_replications(work, PAGE_LIMITS) == 50 and max_replications(work, Limits()) is None
     with pytest.raises(PreviewError) as caught:
         simulate_ratings_before_paying(
-            study, settings, RatingsPreviewOptions(replications=51), limits=PAGE_LIMITS
+            study,
+            settings,
+            RatingsPreviewOptions(replications=51),
+            limits=PAGE_LIMITS,
+            price=channel_costs,
         )
     assert "at most 50 replications here" in caught.value.errors["replications"]
     # A design whose one replication is too much for the page: refused before any work.
@@ -296,14 +300,18 @@ def test_the_page_limits_bound_the_ratings_work(session, settings):
     study.per_annotator_cap = 1
     with pytest.raises(PreviewError, match="too much to simulate here") as caught:
         simulate_ratings_before_paying(
-            study, settings, RatingsPreviewOptions(replications=1), limits=PAGE_LIMITS
+            study,
+            settings,
+            RatingsPreviewOptions(replications=1),
+            limits=PAGE_LIMITS,
+            price=channel_costs,
         )
     assert "220,000 ratings in 40 cells by about 20,000 raters" in caught.value.message
     # Past the time budget: the replications done, said so.
     study.items_per_cell, study.prefix_lengths, study.per_annotator_cap = 250, [10, 20], 200
     cut = dataclasses.replace(PAGE_LIMITS, seconds=0.0)
     done = simulate_ratings_before_paying(
-        study, settings, RatingsPreviewOptions(replications=4), limits=cut
+        study, settings, RatingsPreviewOptions(replications=4), limits=cut, price=channel_costs
     )
     assert done.summary.replications == 1 and done.options.b == PAGE_LIMITS.b
     assert done.stopped.startswith("Stopped after 1 of the 4 replications asked")
@@ -342,7 +350,11 @@ def test_crowd_layers_that_do_not_apply_to_raters_are_refused(session, settings,
     study = _study(session)
     with pytest.raises(PreviewError) as caught:
         simulate_ratings_before_paying(
-            study, settings, RatingsPreviewOptions(**QUICK, crowd=crowd), limits=PAGE_LIMITS
+            study,
+            settings,
+            RatingsPreviewOptions(**QUICK, crowd=crowd),
+            limits=PAGE_LIMITS,
+            price=channel_costs,
         )
     assert message in caught.value.errors["crowd"]
 

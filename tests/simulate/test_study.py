@@ -14,8 +14,9 @@ from app.results.queries import ATTENTION_KIND
 from app.results.schemas import ResultQuery
 from app.results.stats import PlanTarget
 from app.simulate.crowd import Crowd, Heterogeneity, StandIn, expected_with_random_clicks
-from app.simulate.study import Design, assign_slots, estimate, simulate_judgments, simulate_study
+from app.simulate.design import Design, assign_slots
 from app.studytypes.nextword.results import compute_results
+from app.studytypes.nextword.simulation import estimate, simulate_judgments, simulate_study
 
 pytestmark = pytest.mark.sqlite  # pure: one run is enough
 

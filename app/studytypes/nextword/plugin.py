@@ -21,7 +21,9 @@ from app.studytypes.nextword import (
     results,
 )
 from app.studytypes.nextword.downloads import CATALOGUE, DOWNLOADS
+from app.studytypes.nextword.http_crowd import NextWordCrowd
 from app.studytypes.nextword.plot import diagnostics_plot, results_plot
+from app.studytypes.nextword.preview import NextWordPreview
 
 
 class Diagnostics:
@@ -54,6 +56,8 @@ class NextWord(StudyTypePlugin):
         "About 10 texts per HIT; a research study on language models."
     )
     crowd_keywords = ("language", "next word", "guess", "research")
+    preview = NextWordPreview()
+    http_crowd = NextWordCrowd()
     downloads = DOWNLOADS
     catalogue = CATALOGUE
     diagnostics = Diagnostics()

@@ -13,6 +13,8 @@ from app.studies.schemas import config_from_columns
 from app.studytypes.base import StudyTypePlugin
 from app.studytypes.ratings import annotation, ebm, ebm_exports, exports, hits, queries, results
 from app.studytypes.ratings.downloads import CATALOGUE, DOWNLOADS
+from app.studytypes.ratings.http_crowd import RatingsCrowd
+from app.studytypes.ratings.preview import RatingsPreviewer
 
 # The next-word figures a ratings study does not have (its answers are ratings).
 NEXTWORD_FIGURES = ("diagnostics", "planner")
@@ -50,6 +52,8 @@ class Ratings(StudyTypePlugin):
         "text before it. About 10 texts per HIT; a research study on language models."
     )
     crowd_keywords = ("language", "rating", "text quality", "research")
+    preview = RatingsPreviewer()
+    http_crowd = RatingsCrowd()
     downloads = DOWNLOADS
     catalogue = CATALOGUE
     scores = Scores()

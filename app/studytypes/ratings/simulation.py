@@ -1,10 +1,10 @@
 """Simulate a ratings study with its own design, R times, through the ratings results.
 
-The ratings counterpart of :mod:`app.simulate.study` (issue 15: "simulate before you pay"
-for the later paper's second protocol). One replication (:func:`run_ratings_replication`)
-is :func:`app.simulate.raters.simulate_ratings` at the study's design (lengths, pairs per
-cell, the HIT mix and its attention pairs, ratings per pair, cap; heavy-tailed rater
-activity) under :class:`~app.simulate.raters.Raters` with an exact truth, plus the
+The ratings counterpart of :mod:`app.studytypes.nextword.simulation` (issue 15: "simulate
+before you pay" for the later paper's second protocol). One replication
+(:func:`run_ratings_replication`) is :func:`~.raters.simulate_ratings` at the study's design
+(lengths, pairs per cell, the HIT mix and its attention pairs, ratings per pair, cap;
+heavy-tailed rater activity) under :class:`~.raters.Raters` with an exact truth, plus the
 ``fast`` layer (a share of ratings are uniform clicks posted faster than the study's
 minimum time, so the ``too_fast`` rule sees them); then the results' own steps: the
 study's exclusion rules (:func:`app.results.exclusions.exclusion_mask`, as
@@ -27,7 +27,7 @@ pairs a design needs through the raters' variance components (:func:`gap_varianc
 
 Seeded and deterministic: replication ``r`` of seed ``s`` draws from
 ``numpy.random.default_rng([s, r])`` and the statistics use seed ``s + r``, as in
-:mod:`app.simulate.study`.
+:mod:`app.studytypes.nextword.simulation`.
 """
 
 from __future__ import annotations
@@ -47,11 +47,16 @@ from app.results.stats import DATA_KIND, MODEL_KIND
 from app.results.stats.ratings import STEPS, mean_ratings
 from app.results.stats.ratings_columns import RatingColumns
 from app.simulate.crowd import Heterogeneity
-from app.simulate.raters import PAPER_CONSISTENCY, PAPER_QUALITY, RaterHeterogeneity, Raters
-from app.simulate.raters import simulate_ratings as simulate_rating_columns
-from app.simulate.study import VARIANTS, Design
+from app.simulate.design import VARIANTS, Design
 from app.simulate.workload import FAST_NS, SLOW_NS, expected_annotators
 from app.studytypes.ratings.queries import Ratings
+from app.studytypes.ratings.raters import (
+    PAPER_CONSISTENCY,
+    PAPER_QUALITY,
+    RaterHeterogeneity,
+    Raters,
+)
+from app.studytypes.ratings.raters import simulate_ratings as simulate_rating_columns
 
 # True means (data, model) when none are chosen: Raters.paper_like's, the shape of the
 # later paper's Table 3 (a continuation after a model prefix rated a little lower).
@@ -387,7 +392,7 @@ def gap_variance(design: Design, raters: Raters, pairs: int) -> tuple[float, flo
 
         V = 2 (sd_rater_kind^2 / G_eff + sd_pair^2 / P + (sd_noise^2 + step^2 / 12) / (P k))
 
-    (:mod:`app.simulate.raters`: a rater's leniency cancels in the gap, as every HIT
+    (:mod:`app.studytypes.ratings.raters`: a rater's leniency cancels in the gap, as every HIT
     holds both kinds; the rater x kind effects average over the raters, weighted by
     their ratings; pair effects over the ``P`` pairs; noise and rounding over the ``P k``
     ratings, ``k`` per pair). ``G_eff = G E[m]^2 / (E[m^2] + E[m] (L - 1))``: Kish's

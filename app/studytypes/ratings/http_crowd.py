@@ -3,7 +3,7 @@ a ratings study's HITs rated as a person without JavaScript rates them.
 
 The run is :class:`app.simulate.http.CrowdOverHttp`'s: simulated annotators made through
 the researcher's invite service (marked ``simulated``, labelled ``simulated-<n>``), their
-heavy-tailed activity (:meth:`app.simulate.raters.RaterHeterogeneity.activity`) stopped by
+heavy-tailed activity (:meth:`app.studytypes.ratings.raters.RaterHeterogeneity.activity`) stopped by
 the server's cap, requests sent again unchanged after a transport error or a 503, and
 their invite links revoked when the run ends (or fails).
 
@@ -14,7 +14,7 @@ step due): the quality step shows the continuation alone; the rater posts its qu
 link, whose page now reveals the context and asks for the consistency; its post leads to
 the next pair's quality step, and the last pair's consistency submits the assignment (a
 303 with ``n=ok`` or ``n=late``). What the rater rates comes from a
-:class:`app.simulate.rater_judges.RaterJudge` on the god-view's item (its id, kind, length,
+:class:`app.studytypes.ratings.judges.RaterJudge` on the god-view's item (its id, kind, length,
 attention flag: read from the database, never sent); the form carries only what a
 browser's does. A post that fails in transit or with a 503 is sent again unchanged; with
 ``resend_share`` a share of acknowledged posts is sent a second time on purpose (a double
@@ -37,7 +37,10 @@ from typing import ClassVar
 import httpx
 import numpy as np
 
+from app.models import StudyType
 from app.results.stats.ratings_columns import RatingColumns
+from app.simulate.crowd import Crowd
+from app.simulate.godview import ItemTruth, SimulationError, StudyView
 from app.simulate.http import (
     Acknowledged,
     AnnotatorRun,
@@ -46,10 +49,14 @@ from app.simulate.http import (
     client_ms,
     stopped_by,
 )
-from app.simulate.judges import ItemTruth, SimulationError
 from app.simulate.page import RATING_PAGE, Page, read_page
-from app.simulate.rater_judges import RaterJudge
-from app.simulate.raters import Rater
+from app.studytypes.ratings.judges import RaterJudge
+from app.studytypes.ratings.raters import (
+    PAPER_CONSISTENCY,
+    PAPER_QUALITY,
+    Rater,
+    RaterHeterogeneity,
+)
 
 QUALITY, CONSISTENCY = "quality", "consistency"
 
@@ -135,7 +142,13 @@ class RatersOverHttp(CrowdOverHttp):
     judge: RaterJudge
 
     work_page: ClassVar[str] = RATING_PAGE
-    study_type: ClassVar[str] = "ratings"
+
+    def _check(self, view: StudyView) -> None:
+        if view.study_type != StudyType.ratings:
+            raise SimulationError(
+                f"study {view.slug!r} is a {view.study_type} study: "
+                "simulate next-word annotators (a Judge) on it"
+            )
 
     def _new_run(self) -> RatingsRun:
         return RatingsRun(self.view.slug, self.judge.describe())
@@ -272,4 +285,89 @@ def run_http_raters(
     ).go()
 
 
-__all__ = ["RatedPair", "RatersOverHttp", "RatingsRun", "run_http_raters"]
+ALL_SDS_ZERO = (
+    "--sd-rater, --sd-rater-kind, --sd-pair and --sd-noise are all 0: every rating of a kind "
+    "would be the same scale point, so the raters cannot be calibrated to a true mean between "
+    "two points; give one of them a positive value"
+)
+SDS = ("sd_rater", "sd_rater_kind", "sd_pair", "sd_noise")
+
+
+def _means(text: str | None, option: str, default: tuple[float, float]) -> tuple[float, float]:
+    """``"3.4,3.1"``: the true means after data and after model prefixes."""
+    if text is None:
+        return default
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        data, model = (float(p) for p in parts)
+    except ValueError:
+        raise SimulationError(
+            f"{option} takes two numbers, the data's and the model's mean: e.g. 3.4,3.1"
+        ) from None
+    return data, model
+
+
+class RatingsCrowd:
+    """`ebc simulate-http` on a ratings study: raters with chosen true means per kind and
+    step (`quality`, `consistency`: ``"DATA,MODEL"``) and spreads (`sd_*`)."""
+
+    def run(
+        self,
+        base_url: str,
+        make_session,
+        study_id: int,
+        secret_key: str,
+        view: StudyView,
+        crowd: Crowd,
+        given: dict,
+        **common,
+    ) -> RatingsRun:
+        wrong = [
+            name
+            for name, on in (
+                ("--judge reference", given.get("judge") == "reference"),
+                ("--true-ebc", given.get("true_ebc") is not None),
+                ("--cgd-data", given.get("cgd_data") is not None),
+                ("an oracle crowd", crowd.base == "oracle"),
+                ("position:SHARE", crowd.position > 0),
+            )
+            if on
+        ]
+        if wrong:
+            raise SimulationError(
+                f"{view.slug} is a ratings study, rated by simulated raters; these options "
+                f"are for next-word studies only: {', '.join(wrong)} (raters take --quality, "
+                "--consistency, --sd-*)"
+            )
+        hetero = RaterHeterogeneity(**{k: given[k] for k in SDS if given.get(k) is not None})
+        try:
+            hetero.check()
+        except ValueError as exc:  # typer keeps each sd >= 0: left is all four at 0
+            raise SimulationError(ALL_SDS_ZERO if hetero.sd_total == 0.0 else str(exc)) from None
+        judge = RaterJudge.calibrated(
+            view,
+            quality=_means(given.get("quality"), "--quality", PAPER_QUALITY),
+            consistency=_means(given.get("consistency"), "--consistency", PAPER_CONSISTENCY),
+            hetero=hetero,
+            noisy=crowd.noisy,
+            fast=crowd.fast,
+            spammers=crowd.spammers,
+            seed=common.get("seed", 0),
+        )
+        return run_http_raters(base_url, make_session, study_id, secret_key, judge, **common)
+
+    def done(self, run: RatingsRun, slug: str) -> str:
+        return (
+            f"their {run.steps} ratings are stored like anyone's, marked as a simulated "
+            "crowd's; their links are revoked"
+        )
+
+
+__all__ = [
+    "ALL_SDS_ZERO",
+    "RatedPair",
+    "RatersOverHttp",
+    "RatingsCrowd",
+    "RatingsRun",
+    "run_http_raters",
+]

@@ -47,7 +47,7 @@ from app.results.stats import DATA_KIND, MODEL_KIND
 from app.results.stats.ratings_columns import STEPS, RatingColumns
 from app.results.stats.ratings_figures import attention_max
 from app.simulate.crowd import Heterogeneity
-from app.simulate.study import Design, Slots, assign_slots, hit_layout
+from app.simulate.design import Design, Slots, assign_slots, hit_layout
 
 # Default true means (after data, after model prefixes) per step: a model-prefix
 # continuation rated a little lower, as in the later paper's Table 3.

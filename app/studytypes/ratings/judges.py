@@ -1,26 +1,26 @@
 """Simulated raters for a ratings study over HTTP: the rater model of
-:mod:`app.simulate.raters` applied to the pairs the server's pages show.
+:mod:`app.studytypes.ratings.raters` applied to the pairs the server's pages show.
 
 The line between what a rater sees and what the simulation needs is that of
-:mod:`app.simulate.judges`:
+:mod:`app.simulate.godview`:
 
 - **the page** (:mod:`app.simulate.page`, what a rater sees): which pair (its position in
   the HIT), which step (quality, then consistency), the scale's points as the page posts
   them, and the form to post;
-- **the god-view** (:class:`app.simulate.judges.GodView`, never sent): the pair's item id,
+- **the god-view** (:class:`app.simulate.godview.GodView`, never sent): the pair's item id,
   kind, prefix length and attention flag.
 
 A :class:`RaterJudge` turns the two into one rating: rater ``a``'s rating of pair ``i`` at
-step ``s`` is :meth:`app.simulate.raters.Rater.rate` with the latent mean
+step ``s`` is :meth:`app.studytypes.ratings.raters.Rater.rate` with the latent mean
 ``mu_(l,k,s)`` of the pair's length and kind, the rater's leniency and rater x kind effect
 (drawn once per simulated rater, :meth:`RaterJudge.rater`), the pair effect ``e_(i,s)``
 seeded by the item's id (so every rater meets the same pair,
-:meth:`app.simulate.raters.Raters.pair_effect`) and fresh noise, rounded to the scale. The
+:meth:`app.studytypes.ratings.raters.Raters.pair_effect`) and fresh noise, rounded to the scale. The
 truth is the raters' exact population mean per (length, kind, step)
-(:meth:`app.simulate.raters.Raters.truth`).
+(:meth:`app.studytypes.ratings.raters.Raters.truth`).
 
 Inattention leaves the truth alone: ``noisy`` and ``spammers`` as in
-:mod:`app.simulate.raters`, and ``fast``: a share of ratings are uniform over the scale's
+:mod:`app.studytypes.ratings.raters`, and ``fast``: a share of ratings are uniform over the scale's
 points and posted faster than the study's minimum time per item (the HTTP crowd reports
 the time). Kinds other than ``data`` and ``model`` (diagnostic kinds) get the data's true
 means, as :meth:`app.simulate.crowd.StandIn.calibrated` gives them the data's CGD.
@@ -32,11 +32,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.models import StudyType
 from app.results.queries import ATTENTION_KIND
 from app.results.stats import MODEL_KIND
 from app.results.stats.ratings_columns import STEPS
-from app.simulate.judges import ItemTruth, SimulationError, StudyView
-from app.simulate.raters import PAPER_CONSISTENCY, PAPER_QUALITY, Rater, RaterHeterogeneity, Raters
+from app.simulate.godview import ItemTruth, SimulationError, StudyView
+from app.studytypes.ratings.annotation import Scale
+from app.studytypes.ratings.raters import (
+    PAPER_CONSISTENCY,
+    PAPER_QUALITY,
+    Rater,
+    RaterHeterogeneity,
+    Raters,
+)
 
 # The later paper's Table 3 shape: a model-prefix continuation rated a little lower.
 
@@ -67,7 +75,7 @@ class RaterJudge:
     ) -> RaterJudge:
         """Raters of `study` whose true mean ratings are ``quality`` and ``consistency``
         (data, model) at every length, on the study's scale."""
-        if study.study_type != "ratings":
+        if study.study_type != StudyType.ratings:
             raise SimulationError(
                 f"study {study.slug!r} is a {study.study_type} study: raters rate ratings studies"
             )
@@ -82,11 +90,12 @@ class RaterJudge:
                 which = 1 if code == MODEL_KIND else 0
                 targets[(length, code, "quality")] = quality[which]
                 targets[(length, code, "consistency")] = consistency[which]
+        scale = Scale.of(study.ratings)
         raters = Raters.calibrated(
             targets,
             hetero,
-            scale_max=study.scale_max,
-            step=study.scale_step,
+            scale_max=scale.scale_max,
+            step=scale.step,
             noisy=noisy,
             spammers=spammers,
             attention_accuracy=attention_accuracy,

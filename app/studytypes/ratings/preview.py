@@ -3,24 +3,24 @@ section and `ebc simulate` on a study of `type = "ratings"`.
 
 With this study's design (:meth:`Design.from_study`: lengths, pairs per cell, the HIT mix
 and its attention pairs, ratings per pair, cap, exclusion rules) and its scale, simulated
-raters (:mod:`app.simulate.raters`: true mean quality and consistency after data and after
+raters (:mod:`app.studytypes.ratings.raters`: true mean quality and consistency after data and after
 model prefixes, rater leniency, rater x kind effects, pair effects and noise, inattention)
-rate the study R times (:func:`~app.simulate.ratings_study.replicate_ratings`), each
+rate the study R times (:func:`~app.studytypes.ratings.simulation.replicate_ratings`), each
 replication through the ratings results' own functions, and
-:func:`~app.simulate.ratings_study.summarise_ratings` compares them with the exact truth.
+:func:`~app.studytypes.ratings.simulation.summarise_ratings` compares them with the exact truth.
 The answer (:class:`RatingsPreview`) says, per length and step: what one simulated study
 recovers (replication 1's gap and interval against the true gap), the mean gap and ratio
 against the true ones, the share of the R studies whose interval covers each (with its
 Monte Carlo SE), the power to find the gap (the share whose interval excludes 0), the
 typical half-width; what the design needs (pairs per cell for a chosen half-width, and
-for power 0.8: :func:`~app.simulate.ratings_study.ratings_needs`); and what each channel
+for power 0.8: :func:`~app.studytypes.ratings.simulation.ratings_needs`); and what each channel
 charges for it, a ratings assignment being one HIT of pairs paid per HIT, by the same
-code as a next-word study's (:func:`app.simulate.preview.channel_costs`). Nothing is
-stored and no platform is asked.
+code as a next-word study's (the `price` a caller hands in: ``app.simulate.costs``).
+Nothing is stored and no platform is asked.
 
-The page's bounds are the next-word preview's (:data:`app.simulate.preview.PAGE_LIMITS`):
+The page's bounds are every type's (:data:`app.simulate.preview.PAGE_LIMITS`):
 R <= 50, R x the estimated work of a replication
-(:class:`~app.simulate.ratings_study.RatingsWorkload`) <= 4 s, B = 2,000 (the secondary
+(:class:`~app.studytypes.ratings.simulation.RatingsWorkload`) <= 4 s, B = 2,000 (the secondary
 interval's only resampling), stopping between replications once 5 s have passed.
 """
 
@@ -35,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from app.config import Settings
 from app.models import StudyType
 from app.simulate.crowd import Crowd, CrowdSpecError
+from app.simulate.design import Design
 from app.simulate.preview import (
     CHANNELS,
     NO_LIMITS,
@@ -43,17 +44,19 @@ from app.simulate.preview import (
     DesignSize,
     Limits,
     PreviewError,
-    channel_costs,
+    Price,
     check_channels,
     check_limits,
+    cost_lines,
     deadline,
     stopped_note,
     study_design,
 )
 from app.simulate.preview import form_values as _form_values
 from app.simulate.preview import options_from_form as _options_from_form
-from app.simulate.raters import RaterHeterogeneity, Raters
-from app.simulate.ratings_study import (
+from app.studytypes.ratings.queries import scale_of
+from app.studytypes.ratings.raters import RaterHeterogeneity, Raters
+from app.studytypes.ratings.simulation import (
     DEFAULT_CONSISTENCY,
     DEFAULT_QUALITY,
     RatingsNeeds,
@@ -65,8 +68,6 @@ from app.simulate.ratings_study import (
     replicate_ratings,
     summarise_ratings,
 )
-from app.simulate.study import Design
-from app.studytypes.ratings.queries import scale_of
 from app.validation import INT32_MAX, Line
 
 LEVEL = 0.95  # the ratings results' default level
@@ -204,6 +205,7 @@ def simulate_ratings_before_paying(
     options: RatingsPreviewOptions,
     *,
     limits: Limits = NO_LIMITS,
+    price: Price | None = None,
 ) -> RatingsPreview:
     """The preview of the ratings study `study` under `options`, within `limits`
     (module docstring). Bad options and designs raise `PreviewError` before any work."""
@@ -260,7 +262,7 @@ def simulate_ratings_before_paying(
         raters=raters,
         design=design,
         size=size,
-        costs=channel_costs(study, settings, size, options.providers),
+        costs=price(study, settings, size, options.providers) if price else [],
         summary=summary,
         assumptions=_assumptions(options, crowd, raters, design),
         seconds=time.perf_counter() - started,
@@ -312,14 +314,95 @@ def _assumptions(
     return tuple(out)
 
 
-def is_ratings(study: Any) -> bool:
-    return study.study_type == StudyType.ratings
+def preview_text(preview: RatingsPreview) -> str:
+    """The table of `ebc simulate` on a ratings study (plain text)."""
+    summary, size, design, raters = preview.summary, preview.size, preview.design, preview.raters
+    (qd, qm), (cd, cm) = preview.options.quality, preview.options.consistency
+    mix = " + ".join(f"{n} {design.kinds[k]}" for k, n in sorted(design.mix.items()))
+    lines = [
+        f"SIMULATED raters ({preview.crowd}), {summary.replications} replications of this "
+        f"study's design: {len(design.lengths)} lengths x {design.hits_per_length} HITs of "
+        f"{mix} pairs and {design.attention} attention, {design.replicas} ratings per pair, "
+        f"{size.assignments} assignments, {size.judgments:,} ratings, cap {design.cap} HITs "
+        "per rater",
+        f"true means on 0-{raters.scale_max} in steps of {raters.step:g}: quality {qd:g} "
+        f"(data) {qm:g} (model), consistency {cd:g} (data) {cm:g} (model), at every length; "
+        f"per study on average {summary.mean_ratings:,.0f} ratings, "
+        f"{summary.mean_annotators:.0f} raters, {summary.mean_excluded:.0f} ratings excluded",
+        f"interval: the ratings results' headline {summary.level:.0%} (two-way, rater x "
+        "pair); power: share whose gap interval excludes 0 (size where the true gap is 0); "
+        "boot: the secondary annotator-bootstrap interval's coverage of the true gap",
+        "",
+        f"{'variant':<20} {'l':>4} {'step':<11} {'true gap':>8} {'mean':>7} {'sd':>6} "
+        f"{'coverage':>15} {'true ratio':>10} {'mean':>6} {'coverage':>15} "
+        f"{'power/size':>15} {'half-w':>6} {'boot':>15}",
+    ]
+    for x in summary.rows:
+        lines.append(
+            f"{x.variant:<20} {x.length:>4} {x.step:<11} {x.true_gap:>8.4f} {x.mean_gap:>7.4f} "
+            f"{x.sd_gap:>6.4f} {x.gap_coverage:>7.3f} ± {x.gap_coverage_mc:.3f} "
+            f"{x.true_ratio:>10.4f} {x.mean_ratio:>6.4f} "
+            f"{x.ratio_coverage:>7.3f} ± {x.ratio_coverage_mc:.3f} "
+            f"{x.reject:>7.3f} ± {x.reject_mc:.3f} {x.half_width:>6.3f} "
+            f"{x.boot_coverage:>7.3f} ± {x.boot_coverage_mc:.3f}"
+        )
+    lines.append("(gap: data - model, ratio: data / model, true and mean over the replications;")
+    lines.append(" ± : Monte Carlo standard error over the replications)")
+    one = [r for r in summary.rows if r.variant == "with exclusions"]
+    lines.append(
+        "one simulated study (replication 1, with exclusions): "
+        + "; ".join(
+            f"l={r.length} {r.step} gap {r.first_gap:.3f} [{r.first_low:.3f}, "
+            f"{r.first_high:.3f}] (truth {r.true_gap:.3g})"
+            for r in one
+        )
+    )
+    lines.append("")
+    if preview.needs:
+        lines.append(
+            f"what the design needs ({preview.needs[0].pairs_now} pairs per cell now; the "
+            "simulated interval carried through the raters' variance components):"
+        )
+    for n in preview.needs:
+        power = (
+            f"{n.pairs_for_power:,} for power {n.power:g} at every length"
+            if n.pairs_for_power is not None
+            else "no power figure (the true gap is 0, or out of reach)"
+        )
+        width = (
+            f"{n.pairs_for_half_width:,} pairs per cell"
+            if n.pairs_for_half_width is not None
+            else "more pairs per cell than it computes"
+        )
+        lines.append(
+            f"  {n.step}: gap half-width {n.half_width_now:.3f} now; {width} for "
+            f"{n.target_half_width:g}; {power}"
+        )
+    lines.append("")
+    lines += cost_lines(preview.costs)
+    lines.append(f"{summary.seconds_per_replication * 1000:.0f} ms per replication")
+    return "\n".join(lines) + "\n"
 
 
-def form_values_for(study: Any, values: Any) -> dict[str, str]:
-    """The simulate form's values for a study of either type: a ratings study's fields
-    here, a next-word study's :func:`app.simulate.preview.form_values`."""
-    return form_values(values) if is_ratings(study) else _form_values(values)
+class RatingsPreviewer:
+    """ "Simulate before you pay" for a ratings study: simulated raters."""
+
+    options = RatingsPreviewOptions
+    template = "ratings/_simulate.html"
+
+    def form_values(self, values: Any) -> dict[str, str]:
+        return form_values(values)
+
+    def options_from_form(self, values: Any, limits: Limits) -> RatingsPreviewOptions:
+        return options_from_form(values, limits)
+
+    def run(
+        self, study: Any, settings: Settings, options: Any, *, limits: Limits, price: Price
+    ) -> RatingsPreview:
+        return simulate_ratings_before_paying(study, settings, options, limits=limits, price=price)
+
+    def text(self, preview: RatingsPreview) -> str:
+        return preview_text(preview)
 
 
 __all__ = [
@@ -327,11 +410,11 @@ __all__ = [
     "LEVEL",
     "RatingsPreview",
     "RatingsPreviewOptions",
+    "RatingsPreviewer",
     "describe_raters",
     "form_values",
-    "form_values_for",
-    "is_ratings",
     "options_from_form",
+    "preview_text",
     "raters_crowd",
     "simulate_ratings_before_paying",
 ]
