@@ -136,7 +136,7 @@ def send_mturk(session: Session, slug: str, form: Mapping[str, str]) -> MturkDon
 def _mturk_done(session: Session, study: Study, assignment: Lease, kept: Any = None) -> MturkDone:
     origin = check_submit_to(study, assignment.submit_to or "")
     # Read back, not taken from the form: after a repeat that differed, the kept ones.
-    fields = study_type_of(study).mturk_fields(session, assignment)
+    fields = study_type_of(study).pages.mturk_fields(session, assignment)
     return MturkDone(assignment, origin, kept, fields)
 
 
@@ -155,7 +155,7 @@ def _send(
     gets the annotator's page again, with the reason, under the refusal's 4xx (`lease`: as
     `next_assignment` finds it)."""
     try:
-        return study_type_of(annotator.study).send(session, annotator, form)
+        return study_type_of(annotator.study).pages.send(session, annotator, form)
     except FormRefused as exc:
         return _refused(session, annotator, exc, form, mturk, lease)
 
@@ -195,7 +195,7 @@ def _page(
     lease = work.assignment
     if work.status is WorkStatus.assigned and lease is not None:
         study = study_for(session, annotator)
-        data.page = study_type_of(study).page(
+        data.page = study_type_of(study).pages.page(
             session, lease, study, now, first_hit=work.done == 0, refused=refused
         )
     if refused is not None:

@@ -111,7 +111,7 @@ def results(
     if format_ == "json":
         typer.echo(res.model_dump_json(indent=2))
     else:
-        typer.echo(plugin.results_text(res, format_, label, paper=paper), nl=False)
+        typer.echo(plugin.results.text(res, format_, label, paper=paper), nl=False)
 
 
 @results_cli.command("diagnostics")

@@ -135,13 +135,13 @@ def simulate(
     with session_scope(settings) as session:
         found = study_named(session, study)
         plugin = study_type_of(found)
-        fields = plugin.preview.options.model_fields
+        fields = plugin.preview.OPTIONS.model_fields
         given = [_flag(k) for k, v in specific.items() if v is not None and k not in fields]
         if given:
             fail(f"{study} is {plugin.noun} study: {', '.join(given)} does not apply to it")
         chosen = common | {k: v for k, v in specific.items() if v is not None}
         try:
-            options = _options(plugin.preview.options, chosen)
+            options = _options(plugin.preview.OPTIONS, chosen)
             preview = plugin.preview.run(
                 found, settings, options, limits=NO_LIMITS, price=channel_costs
             )

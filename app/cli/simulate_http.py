@@ -106,7 +106,7 @@ def simulate_http(
     try:
         view = GodView(make_session, study_id).study()
         crowd_of_type = STUDY_TYPES[view.study_type].http_crowd
-        run = crowd_of_type.run(
+        run = crowd_of_type.run_crowd(
             base_url.rstrip("/"), make_session, study_id, settings.secret_key, view, made, given,
             **common,
         )  # fmt: skip

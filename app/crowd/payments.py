@@ -353,7 +353,7 @@ def _excluded_annotators(session: Session, study: Study) -> dict[int, list[str]]
     if threshold is not None:
         # Its type's answers: judgments, or ratings (an attention pair passed at a quality
         # of at most scale_max / 5).
-        j = study_type_of(study).answers(session, study)
+        j = study_type_of(study).results.answers(session, study)
         ids, accuracy = attention_accuracy(j, among=~j.flagged(FLAG_UNVERIFIED))
         for annotator_id, acc in zip(ids.tolist(), accuracy.tolist(), strict=True):
             if acc < float(threshold):

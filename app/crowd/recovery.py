@@ -165,6 +165,6 @@ def _store(session: Session, study: Study, recovered: RecoveredSubmission) -> Re
     when = min(recovered.submitted_at, now) if recovered.submitted_at else now
     # Its type's answers, through its services (a next-word HIT's `submit`, a ratings HIT's
     # `rate` step by step); a copy of the other type's answers is refused.
-    study_type_of(study).store_copy(session, study, annotator, lease, recovered, when)
+    study_type_of(study).pages.store_copy(session, study, annotator, lease, recovered, when)
     # The services write with Core statements: reload the lease read above.
     return Recovery(session.get(Assignment, lease.id, populate_existing=True))

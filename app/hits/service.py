@@ -161,7 +161,7 @@ def _insert_hits(
                     "hit_id": hit.id,
                     "position": pos,
                     "item_id": row.id,
-                    "choice_order": plugin.screen_order(screen),
+                    "choice_order": plugin.hits.screen_order(screen),
                 }
             )
     for start in range(0, len(values), 5000):
@@ -188,10 +188,10 @@ def _unplaced_items(session: Session, study: Study, min_prob: float) -> dict[int
     )
     # Prefixes the worker marked as not to be shown (e.g. a special token was
     # the top-1 under the "skip" policy) never go into a HIT.
-    query = plugin.placeable(query.where(Item.skip_reason.is_(None)))
+    query = plugin.hits.placeable(query.where(Item.skip_reason.is_(None)))
     out: dict[int, list[_Row]] = defaultdict(list)
     for r in session.execute(query):
-        clear = plugin.attention_ready(r, min_prob)
+        clear = plugin.hits.attention_ready(r, min_prob)
         out[r.length].append(
             _Row(r.id, r.length, r.kind, r.index, r.is_attention, len(r.choices), clear)
         )
@@ -204,4 +204,4 @@ def load_attention_items(
     """A researcher's attention file (JSON lines), as the study's type takes it (a
     next-word study: items with an unambiguous next word; a ratings study has none:
     `HitBuildError`); how many items were added."""
-    return study_type_of(study).load_attention_items(session, study, rows)
+    return study_type_of(study).hits.load_attention_items(session, study, rows)

@@ -100,7 +100,7 @@ def words_after_prefix(study: Study) -> int:
     """Words a data prefix's dataset line must hold after it, as the study's type needs
     them: the true next word (1), or a ratings study's real continuation (l_gen words:
     EB-M's references and the attention pairs' words)."""
-    return study_type_of(study).words_after_prefix(study)
+    return study_type_of(study).hits.words_after_prefix(study)
 
 
 def active_job(session: Session, study: Study) -> PrecomputeJob | None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -250,3 +250,23 @@ def task_label(study: Study) -> str:
     """The first column of the paper's Table 4, e.g. "LM, gpt2" or "NMT, my-model"."""
     task = "LM" if str(study.task.value) == "lm" else "NMT"
     return f"{task}, {study.model_name}"
+
+
+def document_text(
+    res: Any,
+    fmt: str,
+    label: str,
+    *,
+    paper: bool,
+    csv: Callable[[Any], str],
+    latex: Callable[..., str],
+    table: Callable[[Any], str],
+) -> str:
+    """A results document as ``ebc results -f FMT`` prints it, by its type's functions:
+    ``csv``, ``latex`` (`label`: the table's row label; `paper`: the paper-comparable mean
+    +- std) or else a plain-text ``table`` for the terminal."""
+    if fmt == "csv":
+        return csv(res)
+    if fmt == "latex":
+        return latex(res, label, paper=paper)
+    return table(res)

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -264,6 +265,41 @@ def stream_rows(session: Session, stmt: Select) -> Iterator[tuple[list[str], lis
     keys = list(result.keys())
     for part in result.partitions():
         yield keys, part
+
+
+# The assignment's flags of kept work that may not count, as export columns (see
+# app.results.exclusions.exclusion_mask).
+ASSIGNMENT_FLAG_COLUMNS = [(getattr(Assignment, name), "bool") for name, _ in ASSIGNMENT_FLAGS]
+
+
+def answer_rows(spec: list[tuple], answers: Any) -> Select:
+    """``select(*raw_columns(spec))`` of the answers in `answers` (the judgments' or the
+    ratings' model) joined to their assignment, HIT, item and annotator: an export's rows
+    before its study's filter and order."""
+    return (
+        select(*raw_columns(spec))
+        .join(Assignment, Assignment.id == answers.assignment_id)
+        .join(Hit, Hit.id == Assignment.hit_id)
+        .join(Item, Item.id == answers.item_id)
+        .join(Annotator, Annotator.id == Assignment.annotator_id)
+    )
+
+
+def answers_per_cell(
+    session: Session, items: Any, answers: Any, *, complete: Any = None
+) -> dict[tuple[int, str], tuple[int, int | None]]:
+    """Per (length, kind) of the items matching `items`, their answers (rows of `answers`,
+    the judgments' or the ratings' model) and, with `complete`, how many have that column
+    set (a rating's consistency): every cell, ``(0, 0 or None)`` where none. The study
+    page's collection table."""
+    counts = select(Item.length, Item.kind, func.count(answers.id))
+    if complete is not None:
+        counts = counts.add_columns(func.count(complete))
+    counts = counts.join(answers, answers.item_id == Item.id)
+    rows = session.execute(counts.where(items).group_by(Item.length, Item.kind))
+    none = (0, None if complete is None else 0)
+    found = {(r[0], r[1]): (r[2], r[3] if complete is not None else None) for r in rows}
+    return defaultdict(lambda: none, found)
 
 
 def iter_item_rows(session: Session, study: Study) -> Iterator[tuple[list[str], list[tuple]]]:

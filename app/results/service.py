@@ -19,13 +19,13 @@ def study_results(session: Session, study: Study, query: ResultQuery | None = No
     take raise ``app.studytypes.base.OptionNotForThisType``."""
     started = time.perf_counter()
     plugin = study_type_of(study)
-    return plugin.results_document(session, study, query or ResultQuery(), started=started)
+    return plugin.results.document(session, study, query or ResultQuery(), started=started)
 
 
 def quality_by_annotator(session: Session, study: Study) -> dict[int, Any]:
     """Per annotator id, the quality figures of the Annotators page (its type's: per
     judgment, or per rating), without error bars."""
-    return study_type_of(study).annotator_quality(session, study)
+    return study_type_of(study).results.quality(session, study)
 
 
 __all__ = ["quality_by_annotator", "study_results"]

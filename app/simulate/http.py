@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, NamedTuple, Self
 
 import httpx
 import numpy as np
@@ -168,13 +168,26 @@ class _Budget:
             return self.left is not None and self.left <= 0
 
 
+class Turn(NamedTuple):
+    """An annotator at work on one HIT: the HTTP client, the HIT's first page, who, their
+    run's record, their judge's state and their random draws."""
+
+    client: httpx.Client
+    page: Page
+    who: Recruit
+    run: AnnotatorRun
+    state: object
+    rng: np.random.Generator
+
+
 @dataclass(kw_only=True)
 class CrowdOverHttp:
     """What every simulated crowd over HTTP shares (module docstring): recruiting simulated
     annotators, the budget of assignments, requests sent again after a transport error or a
     503, and their links closed when the run ends. A subclass does one HIT
     (:meth:`_do_hit`) on the page it expects (``work_page``) and keeps its own record
-    (``self.run``: ``annotators``, ``resent``, ``retried``, ``seconds``)."""
+    (``self.run``: ``annotators``, ``resent``, ``retried``, ``seconds``, and its answers'
+    records in the list named ``records``, kept in a fixed order)."""
 
     base_url: str
     make_session: Callable[[], Session]
@@ -189,6 +202,7 @@ class CrowdOverHttp:
     transport: httpx.BaseTransport | None = None  # httpx's default (tests: a lossy one)
 
     work_page: ClassVar[str] = HIT_PAGE
+    records: ClassVar[str] = "answers"  # the run's list of acknowledged answers
 
     def __post_init__(self) -> None:
         self.god = GodView(self.make_session, self.study_id)
@@ -215,22 +229,16 @@ class CrowdOverHttp:
         spammer, and its judge's state."""
         raise NotImplementedError
 
-    def _do_hit(
-        self,
-        client: httpx.Client,
-        page: Page,
-        who: Recruit,
-        run: AnnotatorRun,
-        state: object,
-        rng: np.random.Generator,
-    ) -> bool:
-        """Do the HIT whose first page is `page`, recording what the server acknowledged;
-        whether it was submitted (False: its lease ran out midway and the server moved
-        on, the HIT abandoned)."""
+    def _do_hit(self, turn: Turn) -> bool:
+        """Do the HIT whose first page is ``turn.page``, recording what the server
+        acknowledged; whether it was submitted (False: its lease ran out midway and the
+        server moved on, the HIT abandoned)."""
         raise NotImplementedError
 
     def _sort(self) -> None:
-        """Put the run's record in a fixed order."""
+        """Put the run's records in a fixed order: by annotator, assignment, position."""
+        key = lambda x: (x.annotator_id, x.assignment, x.position)  # noqa: E731
+        getattr(self.run, self.records).sort(key=key)
 
     # -- the run ------------------------------------------------------------------------
 
@@ -322,7 +330,7 @@ class CrowdOverHttp:
                     raise SimulationError(f"{who.path}: {page.status} {page.text}")
                 run.stopped = page.kind
                 break
-            if self._do_hit(client, page, who, run, state, rng):
+            if self._do_hit(Turn(client, page, who, run, state, rng)):
                 run.done += 1
             else:
                 run.abandoned += 1

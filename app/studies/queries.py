@@ -92,7 +92,7 @@ def collection_progress(session: Session, study: Study) -> list[CellCollection]:
         )
     }
     # Its type's answers per cell: judgments, or ratings (and of those, the consistencies).
-    judged = study_type_of(study).answers_per_cell(session, base)
+    judged = study_type_of(study).results.answers_per_cell(session, base)
     out = []
     for length in study.prefix_lengths:
         for kind in study.kinds:

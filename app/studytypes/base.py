@@ -4,41 +4,36 @@ A study type is what people do in a study (``StudyType``: pick the next word, ra
 continuations) and everything that follows from it: the items the worker makes and how they
 go into HITs, the annotator's page and what a submission stores, the results document and
 its downloads, the simulations and the dashboard's pages. Each type is one package under
-``app/studytypes/`` whose ``plugin.py`` subclasses :class:`StudyTypePlugin`; the rest of the
+``app/studytypes/`` whose ``plugin.py`` makes one :class:`StudyTypePlugin`; the rest of the
 code asks the registry (``STUDY_TYPES[study.study_type]``) and the type's declared
 capabilities, never a type's name.
 
-Capabilities a type may lack are ``None`` (a figure, a page section, a CLI command): the
-callers say so with the type's own message (:meth:`StudyTypePlugin.refusal`), as a 404 on
-the web (:class:`NotForThisType`). Options of the results that a type does not take are
-refused, never ignored (:class:`OptionNotForThisType`, a 422 that names them).
+A plug-in is a few words (its label, its nouns, its crowd posting's defaults), a few
+namespaces of functions, each a module of the type's package that implements one of the
+protocols below (``hits``: :class:`HitRules`; ``pages``: :class:`Pages`; ``results``:
+:class:`Results`; ``dashboard``: :class:`Dashboard`; ``preview``: :class:`Preview`;
+``http_crowd``: :class:`HttpCrowd`), its downloads, and the capabilities a type may lack,
+``None`` where it does (``diagnostics``, ``planner``, ``scores``, an offline batch): the
+callers then say so in the type's own words (:meth:`StudyTypePlugin.refusal`; a 404 on the
+web). Options of the results that a type does not take are refused, never ignored
+(:class:`OptionNotForThisType`, a 422 that names them).
 
 What a type's code shares with the other types' is public in the shared modules
-(``app.results.queries``, ``app.results.exports``, ``app.annotation.*``,
-``app.simulate.*``), never a private name of another module.
+(``app.results.*``, ``app.annotation.*``, ``app.simulate.*``, ``app.hits.*``), never a
+private name of another module.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, Protocol
 
 from sqlalchemy.orm import Session
 
 from app.models import Study, StudyType
 from app.validation import BadInput
-
-
-class NotForThisType(LookupError):
-    """Something a study's type does not have (a figure, a download, a command): a 404 on
-    the web, as a download that does not exist; `message` says why."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 class OptionNotForThisType(BadInput):
@@ -65,6 +60,161 @@ class DownloadSpec:
     media_type: str
     chunks: Chunks | None = None
     render: Render | None = None
+
+
+# -- what every type provides: namespaces of functions (a module of its package each) ------
+
+
+class HitRules(Protocol):
+    """What the type's items need of the dataset, and how they go into HITs
+    (``app.hits.service.build_hits`` builds them)."""
+
+    def words_after_prefix(self, study: Study) -> int:
+        """Words a data prefix's dataset line must hold after it (the true next word: 1)."""
+
+    def placeable(self, query: Any) -> Any:
+        """`query` of a study's unplaced, shown items narrowed to those that may go into a
+        HIT."""
+
+    def attention_ready(self, row: Any, min_prob: float) -> bool:
+        """Whether an item (a row with ``is_attention``, ``choices``, ``true_next_word``,
+        ``provenance``) may be one of a HIT's attention items."""
+
+    def screen_order(self, screen: list[int]) -> list:
+        """A position's stored screen order from its shuffled choices' ranks."""
+
+    def load_attention_items(
+        self, session: Session, study: Study, rows: Iterable[Mapping[str, object]]
+    ) -> int:
+        """Add a researcher's attention file (``ebc hits build --attention``); how many
+        items; ``HitBuildError`` where the type takes none."""
+
+
+class Pages(Protocol):
+    """The annotator's side of a HIT (``app.annotation.pages`` calls these)."""
+
+    def page(
+        self,
+        session: Session,
+        lease: Any,
+        study: Any,
+        now: Any,
+        *,
+        first_hit: bool,
+        refused: tuple[Exception, Mapping[str, str]] | None = None,
+    ) -> Any:
+        """The assigned HIT's page (an ``app.annotation.schemas.PageView``: its template and
+        what it shows; None: nothing left to show), the HIT recorded as served. `refused`:
+        the form just refused and why, on the page shown again."""
+
+    def send(self, session: Session, annotator: Any, form: Mapping[str, str]) -> Any:
+        """Store a posted page (``app.annotation.schemas.Sent``), or refuse it with an
+        ``app.annotation.errors.FormRefused`` (its page is shown again). Call with the
+        annotator locked."""
+
+    def mturk_fields(self, session: Session, assignment: Any) -> list[tuple[str, str]]:
+        """What the MTurk done page posts on to MTurk so that its copy (the answer XML)
+        can restore ours: form fields of positions and what was chosen, never a rank or a
+        kind."""
+
+    def store_copy(
+        self, session: Session, study: Study, annotator: Any, lease: Any, copy: Any, when: Any
+    ) -> None:
+        """Store a copy of a HIT's answers that reached a platform but not us
+        (``app.crowd.recovery.RecoveredSubmission``), as of `when`, by the rules of a live
+        submission; refuse one that does not fit (``AnnotationError``)."""
+
+
+class Results(Protocol):
+    """The type's results: its document, its answers, its options."""
+
+    def document(self, session: Session, study: Study, query: Any, *, started: float) -> Any:
+        """The study's results document (``app.results.schemas.ResultsOut``) for the
+        results' options `query` (options the type does not take raise
+        :class:`OptionNotForThisType`). Reads; never commits."""
+
+    def check_options(self, query: Any) -> None:
+        """Refuse results' options given that this type does not take
+        (:class:`OptionNotForThisType`)."""
+
+    def text(self, res: Any, fmt: str, label: str, *, paper: bool) -> str:
+        """``ebc results STUDY -f FMT``: the document as ``csv``, ``latex`` (`label`: the
+        table's row label; `paper`: the paper-comparable mean +- std) or a plain-text
+        ``table`` for the terminal (``json`` is the document itself, for every type)."""
+
+    def quality(self, session: Session, study: Study) -> dict[int, Any]:
+        """Per annotator id, the quality figures of the Annotators page (no error bars)."""
+
+    def answers(self, session: Session, study: Study) -> Any:
+        """The study's counted answers (judgments, ratings) as the columns the exclusion
+        rules read (``app.results.exclusions.Answers``)."""
+
+    def answers_per_cell(self, session: Session, items: Any) -> Mapping[tuple[int, str], tuple]:
+        """Per (length, kind) of the items matching `items` (a condition on ``Item``), the
+        answers they got and, for a type whose answers come in steps, how many are
+        complete (else None): ``(n, n_complete)`` for every cell (``(0, ...)`` where
+        none): the study page's collection table."""
+
+
+class Dashboard(Protocol):
+    """The type's parts of the researcher's pages."""
+
+    def results_page(self, session: Session, study: Study, options: Any) -> tuple[str, dict]:
+        """The results page: its template and context, from the page's options
+        (``results_query()``: the results' options; ``target()``: the planner's)."""
+
+    def annotators_context(self, study: Study) -> dict[str, Any]:
+        """What the type's partials of the Annotators page read besides ``quality``
+        (``<type>/_annotators_head.html``, ``<type>/_annotators_row.html``)."""
+
+
+class Preview(Protocol):
+    """ "Simulate before you pay": the type's simulated crowd on a study's design, R times,
+    through the type's results (the study page's section, its own page and
+    ``ebc simulate``)."""
+
+    OPTIONS: type[Any]
+    """Its options (a pydantic model: the form's fields and the CLI's flags)."""
+    TEMPLATE: str
+    """The section of the study page and the simulate page."""
+
+    def form_values(self, values: Mapping[str, str]) -> dict[str, str]:
+        """What the form shows: the values given, the defaults for the others."""
+
+    def options_from_form(self, values: Mapping[str, str], limits: Any) -> Any:
+        """The form as options, or ``app.simulate.preview.PreviewError`` per field."""
+
+    def run(self, study: Study, settings: Any, options: Any, *, limits: Any, price: Any) -> Any:
+        """The preview within `limits` (``app.simulate.preview.Limits``), each channel
+        priced by `price` (``app.simulate.costs.channel_costs``)."""
+
+    def text(self, preview: Any) -> str:
+        """``ebc simulate``'s table (plain text)."""
+
+
+class HttpCrowd(Protocol):
+    """``ebc simulate-http``: the type's simulated crowd through a running server's
+    annotator pages (``app.simulate.http.CrowdOverHttp``)."""
+
+    def run_crowd(
+        self,
+        base_url: str,
+        make_session: Any,
+        study_id: int,
+        secret_key: str,
+        view: Any,
+        crowd: Any,
+        given: dict[str, Any],
+        **common: Any,
+    ) -> Any:
+        """Run it (`given`: the command's options; another type's, given, are refused
+        with a ``SimulationError`` that names them); the run's record."""
+
+    def done(self, run: Any, slug: str) -> str:
+        """The command's last line, after the run's summary."""
+
+
+# -- the capabilities a type may lack -------------------------------------------------------
 
 
 class Diagnostics(Protocol):
@@ -101,222 +251,121 @@ class Scores(Protocol):
         """The stored scores as ``csv``, ``latex`` or a plain-text ``table``."""
 
 
-class Preview(Protocol):
-    """ "Simulate before you pay": the type's simulated crowd on a study's design, R times,
-    through the type's results (the study page's section, its own page and
-    ``ebc simulate``)."""
+@dataclass(frozen=True)
+class Parts:
+    """A type's namespaces: modules of its package, each implementing its protocol."""
 
-    options: type[Any]
-    """Its options (a pydantic model: the form's fields and the CLI's flags)."""
-    template: str
-    """The section of the study page and the simulate page."""
-
-    def form_values(self, values: Mapping[str, str]) -> dict[str, str]:
-        """What the form shows: the values given, the defaults for the others."""
-
-    def options_from_form(self, values: Mapping[str, str], limits: Any) -> Any:
-        """The form as options, or ``app.simulate.preview.PreviewError`` per field."""
-
-    def run(self, study: Study, settings: Any, options: Any, *, limits: Any, price: Any) -> Any:
-        """The preview within `limits` (``app.simulate.preview.Limits``), each channel
-        priced by `price` (``app.simulate.costs.channel_costs``)."""
-
-    def text(self, preview: Any) -> str:
-        """``ebc simulate``'s table (plain text)."""
-
-
-class HttpCrowd(Protocol):
-    """``ebc simulate-http``: the type's simulated crowd through a running server's
-    annotator pages (``app.simulate.http.CrowdOverHttp``)."""
-
-    def run(
-        self,
-        base_url: str,
-        make_session: Any,
-        study_id: int,
-        secret_key: str,
-        view: Any,
-        crowd: Any,
-        given: dict[str, Any],
-        **common: Any,
-    ) -> Any:
-        """Run it (`given`: the command's options; another type's, given, are refused
-        with a ``SimulationError`` that names them); the run's record."""
-
-    def done(self, run: Any, slug: str) -> str:
-        """The command's last line, after the run's summary."""
+    hits: HitRules
+    pages: Pages
+    """Also its annotator-facing words: ``PREVIEW_TITLE`` (the MTurk preview page's title;
+    its body: ``<type>/_mturk_preview.html``), ``CROWD_DESCRIPTION`` and
+    ``CROWD_KEYWORDS`` (what a crowd posting says of the work when the researcher says
+    nothing else)."""
+    results: Results
+    dashboard: Dashboard
+    """Also ``ANSWERS_LABEL`` and ``ITEMS_LABEL``: what the study page calls its answers and
+    its items ("Judgments", "Items")."""
+    preview: Preview
+    http_crowd: HttpCrowd
+    downloads: Any
+    """``DOWNLOADS``: the type's own downloads by name (``results.csv``, ``ratings.csv``, ...;
+    :class:`DownloadSpec`); ``CATALOGUE``: every download of a study of the type, in the
+    order the pages list them, its own and the shared ones (``manifest.json``,
+    ``items.csv``, ``items.jsonl``). Its package's folder holds ``templates/<name>/``."""
 
 
-class StudyTypePlugin(ABC):
-    """One study type: what varies between types, behind one interface.
+@dataclass(frozen=True)
+class StudyTypePlugin:
+    """One study type: what varies between types, behind one interface (the module
+    docstring). The registry holds one per ``StudyType``; its functions are called with a
+    study of that type only."""
 
-    Subclasses set the class attributes and implement the methods; the registry holds one
-    instance per ``StudyType``. The methods are called with a study of this type only.
-    """
-
-    name: ClassVar[StudyType]
+    name: StudyType
     """The ``studies.study_type`` value this plug-in serves (the registry's key)."""
-    label: ClassVar[str]
+    label: str
     """What people do, as the new-study form offers it."""
-    noun: ClassVar[str]
+    noun: str
     """The type in a sentence: ``f"{slug} is {noun} study"``."""
-    preview_title: ClassVar[str]
-    """The title of the MTurk preview page (its body: the ``_mturk_preview.html`` template)."""
-    answers_label: ClassVar[str]
-    items_label: ClassVar[str]
-    """What the study page calls its answers and its items ("Judgments", "Items")."""
-    offline_batch: ClassVar[bool]
+    parts: Parts
+    refusals: Mapping[str, str] = field(default_factory=dict)
+    """What the type says of what it does not have, by name (``{slug}`` is the study's):
+    a capability (``diagnostics``, ``planner``, ``EB-M``, ``batch``); anything else gets
+    ``"{slug} is <noun> study: it has no <what>."``."""
+    offline_batch: bool = False
     """Whether its HITs fit an MTurk-format batch (a static template and an input CSV,
     ``app.crowd.batch``): a next-word HIT does; a ratings HIT, whose quality must be
     stored before its context is shown, needs the service's own pages."""
-    crowd_description: ClassVar[str]
-    crowd_keywords: ClassVar[tuple[str, ...]]
-    """What a crowd posting says of the work when the researcher says nothing else."""
+    diagnostics: Diagnostics | None = None
+    planner: Planner | None = None
+    scores: Scores | None = None
 
-    # -- where its templates and static files live -----------------------------------------
+    # -- its parts, as the callers ask for them ------------------------------------------
+
+    hits = property(lambda self: self.parts.hits)
+    pages = property(lambda self: self.parts.pages)
+    results = property(lambda self: self.parts.results)
+    dashboard = property(lambda self: self.parts.dashboard)
+    preview = property(lambda self: self.parts.preview)
+    http_crowd = property(lambda self: self.parts.http_crowd)
+
+    @property
+    def downloads(self) -> Mapping[str, DownloadSpec]:
+        return self.parts.downloads.DOWNLOADS
+
+    @property
+    def catalogue(self) -> tuple[str, ...]:
+        return self.parts.downloads.CATALOGUE
 
     @property
     def folder(self) -> Path:
         """The type's package folder: its ``templates/<name>/`` (named ``<name>/...`` by the
-        template loader) and ``static/`` (served under ``/static``)."""
-        import sys
+        template loader)."""
+        return Path(self.parts.downloads.__file__).parent
 
-        return Path(sys.modules[type(self).__module__].__file__).parent
+    @property
+    def preview_title(self) -> str:
+        return self.parts.pages.PREVIEW_TITLE
+
+    @property
+    def crowd_description(self) -> str:
+        return self.parts.pages.CROWD_DESCRIPTION
+
+    @property
+    def crowd_keywords(self) -> tuple[str, ...]:
+        return self.parts.pages.CROWD_KEYWORDS
+
+    @property
+    def answers_label(self) -> str:
+        return self.parts.dashboard.ANSWERS_LABEL
+
+    @property
+    def items_label(self) -> str:
+        return self.parts.dashboard.ITEMS_LABEL
 
     def template(self, name: str) -> str:
         """The loader's name of the type's template `name`."""
         return f"{self.name.value}/{name}"
 
-    # -- precompute ------------------------------------------------------------------------
-
-    def words_after_prefix(self, study: Study) -> int:
-        """Words a data prefix's dataset line must hold after it (by default the true next
-        word: 1)."""
-        return 1
-
-    # -- HITs ------------------------------------------------------------------------------
-
-    def placeable(self, query: Any) -> Any:
-        """`query` of a study's unplaced, shown items narrowed to those that may go into a
-        HIT (by default: all of them)."""
-        return query
-
-    @abstractmethod
-    def attention_ready(self, row: Any, min_prob: float) -> bool:
-        """Whether an item (a row with ``is_attention``, ``choices``, ``true_next_word``,
-        ``provenance``) may be one of a HIT's attention items."""
-
-    @abstractmethod
-    def screen_order(self, screen: list[int]) -> list:
-        """A position's stored screen order from its shuffled choices' ranks."""
-
-    @abstractmethod
-    def load_attention_items(
-        self, session: Session, study: Study, rows: Iterable[Mapping[str, object]]
-    ) -> int:
-        """Add a researcher's attention file (``ebc hits build --attention``); how many
-        items; ``HitBuildError`` where the type takes none."""
-
-    # -- collection ------------------------------------------------------------------------
-
-    @abstractmethod
-    def answers_per_cell(self, session: Session, items: Any) -> Mapping[tuple[int, str], tuple]:
-        """Per (length, kind) of the items matching `items` (a condition on ``Item``), the
-        answers they got and, for a type whose answers come in steps, how many are complete
-        (else None): ``(n, n_complete)``, for every cell (``(0, ...)`` where none)."""
-
-    # -- the annotator's page -------------------------------------------------------------
-
-    @abstractmethod
-    def page(
-        self,
-        session: Session,
-        lease: Any,
-        study: Any,
-        now: Any,
-        *,
-        first_hit: bool,
-        refused: tuple[Exception, Mapping[str, str]] | None = None,
-    ) -> Any:
-        """The assigned HIT's page (an ``app.annotation.schemas.PageView``: its template and
-        what it shows; None: nothing left to show), the HIT recorded as served. `refused`:
-        the form just refused and why, on the page shown again."""
-
-    @abstractmethod
-    def send(self, session: Session, annotator: Any, form: Mapping[str, str]) -> Any:
-        """Store a posted page (``app.annotation.schemas.Sent``), or refuse it with an
-        ``app.annotation.errors.FormRefused`` (its page is shown again). Call with the
-        annotator locked."""
-
-    @abstractmethod
-    def mturk_fields(self, session: Session, assignment: Any) -> list[tuple[str, str]]:
-        """What the MTurk done page posts on to MTurk so that its copy (the answer XML)
-        can restore ours: form fields of positions and what was chosen, never a rank or a
-        kind."""
-
-    @abstractmethod
-    def store_copy(
-        self, session: Session, study: Study, annotator: Any, lease: Any, copy: Any, when: Any
-    ) -> None:
-        """Store a copy of a HIT's answers that reached a platform but not us
-        (``app.crowd.recovery.RecoveredSubmission``), as of `when`, by the rules of a live
-        submission; refuse one that does not fit (``AnnotationError``)."""
-
-    # -- results ---------------------------------------------------------------------------
-
-    @abstractmethod
-    def results_document(
-        self, session: Session, study: Study, query: Any, *, started: float | None = None
-    ) -> Any:
-        """The study's results document (``app.results.schemas.ResultsOut``) for the
-        results' options `query` (a ``ResultQuery``; options the type does not take raise
-        :class:`OptionNotForThisType`). Reads; never commits."""
-
-    downloads: ClassVar[Mapping[str, DownloadSpec]]
-    """The type's own downloads by name (``results.csv``, ``ratings.csv``, ...)."""
-    catalogue: ClassVar[tuple[str, ...]]
-    """Every download of a study of this type, in the order the pages list them: its own
-    and the shared ones (``manifest.json``, ``items.csv``, ``items.jsonl``)."""
-
-    @abstractmethod
-    def results_text(self, res: Any, fmt: str, label: str, *, paper: bool) -> str:
-        """``ebc results STUDY -f FMT``: the document as ``csv``, ``latex`` (`label`: the
-        table's row label; `paper`: the paper-comparable mean +- std) or a plain-text
-        ``table`` for the terminal (``json`` is the document itself, for every type)."""
-
-    @abstractmethod
-    def results_page(self, session: Session, study: Study, options: Any) -> tuple[str, dict]:
-        """The dashboard's results page: its template and context, from the page's options
-        (``results_query()``: the results' options; ``target()``: the planner's)."""
-
-    def check_options(self, query: Any) -> None:
-        """Refuse results' options given that this type does not take
-        (:class:`OptionNotForThisType`); by default it takes them all."""
-        return None
-
-    # -- simulations -----------------------------------------------------------------------
-
-    preview: ClassVar[Preview]
-    http_crowd: ClassVar[HttpCrowd]
-
-    diagnostics: ClassVar[Diagnostics | None] = None
-    planner: ClassVar[Planner | None] = None
-    scores: ClassVar[Scores | None] = None
-
-    @abstractmethod
-    def annotator_quality(self, session: Session, study: Study) -> dict[int, Any]:
-        """Per annotator id, the quality figures of the Annotators page (no error bars)."""
-
-    def annotators_context(self, study: Study) -> dict[str, Any]:
-        """What the type's partials of the Annotators page read besides ``quality``
-        (``_annotators_head.html``, ``_annotators_row.html``)."""
-        return {}
-
-    @abstractmethod
-    def answers(self, session: Session, study: Study) -> Any:
-        """The study's counted answers (judgments, ratings) as the columns the exclusion
-        rules read (``app.results.exclusions.Answers``)."""
-
     def refusal(self, study: Study, what: str) -> str:
-        """The message for `what` (a figure, a download) that this type does not have."""
+        """The message for `what` (a capability, a download) that this type does not have."""
+        said = self.refusals.get(what)
+        if said is not None:
+            return said.format(slug=study.slug)
         return f"{study.slug} is {self.noun} study: it has no {what}."
+
+
+__all__ = [
+    "Dashboard",
+    "Diagnostics",
+    "DownloadSpec",
+    "HitRules",
+    "HttpCrowd",
+    "OptionNotForThisType",
+    "Pages",
+    "Parts",
+    "Planner",
+    "Preview",
+    "Results",
+    "Scores",
+    "StudyTypePlugin",
+]

@@ -107,7 +107,7 @@ def _refuse_options(study: Study, query: ResultQuery) -> None:
     """Options the study's type does not take (a ratings study: estimator, unit, ci) are a
     422 that names them, not silently ignored."""
     try:
-        study_type_of(study).check_options(query)
+        study_type_of(study).results.check_options(query)
     except OptionNotForThisType as exc:
         errors = [
             {"loc": ("query", name), "msg": exc.message, "type": "value_error"}

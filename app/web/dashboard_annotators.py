@@ -60,8 +60,8 @@ def annotators(request: Request, session: SessionDep, study: StudyDep) -> HTMLRe
             "study": study,
             "rows": rows,
             # Per judgment or per rater, as the type's partials show them.
-            "quality": plugin.annotator_quality(session, study),
-            **plugin.annotators_context(study),
+            "quality": plugin.results.quality(session, study),
+            **plugin.dashboard.annotators_context(study),
             "can_manage": can_manage,
             # Invite links are credentials: only those who may manage the study see them.
             "links": {

@@ -55,7 +55,7 @@ def results_page(
     study: StudyDep,
     options: PageQueryDep,
 ) -> HTMLResponse:
-    template, context = study_type_of(study).results_page(session, study, options)
+    template, context = study_type_of(study).dashboard.results_page(session, study, options)
     return render(request, template, {**context, "query_string": str(request.url.query)})
 
 

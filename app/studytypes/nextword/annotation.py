@@ -34,6 +34,15 @@ from app.annotation.submissions import (
 )
 from app.models import Annotator, AssignmentStatus, StudyType, utcnow
 
+# The annotator's task in a few words: the MTurk preview page's title, and what a crowd
+# posting says of the work when the researcher says nothing else.
+PREVIEW_TITLE = "Guess the next word"
+CROWD_DESCRIPTION = (
+    "Read the start of a short text and pick the word you think comes next. "
+    "About 10 texts per HIT; a research study on language models."
+)
+CROWD_KEYWORDS = ("language", "next word", "guess", "research")
+
 
 @dataclass
 class HitPage:
@@ -232,12 +241,13 @@ def submit(
 # -- the page, a posted form, MTurk's copy ------------------------------------------------
 
 
-def hit_page(
+def page(
     session: Session,
     lease: Lease,
     study: StudyRef,
     now: datetime,
     *,
+    first_hit: bool = False,
     refused: tuple[AnnotationError, Mapping[str, str]] | None = None,
 ) -> HitPage:
     """The HIT as shown: contexts and their words in the stored screen order, recorded as

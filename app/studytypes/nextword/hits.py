@@ -9,13 +9,23 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.orm import Session
 
 from app.hits.schemas import HitBuildError
 from app.models import Item, Study
 
 NONE_SLOT = "none"
+
+
+def words_after_prefix(study: Study) -> int:
+    """A data prefix's line needs its true next word after it."""
+    return 1
+
+
+def placeable(query: Select) -> Select:
+    """Every shown item may go into a HIT."""
+    return query
 
 
 def screen_order(screen: list[int]) -> list[int | str]:

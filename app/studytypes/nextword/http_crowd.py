@@ -27,6 +27,7 @@ from app.simulate.http import (
     AnnotatorRun,
     CrowdOverHttp,
     Recruit,
+    Turn,
     client_ms,
     stopped_by,
 )
@@ -133,20 +134,10 @@ class HttpCrowd(CrowdOverHttp):
         spammer = bool(rng.random() < self.crowd.spammers)
         return wanted, spammer, self.judge.annotator(rng)
 
-    def _sort(self) -> None:
-        self.run.answers.sort(key=lambda x: (x.annotator_id, x.assignment, x.position))
-
-    def _do_hit(
-        self,
-        client: httpx.Client,
-        page: Page,
-        who: Recruit,
-        run: AnnotatorRun,
-        state: object,
-        rng: np.random.Generator,
-    ) -> bool:
+    def _do_hit(self, turn: Turn) -> bool:
         """One post answers the whole HIT, stored (late) even after its lease ran out:
         always submitted."""
+        client, page, who, run, state, rng = turn
         form, answers = self._answer(page, who, run, state, rng)
         late = self._post(client, page, form)
         if self._resend_now(rng):
@@ -257,51 +248,52 @@ def run_http_crowd(
     ).go()
 
 
+# -- the type's crowd over HTTP (StudyTypePlugin.http_crowd) ----------------------------
+
 # The options of `ebc simulate-http` that only a ratings study's raters take.
 RATER_OPTIONS = ("quality", "consistency", "sd_rater", "sd_rater_kind", "sd_pair", "sd_noise")
 
 
-class NextWordCrowd:
+def run_crowd(
+    base_url: str,
+    make_session: Callable[[], Session],
+    study_id: int,
+    secret_key: str,
+    view: StudyView,
+    crowd: Crowd,
+    given: dict,
+    **common,
+) -> HttpRun:
     """`ebc simulate-http` on a next-word study: annotators who pick words, P_D the
-    stand-in (``judge = "stand-in"``: `true_ebc`, `cgd_data`) or the study's reference
-    model (``judge = "reference"``, from ``items.reference``)."""
-
-    def run(
-        self,
-        base_url: str,
-        make_session: Callable[[], Session],
-        study_id: int,
-        secret_key: str,
-        view: StudyView,
-        crowd: Crowd,
-        given: dict,
-        **common,
-    ) -> HttpRun:
-        flags = [f"--{name.replace('_', '-')}" for name in RATER_OPTIONS]
-        wrong = [f for f, n in zip(flags, RATER_OPTIONS, strict=True) if given.get(n) is not None]
-        if wrong:
-            raise SimulationError(
-                f"{view.slug} is a next-word study; these options are for ratings studies "
-                "only: " + ", ".join(wrong)
-            )
-        if given.get("judge") == "reference":
-            p_d: Judge = ModelJudge()
-        else:
-            true_ebc, cgd_data = given.get("true_ebc"), given.get("cgd_data")
-            p_d = StandInJudge.calibrated(
-                view,
-                crowd,
-                true_ebc=1.0 if true_ebc is None else true_ebc,
-                cgd_data=0.73 if cgd_data is None else cgd_data,
-                seed=common.get("seed", 0),
-            )
-        return run_http_crowd(base_url, make_session, study_id, secret_key, crowd, p_d, **common)
-
-    def done(self, run: HttpRun, slug: str) -> str:
-        return (
-            f"their {len(run.answers)} judgments are stored like anyone's; the results of "
-            f"{slug} say that they include a simulated crowd's"
+    stand-in (``judge = "stand-in"``: `true_ebc`, `cgd_data`) or the study's reference model
+    (``judge = "reference"``, from ``items.reference``)."""
+    flags = [f"--{name.replace('_', '-')}" for name in RATER_OPTIONS]
+    wrong = [f for f, n in zip(flags, RATER_OPTIONS, strict=True) if given.get(n) is not None]
+    if wrong:
+        raise SimulationError(
+            f"{view.slug} is a next-word study; these options are for ratings studies "
+            "only: " + ", ".join(wrong)
         )
+    if given.get("judge") == "reference":
+        p_d: Judge = ModelJudge()
+    else:
+        true_ebc, cgd_data = given.get("true_ebc"), given.get("cgd_data")
+        p_d = StandInJudge.calibrated(
+            view,
+            crowd,
+            true_ebc=1.0 if true_ebc is None else true_ebc,
+            cgd_data=0.73 if cgd_data is None else cgd_data,
+            seed=common.get("seed", 0),
+        )
+    return run_http_crowd(base_url, make_session, study_id, secret_key, crowd, p_d, **common)
 
 
-__all__ = ["Answered", "HttpCrowd", "HttpRun", "NextWordCrowd", "run_http_crowd"]
+def done(run: HttpRun, slug: str) -> str:
+    """The command's last line."""
+    return (
+        f"their {len(run.answers)} judgments are stored like anyone's; the results of "
+        f"{slug} say that they include a simulated crowd's"
+    )
+
+
+__all__ = ["Answered", "HttpCrowd", "HttpRun", "run_http_crowd"]

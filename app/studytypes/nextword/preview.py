@@ -33,22 +33,6 @@ from app.results.stats.power import PAPER_CGD_DATA
 from app.simulate import preview as shared
 from app.simulate.crowd import Crowd, CrowdSpecError
 from app.simulate.design import VARIANTS, Design
-from app.simulate.preview import (
-    CHANNELS,
-    NO_LIMITS,
-    PAGE_LIMITS,
-    ChannelCost,
-    DesignSize,
-    Limits,
-    PreviewError,
-    Price,
-    check_channels,
-    check_limits,
-    cost_lines,
-    deadline,
-    stopped_note,
-    study_design,
-)
 from app.simulate.workload import Workload
 from app.studytypes.nextword.simulation import (
     SimulationSummary,
@@ -75,9 +59,9 @@ class PreviewOptions(BaseModel):
     replications: int = Field(20, ge=1, le=1_000_000)
     seed: int = Field(0, ge=0, le=INT32_MAX)
     b: int = Field(10_000, ge=100, le=1_000_000)
-    providers: tuple[str, ...] = CHANNELS
+    providers: tuple[str, ...] = shared.CHANNELS
 
-    def with_limits(self, limits: Limits) -> PreviewOptions:
+    def with_limits(self, limits: shared.Limits) -> PreviewOptions:
         return self if limits.b is None else self.model_copy(update={"b": limits.b})
 
 
@@ -124,8 +108,8 @@ class Preview:
     rows: list[PreviewRow]
     pooled_rejection: dict[str, float]
     design: Design
-    size: DesignSize
-    costs: list[ChannelCost]
+    size: shared.DesignSize
+    costs: list[shared.ChannelCost]
     summary: SimulationSummary
     assumptions: tuple[str, ...]
     seconds: float
@@ -141,8 +125,8 @@ def simulate_before_paying(
     settings: Settings,
     options: PreviewOptions,
     *,
-    limits: Limits = NO_LIMITS,
-    price: Price | None = None,
+    limits: shared.Limits = shared.NO_LIMITS,
+    price: shared.Price | None = None,
 ) -> Preview:
     """The preview of `study` under `options`, within `limits` (module docstring); `price`
     prices the design on each channel (none by default)."""
@@ -151,17 +135,17 @@ def simulate_before_paying(
     try:
         crowd = Crowd.parse(options.crowd)
     except CrowdSpecError as exc:
-        raise PreviewError(str(exc), "crowd") from None
-    check_channels(options.providers)
+        raise shared.PreviewError(str(exc), "crowd") from None
+    shared.check_channels(options.providers)
     if study.study_type != StudyType.nextword:
-        raise PreviewError(
+        raise shared.PreviewError(
             f"study {study.slug!r} is a ratings study: app.studytypes.ratings.preview "
             "simulates its raters"
         )
-    design = study_design(study)
-    size = DesignSize.of(design)
+    design = shared.study_design(study)
+    size = shared.DesignSize.of(design)
     workload = Workload.of(design, size.judgments, size.assignments, crowd.hetero, options.b)
-    check_limits(options.replications, workload, limits)
+    shared.check_limits(options.replications, workload, limits)
     target = PlanTarget(target_ebc=options.target_ebc)
     truth_field = "target_ebc" if options.true_ebc is None else "true_ebc"
     try:
@@ -169,7 +153,7 @@ def simulate_before_paying(
             design, crowd, true_ebc=options.true_ebc, cgd_data=options.cgd_data, target=target
         )
     except ValueError as exc:
-        raise PreviewError(str(exc), truth_field) from None
+        raise shared.PreviewError(str(exc), truth_field) from None
     level = 1.0 - target.alpha
     reps = replicate(
         design,
@@ -179,9 +163,9 @@ def simulate_before_paying(
         seed=options.seed,
         b=options.b,
         level=level,
-        deadline=deadline(limits),
+        deadline=shared.deadline(limits),
     )
-    stopped = stopped_note(len(reps), options.replications, limits)
+    stopped = shared.stopped_note(len(reps), options.replications, limits)
     summary = summarise(design, stand_in, crowd, reps, alpha=target.alpha, level=level)
     rows = []
     for s in summary.rows:
@@ -306,7 +290,7 @@ def preview_text(preview: Preview) -> str:
         )
     )
     lines.append("")
-    lines += cost_lines(preview.costs)
+    lines += shared.cost_lines(preview.costs)
     lines.append(f"{summary.seconds_per_replication * 1000:.0f} ms per replication")
     return "\n".join(lines) + "\n"
 
@@ -318,7 +302,7 @@ def _fmt(values: dict[int, float]) -> str:
     return ", ".join(f"l={ln}: {v:.4g}" for ln, v in values.items())
 
 
-def options_from_form(values: Any, limits: Limits = PAGE_LIMITS) -> PreviewOptions:
+def options_from_form(values: Any, limits: shared.Limits = shared.PAGE_LIMITS) -> PreviewOptions:
     """The page's form as options, or a `PreviewError` with a message per field
     (:func:`app.simulate.preview.options_from_form`'s rules)."""
     return shared.options_from_form(values, limits, model=PreviewOptions, labels=FORM_LABELS)
@@ -332,8 +316,9 @@ def form_values(values: Any) -> dict[str, str]:
 __all__ = [
     "DEFAULT_TARGET",
     "FORM_LABELS",
+    "OPTIONS",
+    "TEMPLATE",
     "VARIANTS",
-    "NextWordPreview",
     "Preview",
     "PreviewOptions",
     "PreviewRow",
@@ -341,26 +326,15 @@ __all__ = [
     "options_from_form",
     "preview_text",
     "rejection_label",
+    "run",
     "simulate_before_paying",
+    "text",
 ]
 
 
-class NextWordPreview:
-    """ "Simulate before you pay" for a next-word study: a stand-in P_D's crowd."""
+# -- the type's preview namespace (StudyTypePlugin.preview) ------------------------------
 
-    options = PreviewOptions
-    template = "nextword/_simulate.html"
-
-    def form_values(self, values: Any) -> dict[str, str]:
-        return form_values(values)
-
-    def options_from_form(self, values: Any, limits: Limits) -> PreviewOptions:
-        return options_from_form(values, limits)
-
-    def run(
-        self, study: Any, settings: Settings, options: Any, *, limits: Limits, price: Price
-    ) -> Preview:
-        return simulate_before_paying(study, settings, options, limits=limits, price=price)
-
-    def text(self, preview: Preview) -> str:
-        return preview_text(preview)
+OPTIONS = PreviewOptions
+TEMPLATE = "nextword/_simulate.html"
+run = simulate_before_paying
+text = preview_text

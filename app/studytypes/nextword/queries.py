@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,11 +47,13 @@ from app.models import (
     Study,
 )
 from app.results.queries import (
+    ASSIGNMENT_FLAG_COLUMNS,
     Flagged,
+    answer_rows,
+    answers_per_cell,
     assignment_flags,
     kind_codes,
     load_annotators,
-    raw_columns,
     select_spec,
     spec_columns,
     stream_rows,
@@ -468,18 +470,10 @@ def iter_judgment_rows(session: Session, study: Study) -> Iterator[tuple[list[st
         (Judgment.client_ms, None),
         (Judgment.too_fast, "bool"),
         (Judgment.late, "bool"),
-        # Kept work that may not count (see app.results.exclusions.exclusion_mask).
-        (Assignment.over_cap, "bool"),
-        (Assignment.extra_replica, "bool"),
-        (Assignment.after_block, "bool"),
-        (Assignment.unverified, "bool"),
+        *ASSIGNMENT_FLAG_COLUMNS,
     ]
     stmt = (
-        select(*raw_columns(spec))
-        .join(Assignment, Assignment.id == Judgment.assignment_id)
-        .join(Hit, Hit.id == Assignment.hit_id)
-        .join(Item, Item.id == Judgment.item_id)
-        .join(Annotator, Annotator.id == Assignment.annotator_id)
+        answer_rows(spec, Judgment)
         .outerjoin(
             HitPosition,
             and_(HitPosition.hit_id == Hit.id, HitPosition.position == Judgment.position),
@@ -493,7 +487,4 @@ def iter_judgment_rows(session: Session, study: Study) -> Iterator[tuple[list[st
 def judgments_per_cell(session: Session, items: Any) -> dict[tuple[int, str], tuple[int, None]]:
     """Per (length, kind) of the items matching `items`, their judgments (every cell: 0
     where none): the study page's collection table."""
-    counts = select(Item.length, Item.kind, func.count(Judgment.id))
-    counts = counts.join(Judgment, Judgment.item_id == Item.id)
-    rows = session.execute(counts.where(items).group_by(Item.length, Item.kind))
-    return defaultdict(lambda: (0, None), {(ln, kd): (n, None) for ln, kd, n in rows})
+    return answers_per_cell(session, items, Judgment)

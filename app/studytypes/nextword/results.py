@@ -13,6 +13,7 @@ divergences: :mod:`app.studytypes.nextword.synthetic`). Services read; they neve
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import replace
@@ -25,6 +26,7 @@ from sqlalchemy.orm import Session
 from app import __version__
 from app.models import Study
 from app.results.exclusions import counted, exclusion_mask
+from app.results.exports import document_text
 from app.results.schemas import (
     AnnotatorQualityOut,
     ExclusionReport,
@@ -55,7 +57,7 @@ from app.results.stats import (
     sanity,
 )
 from app.results.stats.agreement import AGREEMENT_B
-from app.studytypes.nextword import queries
+from app.studytypes.nextword import exports, queries
 from app.studytypes.nextword.planning import plan_from_judgments
 from app.studytypes.nextword.queries import Judgments, References
 from app.studytypes.nextword.synthetic import reference_model, synthetic_results
@@ -412,6 +414,23 @@ def _quality(j: Judgments, study: Study, report: ExclusionReport) -> list[Annota
             )
         )
     return out
+
+
+# -- the type's results namespace (StudyTypePlugin.results) ------------------------------
+
+document, quality = study_results, quality_by_annotator
+answers, answers_per_cell = queries.load_judgments, queries.judgments_per_cell
+text = functools.partial(
+    document_text,
+    csv=exports.results_csv,
+    latex=exports.results_latex,
+    table=exports.results_table,
+)
+
+
+def check_options(query: ResultQuery) -> None:
+    """A next-word study takes every option of the results."""
+    return None
 
 
 __all__ = [

@@ -31,6 +31,16 @@ from app.annotation.submissions import MAX_CLIENT_MS, mark_submitted
 from app.models import Annotator, AssignmentStatus, StudyType, utcnow
 from app.studytypes.ratings.config import RatingsSection
 
+# The rater's task in a few words: the MTurk preview page's title, and what a crowd posting
+# says of the work when the researcher says nothing else.
+PREVIEW_TITLE = "Rate short texts"
+CROWD_DESCRIPTION = (
+    "Rate short texts: first how well written each one is, then how well it fits the "
+    "text before it. About 10 texts per HIT; a research study on language models."
+)
+CROWD_KEYWORDS = ("language", "rating", "text quality", "research")
+
+
 QUALITY, CONSISTENCY = "quality", "consistency"
 STEPS = (QUALITY, CONSISTENCY)
 # A rating as posted: 0-99 with an optional .0 or .5, plain ASCII (no "inf", "²", " 3").

@@ -13,6 +13,18 @@ from sqlalchemy.orm import Session
 
 from app.hits.schemas import HitBuildError
 from app.models import Item, Study
+from app.studies.schemas import config_from_columns
+
+
+def words_after_prefix(study: Study) -> int:
+    """A data prefix's line needs its real continuation after it (l_gen words: EB-M's
+    references and the attention pairs' words)."""
+    return config_from_columns(study).ratings.continuation_words
+
+
+def screen_order(screen: list[int]) -> list[int | str]:
+    """A pair has no choices: no screen order."""
+    return []
 
 
 def placeable(query: Select) -> Select:

@@ -45,7 +45,7 @@ from app.simulate.http import (
     Acknowledged,
     AnnotatorRun,
     CrowdOverHttp,
-    Recruit,
+    Turn,
     client_ms,
     stopped_by,
 )
@@ -142,6 +142,7 @@ class RatersOverHttp(CrowdOverHttp):
     judge: RaterJudge
 
     work_page: ClassVar[str] = RATING_PAGE
+    records: ClassVar[str] = "ratings"
 
     def _check(self, view: StudyView) -> None:
         if view.study_type != StudyType.ratings:
@@ -158,20 +159,10 @@ class RatersOverHttp(CrowdOverHttp):
         rater = self.judge.rater(rng)
         return wanted, rater.spammer, rater
 
-    def _sort(self) -> None:
-        self.run.ratings.sort(key=lambda x: (x.annotator_id, x.assignment, x.position))
-
-    def _do_hit(
-        self,
-        client: httpx.Client,
-        page: Page,
-        who: Recruit,
-        run: AnnotatorRun,
-        state: object,
-        rng: np.random.Generator,
-    ) -> bool:
+    def _do_hit(self, turn: Turn) -> bool:
         """Rate the HIT's pairs, two steps each, in the order its pages ask for them;
         whether the last step submitted it (False: the lease ran out between two steps)."""
+        client, page, who, _, state, rng = turn
         assert isinstance(state, Rater)
         public_id = page.fields.get("assignment", "")
         truth = self.god.hit(public_id)
@@ -307,67 +298,68 @@ def _means(text: str | None, option: str, default: tuple[float, float]) -> tuple
     return data, model
 
 
-class RatingsCrowd:
+# -- the type's crowd over HTTP (StudyTypePlugin.http_crowd) ----------------------------
+
+
+def run_crowd(
+    base_url: str,
+    make_session,
+    study_id: int,
+    secret_key: str,
+    view: StudyView,
+    crowd: Crowd,
+    given: dict,
+    **common,
+) -> RatingsRun:
     """`ebc simulate-http` on a ratings study: raters with chosen true means per kind and
     step (`quality`, `consistency`: ``"DATA,MODEL"``) and spreads (`sd_*`)."""
-
-    def run(
-        self,
-        base_url: str,
-        make_session,
-        study_id: int,
-        secret_key: str,
-        view: StudyView,
-        crowd: Crowd,
-        given: dict,
-        **common,
-    ) -> RatingsRun:
-        wrong = [
-            name
-            for name, on in (
-                ("--judge reference", given.get("judge") == "reference"),
-                ("--true-ebc", given.get("true_ebc") is not None),
-                ("--cgd-data", given.get("cgd_data") is not None),
-                ("an oracle crowd", crowd.base == "oracle"),
-                ("position:SHARE", crowd.position > 0),
-            )
-            if on
-        ]
-        if wrong:
-            raise SimulationError(
-                f"{view.slug} is a ratings study, rated by simulated raters; these options "
-                f"are for next-word studies only: {', '.join(wrong)} (raters take --quality, "
-                "--consistency, --sd-*)"
-            )
-        hetero = RaterHeterogeneity(**{k: given[k] for k in SDS if given.get(k) is not None})
-        try:
-            hetero.check()
-        except ValueError as exc:  # typer keeps each sd >= 0: left is all four at 0
-            raise SimulationError(ALL_SDS_ZERO if hetero.sd_total == 0.0 else str(exc)) from None
-        judge = RaterJudge.calibrated(
-            view,
-            quality=_means(given.get("quality"), "--quality", PAPER_QUALITY),
-            consistency=_means(given.get("consistency"), "--consistency", PAPER_CONSISTENCY),
-            hetero=hetero,
-            noisy=crowd.noisy,
-            fast=crowd.fast,
-            spammers=crowd.spammers,
-            seed=common.get("seed", 0),
+    wrong = [
+        name
+        for name, on in (
+            ("--judge reference", given.get("judge") == "reference"),
+            ("--true-ebc", given.get("true_ebc") is not None),
+            ("--cgd-data", given.get("cgd_data") is not None),
+            ("an oracle crowd", crowd.base == "oracle"),
+            ("position:SHARE", crowd.position > 0),
         )
-        return run_http_raters(base_url, make_session, study_id, secret_key, judge, **common)
-
-    def done(self, run: RatingsRun, slug: str) -> str:
-        return (
-            f"their {run.steps} ratings are stored like anyone's, marked as a simulated "
-            "crowd's; their links are revoked"
+        if on
+    ]
+    if wrong:
+        raise SimulationError(
+            f"{view.slug} is a ratings study, rated by simulated raters; these options "
+            f"are for next-word studies only: {', '.join(wrong)} (raters take --quality, "
+            "--consistency, --sd-*)"
         )
+    hetero = RaterHeterogeneity(**{k: given[k] for k in SDS if given.get(k) is not None})
+    try:
+        hetero.check()
+    except ValueError as exc:  # typer keeps each sd >= 0: left is all four at 0
+        raise SimulationError(ALL_SDS_ZERO if hetero.sd_total == 0.0 else str(exc)) from None
+    judge = RaterJudge.calibrated(
+        view,
+        quality=_means(given.get("quality"), "--quality", PAPER_QUALITY),
+        consistency=_means(given.get("consistency"), "--consistency", PAPER_CONSISTENCY),
+        hetero=hetero,
+        noisy=crowd.noisy,
+        fast=crowd.fast,
+        spammers=crowd.spammers,
+        seed=common.get("seed", 0),
+    )
+    return run_http_raters(base_url, make_session, study_id, secret_key, judge, **common)
+
+
+def done(run: RatingsRun, slug: str) -> str:
+    """The command's last line."""
+    return (
+        f"their {run.steps} ratings are stored like anyone's, marked as a simulated "
+        "crowd's; their links are revoked"
+    )
 
 
 __all__ = [
     "ALL_SDS_ZERO",
     "RatedPair",
     "RatersOverHttp",
-    "RatingsCrowd",
     "RatingsRun",
     "run_http_raters",
 ]

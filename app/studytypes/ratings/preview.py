@@ -34,26 +34,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.config import Settings
 from app.models import StudyType
+from app.simulate import preview as shared
 from app.simulate.crowd import Crowd, CrowdSpecError
 from app.simulate.design import Design
-from app.simulate.preview import (
-    CHANNELS,
-    NO_LIMITS,
-    PAGE_LIMITS,
-    ChannelCost,
-    DesignSize,
-    Limits,
-    PreviewError,
-    Price,
-    check_channels,
-    check_limits,
-    cost_lines,
-    deadline,
-    stopped_note,
-    study_design,
-)
-from app.simulate.preview import form_values as _form_values
-from app.simulate.preview import options_from_form as _options_from_form
 from app.studytypes.ratings.queries import scale_of
 from app.studytypes.ratings.raters import RaterHeterogeneity, Raters
 from app.studytypes.ratings.simulation import (
@@ -96,7 +79,7 @@ class RatingsPreviewOptions(BaseModel):
     replications: int = Field(20, ge=1, le=1_000_000)
     seed: int = Field(0, ge=0, le=INT32_MAX)
     b: int = Field(2_000, ge=100, le=1_000_000)
-    providers: tuple[str, ...] = CHANNELS
+    providers: tuple[str, ...] = shared.CHANNELS
 
     @field_validator("quality", "consistency", mode="before")
     @classmethod
@@ -113,7 +96,7 @@ class RatingsPreviewOptions(BaseModel):
             )
         return parts
 
-    def with_limits(self, limits: Limits) -> RatingsPreviewOptions:
+    def with_limits(self, limits: shared.Limits) -> RatingsPreviewOptions:
         return self if limits.b is None else self.model_copy(update={"b": limits.b})
 
     def hetero(self) -> RaterHeterogeneity:
@@ -140,15 +123,17 @@ FORM_LABELS = {
 }
 
 
-def options_from_form(values: Any, limits: Limits = PAGE_LIMITS) -> RatingsPreviewOptions:
+def options_from_form(
+    values: Any, limits: shared.Limits = shared.PAGE_LIMITS
+) -> RatingsPreviewOptions:
     """The ratings form as options, or a `PreviewError` with a message per field
     (:func:`app.simulate.preview.options_from_form`'s rules)."""
-    return _options_from_form(values, limits, model=RatingsPreviewOptions, labels=FORM_LABELS)
+    return shared.options_from_form(values, limits, model=RatingsPreviewOptions, labels=FORM_LABELS)
 
 
 def form_values(values: Any) -> dict[str, str]:
     """What the ratings form shows: the values given, the defaults for the others."""
-    return _form_values(values, model=RatingsPreviewOptions, labels=FORM_LABELS)
+    return shared.form_values(values, model=RatingsPreviewOptions, labels=FORM_LABELS)
 
 
 def raters_crowd(spec: str) -> Crowd:
@@ -158,12 +143,12 @@ def raters_crowd(spec: str) -> Crowd:
     try:
         crowd = Crowd.parse(spec)
     except CrowdSpecError as exc:
-        raise PreviewError(str(exc), "crowd") from None
+        raise shared.PreviewError(str(exc), "crowd") from None
     wrong = [
         n for n, on in (("oracle", crowd.base == "oracle"), ("position", crowd.position)) if on
     ]
     if wrong:
-        raise PreviewError(
+        raise shared.PreviewError(
             f"{' and '.join(wrong)} do not apply to raters: use noisy:SHARE, fast:SHARE, "
             "spammers:SHARE",
             "crowd",
@@ -187,8 +172,8 @@ class RatingsPreview:
     needs: list[RatingsNeeds]
     raters: Raters
     design: Design
-    size: DesignSize
-    costs: list[ChannelCost]
+    size: shared.DesignSize
+    costs: list[shared.ChannelCost]
     summary: RatingsSummary
     assumptions: tuple[str, ...]
     seconds: float
@@ -204,30 +189,30 @@ def simulate_ratings_before_paying(
     settings: Settings,
     options: RatingsPreviewOptions,
     *,
-    limits: Limits = NO_LIMITS,
-    price: Price | None = None,
+    limits: shared.Limits = shared.NO_LIMITS,
+    price: shared.Price | None = None,
 ) -> RatingsPreview:
     """The preview of the ratings study `study` under `options`, within `limits`
     (module docstring). Bad options and designs raise `PreviewError` before any work."""
     started = time.perf_counter()
     options = options.with_limits(limits)
     crowd = raters_crowd(options.crowd)
-    check_channels(options.providers)
+    shared.check_channels(options.providers)
     if study.study_type != StudyType.ratings:
-        raise PreviewError(f"study {study.slug!r} is not a ratings study: nothing to rate")
-    design = study_design(study)
+        raise shared.PreviewError(f"study {study.slug!r} is not a ratings study: nothing to rate")
+    design = shared.study_design(study)
     scale_max, step = scale_of(study)
     for name in ("quality", "consistency"):
         if not all(0 < x < scale_max for x in getattr(options, name)):
-            raise PreviewError(
+            raise shared.PreviewError(
                 f"{FORM_LABELS[name]}: each mean lies strictly between 0 and {scale_max} "
                 f"(the study's scale), not {','.join(f'{x:g}' for x in getattr(options, name))}",
                 name,
             )
     hetero = options.hetero()
-    size = DesignSize.of(design)
+    size = shared.DesignSize.of(design)
     workload = RatingsWorkload.of(design, size.judgments, size.assignments, hetero, options.b)
-    check_limits(options.replications, workload, limits)
+    shared.check_limits(options.replications, workload, limits)
     try:
         raters = raters_for(
             design,
@@ -240,7 +225,7 @@ def simulate_ratings_before_paying(
             spammers=crowd.spammers,
         )
     except ValueError as exc:  # the options' bounds should leave nothing for here
-        raise PreviewError(str(exc)) from None
+        raise shared.PreviewError(str(exc)) from None
     reps = replicate_ratings(
         design,
         raters,
@@ -249,9 +234,9 @@ def simulate_ratings_before_paying(
         b=options.b,
         level=LEVEL,
         fast=crowd.fast,
-        deadline=deadline(limits),
+        deadline=shared.deadline(limits),
     )
-    stopped = stopped_note(len(reps), options.replications, limits)
+    stopped = shared.stopped_note(len(reps), options.replications, limits)
     summary = summarise_ratings(design, raters, reps, level=LEVEL)
     return RatingsPreview(
         options=options,
@@ -379,42 +364,32 @@ def preview_text(preview: RatingsPreview) -> str:
             f"{n.target_half_width:g}; {power}"
         )
     lines.append("")
-    lines += cost_lines(preview.costs)
+    lines += shared.cost_lines(preview.costs)
     lines.append(f"{summary.seconds_per_replication * 1000:.0f} ms per replication")
     return "\n".join(lines) + "\n"
 
 
-class RatingsPreviewer:
-    """ "Simulate before you pay" for a ratings study: simulated raters."""
+# -- the type's preview namespace (StudyTypePlugin.preview) ------------------------------
 
-    options = RatingsPreviewOptions
-    template = "ratings/_simulate.html"
-
-    def form_values(self, values: Any) -> dict[str, str]:
-        return form_values(values)
-
-    def options_from_form(self, values: Any, limits: Limits) -> RatingsPreviewOptions:
-        return options_from_form(values, limits)
-
-    def run(
-        self, study: Any, settings: Settings, options: Any, *, limits: Limits, price: Price
-    ) -> RatingsPreview:
-        return simulate_ratings_before_paying(study, settings, options, limits=limits, price=price)
-
-    def text(self, preview: RatingsPreview) -> str:
-        return preview_text(preview)
+OPTIONS = RatingsPreviewOptions
+TEMPLATE = "ratings/_simulate.html"
+run = simulate_ratings_before_paying
+text = preview_text
 
 
 __all__ = [
     "FORM_LABELS",
     "LEVEL",
+    "OPTIONS",
+    "TEMPLATE",
     "RatingsPreview",
     "RatingsPreviewOptions",
-    "RatingsPreviewer",
     "describe_raters",
     "form_values",
     "options_from_form",
     "preview_text",
     "raters_crowd",
+    "run",
     "simulate_ratings_before_paying",
+    "text",
 ]

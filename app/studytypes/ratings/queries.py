@@ -22,7 +22,6 @@ there) and the consistency (NaN while the rater is between the two steps).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,8 +32,11 @@ from sqlalchemy.orm import Session
 
 from app.models import Annotator, Assignment, AssignmentStatus, Hit, Item, Rating, Study
 from app.results.queries import (
+    ASSIGNMENT_FLAG_COLUMNS,
     ATTENTION_KIND,
     Flagged,
+    answer_rows,
+    answers_per_cell,
     assignment_flags,
     kind_codes,
     load_annotators,
@@ -208,20 +210,9 @@ def iter_rating_rows(session: Session, study: Study) -> Iterator[tuple[list[str]
         (Annotator.simulated.label("simulated"), "bool"),
         (Assignment.public_id.label("assignment"), None),
         (Assignment.status.label("assignment_status"), "enum"),
-        (Assignment.over_cap, "bool"),
-        (Assignment.extra_replica, "bool"),
-        (Assignment.after_block, "bool"),
-        (Assignment.unverified, "bool"),
+        *ASSIGNMENT_FLAG_COLUMNS,
     ]
-    stmt = (
-        select(*raw_columns(spec))
-        .join(Assignment, Assignment.id == Rating.assignment_id)
-        .join(Hit, Hit.id == Assignment.hit_id)
-        .join(Item, Item.id == Rating.item_id)
-        .join(Annotator, Annotator.id == Assignment.annotator_id)
-        .where(Hit.study_id == study.id)
-        .order_by(Rating.id)
-    )
+    stmt = answer_rows(spec, Rating).where(Hit.study_id == study.id).order_by(Rating.id)
     yield from stream_rows(session, stmt)
 
 
@@ -297,10 +288,7 @@ def ratings_per_cell(session: Session, items: Any) -> dict[tuple[int, str], tupl
     """Per (length, kind) of the items matching `items`, their ratings (a pair's quality
     given, one per rater) and of those the ones with their consistency too (every cell: 0
     where none): the study page's collection table."""
-    counts = select(Item.length, Item.kind, func.count(Rating.id), func.count(Rating.consistency))
-    counts = counts.join(Rating, Rating.item_id == Item.id)
-    rows = session.execute(counts.where(items).group_by(Item.length, Item.kind))
-    return defaultdict(lambda: (0, 0), {(ln, kd): (n, c) for ln, kd, n, c in rows})
+    return answers_per_cell(session, items, Rating, complete=Rating.consistency)
 
 
 __all__ = [

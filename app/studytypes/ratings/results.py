@@ -21,6 +21,7 @@ as the next-word figures (diagnostics, the planner) are. The statistics are
 
 from __future__ import annotations
 
+import functools
 import time
 from datetime import UTC, datetime
 from typing import NamedTuple
@@ -31,6 +32,7 @@ from sqlalchemy.orm import Session
 from app import __version__
 from app.models import Study
 from app.results.exclusions import counted, exclusion_mask
+from app.results.exports import document_text
 from app.results.schemas import (
     NEXTWORD_OPTIONS,
     ExclusionReport,
@@ -47,8 +49,9 @@ from app.results.stats.ratings import (
 )
 from app.results.stats.ratings_figures import attention_max
 from app.studytypes.base import OptionNotForThisType
+from app.studytypes.ratings import exports
 from app.studytypes.ratings.ebm import stored_ebm
-from app.studytypes.ratings.queries import Ratings, load_ratings, scale_of
+from app.studytypes.ratings.queries import Ratings, load_ratings, ratings_per_cell, scale_of
 from app.studytypes.ratings.schemas import (
     AgreementRowOut,
     CellMeanOut,
@@ -138,6 +141,11 @@ def rater_quality_rows(session: Session, study: Study) -> list[RaterQualityOut]:
     r = load_ratings(session, study)
     keep, _ = exclusion_mask(r, study.exclusions)
     return _quality(r, keep)
+
+
+def quality_by_rater(session: Session, study: Study) -> dict[int, RaterQualityOut]:
+    """Per annotator id, their figures as a rater (the Annotators page)."""
+    return {q.annotator_id: q for q in rater_quality_rows(session, study)}
 
 
 def study_attention_max(study: Study) -> float:
@@ -299,6 +307,23 @@ def _quality(r: Ratings, keep: np.ndarray) -> list[RaterQualityOut]:
             )
         )
     return out
+
+
+# -- the type's results namespace (StudyTypePlugin.results) ------------------------------
+
+document, quality = ratings_document, quality_by_rater
+answers, answers_per_cell = load_ratings, ratings_per_cell
+text = functools.partial(
+    document_text,
+    csv=exports.ratings_table_csv,
+    latex=exports.ratings_latex,
+    table=exports.ratings_table,
+)
+
+
+def check_options(query: ResultQuery) -> None:
+    """Refuse the next-word options (estimator, unit, ci), given."""
+    ratings_query(query)
 
 
 __all__ = [
