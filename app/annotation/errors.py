@@ -30,3 +30,13 @@ class InvalidAnswers(FormRefused):
     def __init__(self, message: str, answers: dict[int, int]) -> None:
         super().__init__(message, 400)
         self.answers = answers
+
+
+def given_back(consequence: str) -> AnnotationError:
+    """The refusal of a post to a HIT the annotator gave back (a 409), `consequence` saying
+    what that means for the post, e.g. "its answers can no longer be sent"."""
+    return AnnotationError(
+        f"You gave this HIT back (\u201cSkip this HIT\u201d), so {consequence}. "
+        "Nothing was saved; reload the page for your next HIT.",
+        409,
+    )

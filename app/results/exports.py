@@ -28,6 +28,7 @@ import csv
 import io
 import json
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -237,6 +238,31 @@ def tex_escape(text: str) -> str:
     return "".join(_TEX_ESCAPES.get(c, c) for c in text)
 
 
+def variant_head(
+    study: str, applied: bool, what: str, simulated: str | None, header: str
+) -> list[str]:
+    """The head of one variant's block in a terminal table: the study, with or without the
+    exclusions (`applied`) and then `what` it counts, a SIMULATED line when a simulated
+    crowd's answers count (`simulated`: what they are), and the columns' `header`."""
+    excl = "with" if applied else "without"
+    lines = [f"{study}: {excl} exclusions{what}"]
+    if simulated:
+        lines.append(f"SIMULATED: {simulated}, not people")
+    lines.append(header)
+    return lines
+
+
+def interval_text(est: float, low: float, high: float, digits: int = 3) -> str:
+    """A figure and its interval for the terminal: ``0.812 [0.700, 0.901]``; ``--`` when
+    the figure is not finite, the figure alone when the interval is not."""
+    e, lo, hi = finite_or_none(est), finite_or_none(low), finite_or_none(high)
+    if e is None:
+        return "--"
+    if lo is None or hi is None:
+        return f"{e:.{digits}f}"
+    return f"{e:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
 def plus_minus(mean: float | None, spread: float | None, digits: int = 3) -> str:
     mean, spread = finite_or_none(mean), finite_or_none(spread)
     if mean is None:
@@ -252,21 +278,19 @@ def task_label(study: Study) -> str:
     return f"{task}, {study.model_name}"
 
 
-def document_text(
-    res: Any,
-    fmt: str,
-    label: str,
-    *,
-    paper: bool,
-    csv: Callable[[Any], str],
-    latex: Callable[..., str],
-    table: Callable[[Any], str],
-) -> str:
-    """A results document as ``ebc results -f FMT`` prints it, by its type's functions:
-    ``csv``, ``latex`` (`label`: the table's row label; `paper`: the paper-comparable mean
-    +- std) or else a plain-text ``table`` for the terminal."""
-    if fmt == "csv":
-        return csv(res)
-    if fmt == "latex":
-        return latex(res, label, paper=paper)
-    return table(res)
+@dataclass(frozen=True)
+class DocumentText:
+    """A type's results document as ``ebc results -f FMT`` prints it, by the type's
+    functions: ``csv``, ``latex`` (`label`: the table's row label; `paper`: the
+    paper-comparable mean +- std) or else a plain-text ``table`` for the terminal."""
+
+    csv: Callable[[Any], str]
+    latex: Callable[..., str]
+    table: Callable[[Any], str]
+
+    def __call__(self, res: Any, fmt: str, label: str, *, paper: bool) -> str:
+        if fmt == "csv":
+            return self.csv(res)
+        if fmt == "latex":
+            return self.latex(res, label, paper=paper)
+        return self.table(res)

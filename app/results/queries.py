@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -60,16 +60,43 @@ def kind_codes(study: Study) -> list[str]:
     return [*FIXED_KINDS, *others, ATTENTION_KIND]
 
 
+@dataclass(kw_only=True)
 class Flagged:
-    """What the exclusion rules read of a study's answers beside the answers themselves: per
-    answer its assignment's flags (``assignment_flags``, ``FLAG_*`` bits; None: none known).
-    Mixed into each type's columns (judgments, ratings)."""
+    """What the exclusion rules read of a study's answers beside the answers themselves:
+    per answer its assignment's flags (``assignment_flags``, ``FLAG_*`` bits; None: none
+    known, as for answers made up in tests), and per annotator (indexed like
+    ``annotator_ids``) whether blocked, whether their past work is excluded, their label,
+    channel, and whether a simulated crowd made them (``annotators.simulated``), not a
+    person. Mixed into each type's columns (judgments, ratings); keyword-only, after the
+    type's own columns."""
+
+    assignment_flags: np.ndarray | None = None
+    annotator_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    annotator_blocked: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    annotator_exclude_past: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    annotator_labels: list[str] = field(default_factory=list)
+    annotator_channels: list[str] = field(default_factory=list)
+    annotator_simulated: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
 
     def flagged(self, flag: int) -> np.ndarray:
         """Which answers' assignments carry `flag` (a FLAG_* bit)."""
         if self.assignment_flags is None:
             return np.zeros(len(self), bool)
         return (self.assignment_flags & flag) != 0
+
+    def annotator_columns(self) -> dict[str, Any]:
+        """The per-annotator columns, by name (to carry them over to a subset)."""
+        return {name: getattr(self, name) for name in ANNOTATOR_COLUMNS}
+
+
+ANNOTATOR_COLUMNS = (
+    "annotator_ids",
+    "annotator_blocked",
+    "annotator_exclude_past",
+    "annotator_labels",
+    "annotator_channels",
+    "annotator_simulated",
+)
 
 
 # Assignment flags (kept work that may not count; the results' exclusion rules).

@@ -10,11 +10,13 @@ provenance manifest) need no statistics.
 
 from __future__ import annotations
 
-from datetime import datetime
+import time
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app import __version__
 from app.results.stats import (
     Agreement,
     ClusterTest,
@@ -285,6 +287,18 @@ class ResultsOut(_Out):
         "and results, other, quality and plan are empty",
     )
     messages: list[str]
+
+    @classmethod
+    def stamped(cls, slug: str, started: float, **fields: Any) -> ResultsOut:
+        """Study `slug`'s document: its `fields`, stamped with this service's version, the
+        time, and the seconds since `started` (a ``time.perf_counter()`` value)."""
+        return cls(
+            study=slug,
+            service_version=__version__,
+            computed_at=datetime.now(UTC),
+            seconds=time.perf_counter() - started,
+            **fields,
+        )
 
     @property
     def simulated_label(self) -> str | None:

@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -29,6 +29,7 @@ from app.simulate.workload import Workload
 from app.validation import BadInput, check_text
 
 CHANNELS = ("mturk", "prolific", "local")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,18 @@ def deadline(limits: Limits) -> float | None:
     return None if limits.seconds is None else time.monotonic() + limits.seconds
 
 
+def until(deadline_at: float | None, replications: int, one: Callable[[int], T]) -> list[T]:
+    """``one(r)`` for the replications ``r = 0 .. replications - 1``; with a deadline
+    (a ``time.monotonic()`` value, :func:`deadline`) only those begun before it (at least
+    one): a replication is never cut, so those done are the same as without one."""
+    out: list[T] = []
+    for r in range(replications):
+        if out and deadline_at is not None and time.monotonic() >= deadline_at:
+            break
+        out.append(one(r))
+    return out
+
+
 def stopped_note(done: int, asked: int, limits: Limits) -> str | None:
     """What the page says when the time budget of `limits` stopped a run after `done` of
     the `asked` replications; None when all were done."""
@@ -237,6 +250,62 @@ Price = Callable[[Any, Any, DesignSize, tuple[str, ...]], list[ChannelCost]]
 (``app.simulate.costs.channel_costs``; a type's preview prices nothing without it)."""
 
 
+@dataclass(frozen=True)
+class PreviewFrame:
+    """What a preview starts from, whatever the study's type: the options within the
+    limits, the study's design (checked) and what it asks for, and when it started."""
+
+    options: Any
+    limits: Limits
+    design: Design
+    size: DesignSize
+    started: float
+
+    @classmethod
+    def of(cls, study: Any, options: Any, limits: Limits) -> PreviewFrame:
+        """The frame of a preview of `study` under `options` (its channels checked)."""
+        started = time.perf_counter()
+        options = options.with_limits(limits)
+        check_channels(options.providers)
+        design = study_design(study)
+        return cls(options, limits, design, DesignSize.of(design), started)
+
+    def check(self, work: Workload | Any) -> None:
+        """The options' replications of `work` within the limits (:func:`check_limits`)."""
+        check_limits(self.options.replications, work, self.limits)
+
+    def report(
+        self, study: Any, settings: Any, price: Price | None, *, done: int, workload: Any
+    ) -> dict[str, Any]:
+        """The fields of :class:`PreviewRun` once `done` replications are done, the
+        design priced on the options' channels by `price` (none without it)."""
+        providers = self.options.providers
+        return {
+            "options": self.options,
+            "design": self.design,
+            "size": self.size,
+            "costs": price(study, settings, self.size, providers) if price else [],
+            "seconds": time.perf_counter() - self.started,
+            "workload": workload,
+            "stopped": stopped_note(done, self.options.replications, self.limits),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreviewRun:
+    """What every type's preview reports besides its own figures: the options, the
+    design, what it asks for and costs, the seconds taken, the work of one replication,
+    and why fewer than the replications asked were done (None: all were)."""
+
+    options: Any
+    design: Design
+    size: DesignSize
+    costs: list[ChannelCost]
+    seconds: float
+    workload: Any
+    stopped: str | None = None
+
+
 def cost_lines(costs: list[ChannelCost]) -> list[str]:
     """What each channel charges for the design, by its own fee rules (no platform asked):
     the lines of `ebc simulate`'s table."""
@@ -267,6 +336,8 @@ __all__ = [
     "DesignSize",
     "Limits",
     "PreviewError",
+    "PreviewFrame",
+    "PreviewRun",
     "Price",
     "check_channels",
     "check_limits",
@@ -277,5 +348,6 @@ __all__ = [
     "options_from_form",
     "stopped_note",
     "study_design",
+    "until",
     "usd",
 ]

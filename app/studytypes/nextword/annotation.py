@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from sqlalchemy.orm import Session
 
 from app.annotation.content import hit_content
-from app.annotation.errors import AnnotationError, InvalidAnswers
+from app.annotation.errors import AnnotationError, InvalidAnswers, given_back
 from app.annotation.leases import leave_slot, own_assignment, record_served, study_for
 from app.annotation.queries import (
     INSERT_JUDGMENTS,
@@ -185,11 +185,7 @@ def submit(
         kept = stored if stored != dict(answers) else {}
         return Submission(assignment, assignment.late, repeated=True, too_fast=0, kept=kept)
     if assignment.status is AssignmentStatus.returned:
-        raise AnnotationError(
-            "You gave this HIT back (\u201cSkip this HIT\u201d), so its answers can no longer "
-            "be sent. Nothing was saved; reload the page for your next HIT.",
-            409,
-        )
+        raise given_back("its answers can no longer be sent")
     study = study_for(session, annotator)
     if study.study_type is not StudyType.nextword:  # a ratings study's answers are ratings
         raise AnnotationError("This study collects ratings, not next-word answers.", 409)
@@ -299,12 +295,7 @@ def mturk_fields(session: Session, assignment: Lease) -> list[tuple[str, str]]:
 
 
 def store_copy(
-    session: Session,
-    study: Any,
-    annotator: AnnotatorRef,
-    lease: Any,
-    copy: Any,
-    when: datetime,
+    session: Session, study: Any, annotator: AnnotatorRef, lease: Any, copy: Any, when: datetime
 ) -> None:
     """Store a copy of a HIT's answers that reached a platform but not us (MTurk's answer
     XML: ``copy.answers``, the screen slot per position), submitted as of `when` by the

@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 
 from app.models import Study
 from app.results.exclusions import counted, exclusion_mask
-from app.results.exports import csv_text
+from app.results.exports import csv_text, interval_text
 from app.results.queries import ATTENTION_KIND, FIXED_KINDS
 from app.results.schemas import (
     DiagnosticRow,
@@ -51,7 +51,6 @@ from app.results.stats import (
     SYNTHETIC_INTERVAL,
     Quantity,
     estimate_ebc,
-    finite_or_none,
 )
 from app.studytypes.nextword import queries
 from app.studytypes.nextword.queries import Judgments
@@ -318,15 +317,6 @@ def diagnostics_csv(diag: DiagnosticsOut) -> str:
     return buf.getvalue()
 
 
-def _interval(est: float, low: float, high: float, digits: int = 3) -> str:
-    e, lo, hi = finite_or_none(est), finite_or_none(low), finite_or_none(high)
-    if e is None:
-        return "--"
-    if lo is None or hi is None:
-        return f"{e:.{digits}f}"
-    return f"{e:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
-
-
 def diagnostics_table(diag: DiagnosticsOut) -> str:
     """A plain-text table for the terminal: one line per row."""
     excl = {True: "with", False: "without", None: "no"}[diag.exclusions_applied]
@@ -338,8 +328,8 @@ def diagnostics_table(diag: DiagnosticsOut) -> str:
     ]
     for r in diag.rows:
         kind = f"{r.kind} ({r.paper_label})" if r.paper_label else r.kind
-        gap = _interval(r.gap, r.gap_low, r.gap_high) if r.gap_reference else ""
-        cgd = _interval(r.cgd, r.cgd_low, r.cgd_high)
+        gap = interval_text(r.gap, r.gap_low, r.gap_high) if r.gap_reference else ""
+        cgd = interval_text(r.cgd, r.cgd_low, r.cgd_high)
         out.append(
             f"{r.source:<18} {kind:<22} {r.length:>4}  {cgd:>24}  {gap:>24}  {r.n:>7} {r.n_unit}"
         )

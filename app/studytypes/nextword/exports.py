@@ -47,6 +47,7 @@ from app.results.exports import (
     records,
     shown_words,
     tex_escape,
+    variant_head,
 )
 from app.results.schemas import ResultSet, ResultsOut, simulated_label
 from app.results.stats import Quantity, finite_or_none, jsonable
@@ -212,24 +213,24 @@ def results_latex(results: ResultsOut, task_label: str, *, paper: bool = False) 
     return "\n".join(lines)
 
 
+COLUMNS = (
+    f"{'l':>4}  {'CGD(M|D)':>24}  {'CGD(M|M)':>24}  {'EB-C':>24}  {'p':>7}  "
+    f"{'perm p':>7}  {'n ann':>5}  {'eff':>5}"
+)
+
+
 def results_table(results: ResultsOut) -> str:
     """A plain-text table for the terminal: both variants, one line per length."""
     out = []
     for rs in (results.results, results.other):
         if rs is None:
             continue
-        excl = "with" if rs.exclusions_applied else "without"
-        out.append(
-            f"{results.study}: {excl} exclusions, {rs.estimator} estimator, unit={rs.unit}, "
-            f"{rs.ci} {rs.level:.0%} intervals, B={rs.b}; "
-            f"{rs.n_judgments} judgments, {rs.n_annotators} annotators"
+        what = (
+            f", {rs.estimator} estimator, unit={rs.unit}, {rs.ci} {rs.level:.0%} intervals, "
+            f"B={rs.b}; {rs.n_judgments} judgments, {rs.n_annotators} annotators"
         )
-        if rs.n_simulated:
-            out.append(f"SIMULATED: {simulated_label(rs.n_simulated)}, not people")
-        out.append(
-            f"{'l':>4}  {'CGD(M|D)':>24}  {'CGD(M|M)':>24}  {'EB-C':>24}  {'p':>7}  "
-            f"{'perm p':>7}  {'n ann':>5}  {'eff':>5}"
-        )
+        simulated = simulated_label(rs.n_simulated) if rs.n_simulated else None
+        out += variant_head(results.study, rs.exclusions_applied, what, simulated, COLUMNS)
         for row in rs.table:
             cells = []
             for q in (row.cgd_data, row.cgd_model, row.ebc):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import httpx
 import numpy as np
@@ -121,10 +122,8 @@ class HttpCrowd(CrowdOverHttp):
 
     def _check(self, view: StudyView) -> None:
         if view.study_type != StudyType.nextword:
-            raise SimulationError(
-                f"study {view.slug!r} is a {view.study_type} study: "
-                "simulate raters (a RaterJudge) on it"
-            )
+            it = f"study {view.slug!r} is a {view.study_type} study"
+            raise SimulationError(f"{it}: simulate raters (a RaterJudge) on it")
 
     def _new_run(self) -> HttpRun:
         return HttpRun(self.view.slug, self.crowd.describe(), self.judge.describe())
@@ -221,31 +220,17 @@ def run_http_crowd(
     secret_key: str,
     crowd: Crowd,
     judge: Judge,
-    *,
-    seed: int = 0,
-    max_hits: int | None = None,
-    parallel: int = 1,
-    resend_share: float = 0.0,
-    transport: httpx.BaseTransport | None = None,
+    **options: Any,
 ) -> HttpRun:
     """Run a simulated crowd on the study against the server at `base_url` (module
     docstring). `make_session` opens sessions on the server's database: the simulated
     annotators are made through it (each in a transaction of its own, committed) and the
     god-view reads it. `secret_key` signs their invite links, as the server's settings do.
-    `max_hits` bounds the assignments submitted in all (None: until nobody finds work)."""
-    return HttpCrowd(
-        base_url=base_url,
-        make_session=make_session,
-        study_id=study_id,
-        secret_key=secret_key,
-        crowd=crowd,
-        judge=judge,
-        seed=seed,
-        max_hits=max_hits,
-        parallel=parallel,
-        resend_share=resend_share,
-        transport=transport,
-    ).go()
+    `options`: :class:`~app.simulate.http.CrowdOverHttp`'s (``seed``, ``max_hits``: the
+    assignments submitted in all, None until nobody finds work, ``parallel``,
+    ``resend_share``, ``transport``)."""
+    server = {"base_url": base_url, "make_session": make_session, "study_id": study_id}
+    return HttpCrowd(**server, secret_key=secret_key, crowd=crowd, judge=judge, **options).go()
 
 
 # -- the type's crowd over HTTP (StudyTypePlugin.http_crowd) ----------------------------

@@ -20,7 +20,6 @@ parsing are every type's: ``app.simulate.preview``.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,8 +97,8 @@ class PreviewRow:
     replications: int
 
 
-@dataclass(frozen=True)
-class Preview:
+@dataclass(frozen=True, kw_only=True)
+class Preview(shared.PreviewRun):
     options: PreviewOptions
     crowd: str
     level: float
@@ -107,14 +106,9 @@ class Preview:
     rejection: str  # "power", "size" or "rejects EB-C = 1": what the rejection rate is
     rows: list[PreviewRow]
     pooled_rejection: dict[str, float]
-    design: Design
-    size: shared.DesignSize
-    costs: list[shared.ChannelCost]
     summary: SimulationSummary
     assumptions: tuple[str, ...]
-    seconds: float
     workload: Workload
-    stopped: str | None = None  # why fewer than the R asked were done
 
     def row(self, variant: str, length: int) -> PreviewRow:
         return next(x for x in self.rows if x.variant == variant and x.length == length)
@@ -130,22 +124,20 @@ def simulate_before_paying(
 ) -> Preview:
     """The preview of `study` under `options`, within `limits` (module docstring); `price`
     prices the design on each channel (none by default)."""
-    started = time.perf_counter()
-    options = options.with_limits(limits)
     try:
         crowd = Crowd.parse(options.crowd)
     except CrowdSpecError as exc:
         raise shared.PreviewError(str(exc), "crowd") from None
-    shared.check_channels(options.providers)
     if study.study_type != StudyType.nextword:
         raise shared.PreviewError(
             f"study {study.slug!r} is a ratings study: app.studytypes.ratings.preview "
             "simulates its raters"
         )
-    design = shared.study_design(study)
-    size = shared.DesignSize.of(design)
+    frame = shared.PreviewFrame.of(study, options, limits)
+    options, design = frame.options, frame.design
+    size = frame.size
     workload = Workload.of(design, size.judgments, size.assignments, crowd.hetero, options.b)
-    shared.check_limits(options.replications, workload, limits)
+    frame.check(workload)
     target = PlanTarget(target_ebc=options.target_ebc)
     truth_field = "target_ebc" if options.true_ebc is None else "true_ebc"
     try:
@@ -165,7 +157,6 @@ def simulate_before_paying(
         level=level,
         deadline=shared.deadline(limits),
     )
-    stopped = shared.stopped_note(len(reps), options.replications, limits)
     summary = summarise(design, stand_in, crowd, reps, alpha=target.alpha, level=level)
     rows = []
     for s in summary.rows:
@@ -190,21 +181,15 @@ def simulate_before_paying(
         )
     rejection = rejection_label(summary.true_ebc.values(), options.target_ebc)
     return Preview(
-        options=options,
         crowd=crowd.describe(),
         level=level,
         alpha=target.alpha,
         rejection=rejection,
         rows=rows,
         pooled_rejection=summary.pooled_reject,
-        design=design,
-        size=size,
-        costs=price(study, settings, size, options.providers) if price else [],
         summary=summary,
         assumptions=_assumptions(options, crowd, summary, design, rejection),
-        seconds=time.perf_counter() - started,
-        workload=workload,
-        stopped=stopped,
+        **frame.report(study, settings, price, done=len(reps), workload=workload),
     )
 
 

@@ -86,16 +86,6 @@ class Judgments(Flagged):
     too_fast: np.ndarray
     attention: np.ndarray
     true_rank: np.ndarray
-    annotator_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    annotator_blocked: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
-    annotator_exclude_past: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
-    annotator_labels: list[str] = field(default_factory=list)
-    annotator_channels: list[str] = field(default_factory=list)
-    # Per annotator: made by a simulated crowd (`annotators.simulated`), not a person.
-    annotator_simulated: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
-    # Per judgment, its assignment's flags (FLAG_* bits: kept work that may not count);
-    # None: no flags known (judgments made up in tests).
-    assignment_flags: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.d.shape[0])
@@ -138,12 +128,7 @@ class Judgments(Flagged):
         }
         return Judgments(
             kinds=self.kinds,
-            annotator_ids=self.annotator_ids,
-            annotator_blocked=self.annotator_blocked,
-            annotator_exclude_past=self.annotator_exclude_past,
-            annotator_labels=self.annotator_labels,
-            annotator_channels=self.annotator_channels,
-            annotator_simulated=self.annotator_simulated,
+            **self.annotator_columns(),
             assignment_flags=None if self.assignment_flags is None else self.assignment_flags[mask],
             **cols,
         )

@@ -13,20 +13,17 @@ divergences: :mod:`app.studytypes.nextword.synthetic`). Services read; they neve
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import NamedTuple
 
 import numpy as np
 from sqlalchemy.orm import Session
 
-from app import __version__
 from app.models import Study
 from app.results.exclusions import counted, exclusion_mask
-from app.results.exports import document_text
+from app.results.exports import DocumentText
 from app.results.schemas import (
     AnnotatorQualityOut,
     ExclusionReport,
@@ -185,13 +182,11 @@ def _compute(
             )
         except PlanError as exc:
             messages.append(f"planner: {exc.reason}")
-    results = ResultsOut(
-        study=study.slug,
+    results = ResultsOut.stamped(
+        study.slug,
+        started,
         kinds=j.kinds,
         options=query,
-        service_version=__version__,
-        computed_at=datetime.now(UTC),
-        seconds=time.perf_counter() - started,
         exclusions=report,
         results=main.figures if main else None,
         other=other.figures if other else None,
@@ -420,12 +415,7 @@ def _quality(j: Judgments, study: Study, report: ExclusionReport) -> list[Annota
 
 document, quality = study_results, quality_by_annotator
 answers, answers_per_cell = queries.load_judgments, queries.judgments_per_cell
-text = functools.partial(
-    document_text,
-    csv=exports.results_csv,
-    latex=exports.results_latex,
-    table=exports.results_table,
-)
+text = DocumentText(exports.results_csv, exports.results_latex, exports.results_table)
 
 
 def check_options(query: ResultQuery) -> None:

@@ -22,6 +22,7 @@ Seeded and deterministic: replication ``r`` of seed ``s`` draws from
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from app.results.exclusions import exclusion_mask
 from app.results.stats import DATA_KIND, EBCResults, PlanTarget, estimate_ebc
 from app.simulate.crowd import Crowd, StandIn, answer
 from app.simulate.design import VARIANTS, Design, Slots, assign_slots, hit_layout
+from app.simulate.preview import until
 from app.studytypes.nextword.queries import Judgments
 
 
@@ -334,15 +336,10 @@ def replicate(
     level: float = 0.95,
     deadline: float | None = None,
 ) -> list[Replica]:
-    """Replications ``0 .. replications - 1`` of seed ``seed`` (module docstring); with a
-    ``deadline`` (a ``time.monotonic()`` value), only those begun before it (at least
-    one): a replication is never cut, so those done are the same as without one."""
-    out: list[Replica] = []
-    for r in range(replications):
-        if out and deadline is not None and time.monotonic() >= deadline:
-            break
-        out.append(run_replication(design, crowd, stand_in, seed=seed, r=r, b=b, level=level))
-    return out
+    """Replications ``0 .. replications - 1`` of seed ``seed`` (module docstring), within
+    a ``deadline`` (:func:`app.simulate.preview.until`)."""
+    one = functools.partial(run_replication, design, crowd, stand_in, seed=seed, b=b, level=level)
+    return until(deadline, replications, lambda r: one(r=r))
 
 
 def simulate_study(

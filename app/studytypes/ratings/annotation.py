@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from sqlalchemy.orm import Session
 
 from app.annotation.content import hit_content
-from app.annotation.errors import AnnotationError, FormRefused
+from app.annotation.errors import AnnotationError, FormRefused, given_back
 from app.annotation.leases import own_assignment, record_served, study_for
 from app.annotation.queries import INSERT_RATING, RATINGS_OF, SET_CONSISTENCY
 from app.annotation.schemas import AnnotatorRef, Lease, Sent, StudyRef
@@ -234,11 +234,7 @@ def rate(
             given = f"The consistency of {text} was already given ({point(row.consistency)})"
             return _repeat(assignment, row.consistency, value, given + " and is kept.")
     if assignment.status is AssignmentStatus.returned:
-        raise AnnotationError(
-            "You gave this HIT back (\u201cSkip this HIT\u201d), so it takes no more ratings. "
-            "Nothing was saved; reload the page for your next HIT.",
-            409,
-        )
+        raise given_back("it takes no more ratings")
     due = current_step(slots, stored)
     if due != (post.position, post.step):
         raise RatingRefused("Please rate the texts in order, as the page shows them.", 409)
@@ -363,12 +359,7 @@ def mturk_fields(session: Session, assignment: Lease) -> list[tuple[str, str]]:
 
 
 def store_copy(
-    session: Session,
-    study: Any,
-    annotator: AnnotatorRef,
-    lease: Any,
-    copy: Any,
-    when: datetime,
+    session: Session, study: Any, annotator: AnnotatorRef, lease: Any, copy: Any, when: datetime
 ) -> None:
     """Store the ratings of a platform's copy (MTurk's answer XML: ``copy.ratings``, the
     quality and consistency per position as scale points) that we do not hold, through

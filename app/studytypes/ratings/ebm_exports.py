@@ -27,6 +27,7 @@ from app.models import Study
 from app.results.exports import (
     csv_cell,
     csv_chunks,
+    interval_text,
     jsonl_chunks,
     plus_minus,
     records,
@@ -142,15 +143,6 @@ def ebm_latex(study: str, ebm: EBMOut | None, task_label: str) -> str:
     return "\n".join(lines)
 
 
-def _fmt(value: float, low: float, high: float, digits: int = 3) -> str:
-    v, lo, hi = finite_or_none(value), finite_or_none(low), finite_or_none(high)
-    if v is None:
-        return "--"
-    if lo is None or hi is None:
-        return f"{v:.{digits}f}"
-    return f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
-
-
 def ebm_table(study: str, ebm: EBMOut | None) -> str:
     """A plain-text table for the terminal: per length, each kind's scores, EB-M, EB-bleu."""
     if ebm is None:
@@ -170,7 +162,7 @@ def ebm_table(study: str, ebm: EBMOut | None) -> str:
                 t = next(
                     (x for x in s.scores if (x.length, x.kind, x.score) == (ln, kind, name)), None
                 )
-                cells.append(_fmt(t.value, t.low, t.high) if t else "--")
+                cells.append(interval_text(t.value, t.low, t.high) if t else "--")
             out.append(f"{ln:>4}  {kind[:12]:<12}  " + "  ".join(f"{c:>26}" for c in cells))
         for kind in sorted({r.kind for r in s.ratios if r.length == ln}):
             cells = []
@@ -178,12 +170,12 @@ def ebm_table(study: str, ebm: EBMOut | None) -> str:
                 r = next(
                     (x for x in s.ratios if (x.length, x.kind, x.score) == (ln, kind, name)), None
                 )
-                cells.append(_fmt(r.value, r.low, r.high) if r else "--")
+                cells.append(interval_text(r.value, r.low, r.high) if r else "--")
             label = "EB-M" if kind == "model" else f"data/{kind}"
             out.append(f"{ln:>4}  {label[:12]:<12}  " + "  ".join(f"{c:>26}" for c in cells))
         e = next((x for x in s.eb_bleu if x.length == ln), None)
         if e is not None:
-            out.append(f"{ln:>4}  {'EB-bleu':<12}  {_fmt(e.value, e.low, e.high, 2):>26}")
+            out.append(f"{ln:>4}  {'EB-bleu':<12}  {interval_text(e.value, e.low, e.high, 2):>26}")
     out.extend(f"warning: {w}" for w in s.warnings)
     meteor = s.settings.get("meteor", {}).get("matching")
     if meteor:

@@ -50,6 +50,7 @@ from app.results.exports import (
     jsonl_chunks,
     records,
     tex_escape,
+    variant_head,
 )
 from app.results.schemas import ResultsOut
 from app.results.stats import finite_or_none
@@ -295,23 +296,20 @@ def _iv(est: float | None, low: float | None, high: float | None, digits: int = 
     return e if lo is None or hi is None else f"{e} [{lo}, {hi}]"
 
 
+COLUMNS = (
+    f"{'l':>4}  {'step':<11}  {'data':>18}  {'model':>18}  {'gap (data-model)':>20}  "
+    f"{'ratio (data/model)':>21}  {'n ann':>5}  {'eff':>5}"
+)
+
+
 def ratings_table(res: ResultsOut) -> str:
     """A plain-text Table 3 for the terminal: both variants, one line per length and step;
     then the paper-comparable rows, the trends and the agreement."""
     ratings = res.ratings
     out: list[str] = []
     for v in _variants(ratings):
-        excl = "with" if v.exclusions_applied else "without"
-        out.append(
-            f"{res.study}: {excl} exclusions; {v.n_ratings} ratings by {v.n_annotators} "
-            f"annotators; {v.interval}"
-        )
-        if v.simulated:
-            out.append(f"SIMULATED: {v.simulated}, not people")
-        out.append(
-            f"{'l':>4}  {'step':<11}  {'data':>18}  {'model':>18}  {'gap (data-model)':>20}  "
-            f"{'ratio (data/model)':>21}  {'n ann':>5}  {'eff':>5}"
-        )
+        what = f"; {v.n_ratings} ratings by {v.n_annotators} annotators; {v.interval}"
+        out += variant_head(res.study, v.exclusions_applied, what, v.simulated, COLUMNS)
         for row in v.table:
             for step in STEP_LABELS:
                 s = getattr(row, step)

@@ -146,10 +146,8 @@ class RatersOverHttp(CrowdOverHttp):
 
     def _check(self, view: StudyView) -> None:
         if view.study_type != StudyType.ratings:
-            raise SimulationError(
-                f"study {view.slug!r} is a {view.study_type} study: "
-                "simulate next-word annotators (a Judge) on it"
-            )
+            it = f"study {view.slug!r} is a {view.study_type} study"
+            raise SimulationError(f"{it}: simulate next-word annotators (a Judge) on it")
 
     def _new_run(self) -> RatingsRun:
         return RatingsRun(self.view.slug, self.judge.describe())
@@ -248,32 +246,12 @@ class RatersOverHttp(CrowdOverHttp):
 
 
 def run_http_raters(
-    base_url: str,
-    make_session,
-    study_id: int,
-    secret_key: str,
-    judge: RaterJudge,
-    *,
-    seed: int = 0,
-    max_hits: int | None = None,
-    parallel: int = 1,
-    resend_share: float = 0.0,
-    transport: httpx.BaseTransport | None = None,
+    base_url: str, make_session, study_id: int, secret_key: str, judge: RaterJudge, **options
 ) -> RatingsRun:
     """Run simulated raters on the ratings study against the server at `base_url` (module
-    docstring; the arguments as :func:`app.simulate.http.run_http_crowd`'s)."""
-    return RatersOverHttp(
-        base_url=base_url,
-        make_session=make_session,
-        study_id=study_id,
-        secret_key=secret_key,
-        judge=judge,
-        seed=seed,
-        max_hits=max_hits,
-        parallel=parallel,
-        resend_share=resend_share,
-        transport=transport,
-    ).go()
+    docstring; the arguments as :func:`app.studytypes.nextword.http_crowd.run_http_crowd`'s)."""
+    server = {"base_url": base_url, "make_session": make_session, "study_id": study_id}
+    return RatersOverHttp(**server, secret_key=secret_key, judge=judge, **options).go()
 
 
 ALL_SDS_ZERO = (

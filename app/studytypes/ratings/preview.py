@@ -26,7 +26,6 @@ interval's only resampling), stopping between replications once 5 s have passed.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -163,22 +162,17 @@ def describe_raters(crowd: Crowd) -> str:
     return "attentive raters" + (f" with {','.join(layers)}" if layers else "")
 
 
-@dataclass(frozen=True)
-class RatingsPreview:
+@dataclass(frozen=True, kw_only=True)
+class RatingsPreview(shared.PreviewRun):
     options: RatingsPreviewOptions
     crowd: str
     level: float
     rows: list[RatingsRow]
     needs: list[RatingsNeeds]
     raters: Raters
-    design: Design
-    size: shared.DesignSize
-    costs: list[shared.ChannelCost]
     summary: RatingsSummary
     assumptions: tuple[str, ...]
-    seconds: float
     workload: RatingsWorkload
-    stopped: str | None = None  # why fewer than the R asked were done
 
     def row(self, variant: str, length: int, step: str) -> RatingsRow:
         return self.summary.row(variant, length, step)
@@ -194,13 +188,11 @@ def simulate_ratings_before_paying(
 ) -> RatingsPreview:
     """The preview of the ratings study `study` under `options`, within `limits`
     (module docstring). Bad options and designs raise `PreviewError` before any work."""
-    started = time.perf_counter()
-    options = options.with_limits(limits)
     crowd = raters_crowd(options.crowd)
-    shared.check_channels(options.providers)
     if study.study_type != StudyType.ratings:
         raise shared.PreviewError(f"study {study.slug!r} is not a ratings study: nothing to rate")
-    design = shared.study_design(study)
+    frame = shared.PreviewFrame.of(study, options, limits)
+    options, design = frame.options, frame.design
     scale_max, step = scale_of(study)
     for name in ("quality", "consistency"):
         if not all(0 < x < scale_max for x in getattr(options, name)):
@@ -210,9 +202,9 @@ def simulate_ratings_before_paying(
                 name,
             )
     hetero = options.hetero()
-    size = shared.DesignSize.of(design)
+    size = frame.size
     workload = RatingsWorkload.of(design, size.judgments, size.assignments, hetero, options.b)
-    shared.check_limits(options.replications, workload, limits)
+    frame.check(workload)
     try:
         raters = raters_for(
             design,
@@ -236,23 +228,16 @@ def simulate_ratings_before_paying(
         fast=crowd.fast,
         deadline=shared.deadline(limits),
     )
-    stopped = shared.stopped_note(len(reps), options.replications, limits)
     summary = summarise_ratings(design, raters, reps, level=LEVEL)
     return RatingsPreview(
-        options=options,
         crowd=describe_raters(crowd),
         level=LEVEL,
         rows=summary.rows,
         needs=ratings_needs(design, raters, summary, half_width=options.half_width),
         raters=raters,
-        design=design,
-        size=size,
-        costs=price(study, settings, size, options.providers) if price else [],
         summary=summary,
         assumptions=_assumptions(options, crowd, raters, design),
-        seconds=time.perf_counter() - started,
-        workload=workload,
-        stopped=stopped,
+        **frame.report(study, settings, price, done=len(reps), workload=workload),
     )
 
 

@@ -31,21 +31,7 @@ from sqlalchemy import Boolean, Float, Integer, SmallInteger, case, func, or_, s
 from sqlalchemy.orm import Session
 
 from app.models import Annotator, Assignment, AssignmentStatus, Hit, Item, Rating, Study
-from app.results.queries import (
-    ASSIGNMENT_FLAG_COLUMNS,
-    ATTENTION_KIND,
-    Flagged,
-    answer_rows,
-    answers_per_cell,
-    assignment_flags,
-    kind_codes,
-    load_annotators,
-    raw_columns,
-    select_spec,
-    spec_columns,
-    stream_rows,
-    study_assignments,
-)
+from app.results import queries as shared
 from app.results.stats.ratings_columns import RatingColumns
 from app.results.stats.ratings_figures import attention_max, attention_passed
 from app.studytypes.ratings.config import RatingsSection
@@ -56,7 +42,7 @@ _DEFAULTS = RatingsSection()
 
 
 @dataclass
-class Ratings(Flagged, RatingColumns):
+class Ratings(shared.Flagged, RatingColumns):
     """A study's counted ratings (:class:`RatingColumns`, in rating-id order: those of
     submitted HITs) and, beside them, what the exclusion rules read: per rating its
     assignment's flags (``FLAG_*`` bits), per annotator (indexed like ``annotator_ids``)
@@ -67,13 +53,6 @@ class Ratings(Flagged, RatingColumns):
     assignments not submitted (begun, given back or lapsed), which count nowhere."""
 
     rating_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    assignment_flags: np.ndarray | None = None
-    annotator_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    annotator_blocked: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
-    annotator_exclude_past: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
-    annotator_labels: list[str] = field(default_factory=list)
-    annotator_channels: list[str] = field(default_factory=list)
-    annotator_simulated: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     unfinished_ratings: int = 0
     unfinished_hits: int = 0
 
@@ -104,7 +83,7 @@ def scale_of(study: Study) -> tuple[int, float]:
 def _attention():
     """A pair is an attention pair when it is marked one (the worker's shuffled
     continuations) or is of the attention kind."""
-    return or_(Item.is_attention, Item.kind == ATTENTION_KIND)
+    return or_(Item.is_attention, Item.kind == shared.ATTENTION_KIND)
 
 
 def load_ratings(session: Session, study: Study) -> Ratings:
@@ -120,9 +99,9 @@ def load_ratings(session: Session, study: Study) -> Ratings:
     annotators; ``assignment_flags`` the kept work that may not count (unconfirmed MTurk
     work, answers after a block, past the cap or the replicas).
     """
-    names = kind_codes(study)
+    names = shared.kind_codes(study)
     codes = {k: i for i, k in enumerate(names)}
-    asg = study_assignments(study)
+    asg = shared.study_assignments(study)
     spec = [
         ("id", Rating.id, Integer, ">i4"),
         ("item", Rating.item_id, Integer, ">i4"),
@@ -130,7 +109,7 @@ def load_ratings(session: Session, study: Study) -> Ratings:
         ("submitted", asg.status == AssignmentStatus.submitted, Boolean, "?"),
         ("annotator", asg.annotator_id, Integer, ">i4"),
         ("hit", asg.hit_id, Integer, ">i4"),
-        ("flags", assignment_flags(asg), Integer, ">i4"),
+        ("flags", shared.assignment_flags(asg), Integer, ">i4"),
         ("length", Item.length, Integer, ">i4"),
         ("kind", case(codes, value=Item.kind, else_=-1), SmallInteger, ">i2"),
         ("attention", _attention(), Boolean, "?"),
@@ -140,17 +119,17 @@ def load_ratings(session: Session, study: Study) -> Ratings:
         ("consistency", func.coalesce(Rating.consistency, _OPEN), Float, ">f8"),
     ]
     stmt = (
-        select_spec(spec)
+        shared.select_spec(spec)
         .join(asg, asg.id == Rating.assignment_id)
         .join(Item, Item.id == Rating.item_id)
         .where(Item.skip_reason.is_(None))
     )
-    cols = spec_columns(session, stmt, spec)
+    cols = shared.spec_columns(session, stmt, spec)
     submitted = cols["submitted"].astype(bool)
     unfinished = cols["assignment"][~submitted]
     order = np.argsort(cols["id"][submitted], kind="stable")
     cols = {k: v[submitted][order] for k, v in cols.items()}
-    annotators = load_annotators(session, study)
+    annotators = shared.load_annotators(session, study)
     annotator = cols["annotator"].astype(np.int64)
     scale_max, step = scale_of(study)
     consistency = cols["consistency"].astype(float)
@@ -210,10 +189,10 @@ def iter_rating_rows(session: Session, study: Study) -> Iterator[tuple[list[str]
         (Annotator.simulated.label("simulated"), "bool"),
         (Assignment.public_id.label("assignment"), None),
         (Assignment.status.label("assignment_status"), "enum"),
-        *ASSIGNMENT_FLAG_COLUMNS,
+        *shared.ASSIGNMENT_FLAG_COLUMNS,
     ]
-    stmt = answer_rows(spec, Rating).where(Hit.study_id == study.id).order_by(Rating.id)
-    yield from stream_rows(session, stmt)
+    stmt = shared.answer_rows(spec, Rating).where(Hit.study_id == study.id).order_by(Rating.id)
+    yield from shared.stream_rows(session, stmt)
 
 
 @dataclass(frozen=True)
@@ -277,18 +256,18 @@ def iter_sample_rows(session: Session, study: Study) -> Iterator[tuple[list[str]
         (Item.continuation, None),
     ]
     stmt = (
-        select(*raw_columns(spec))
+        select(*shared.raw_columns(spec))
         .where(Item.study_id == study.id, Item.continuation.is_not(None))
         .order_by(Item.id)
     )
-    yield from stream_rows(session, stmt)
+    yield from shared.stream_rows(session, stmt)
 
 
 def ratings_per_cell(session: Session, items: Any) -> dict[tuple[int, str], tuple[int, int]]:
     """Per (length, kind) of the items matching `items`, their ratings (a pair's quality
     given, one per rater) and of those the ones with their consistency too (every cell: 0
     where none): the study page's collection table."""
-    return answers_per_cell(session, items, Rating, complete=Rating.consistency)
+    return shared.answers_per_cell(session, items, Rating, complete=Rating.consistency)
 
 
 __all__ = [

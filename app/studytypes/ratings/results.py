@@ -21,18 +21,15 @@ as the next-word figures (diagnostics, the planner) are. The statistics are
 
 from __future__ import annotations
 
-import functools
 import time
-from datetime import UTC, datetime
 from typing import NamedTuple
 
 import numpy as np
 from sqlalchemy.orm import Session
 
-from app import __version__
 from app.models import Study
 from app.results.exclusions import counted, exclusion_mask
-from app.results.exports import document_text
+from app.results.exports import DocumentText
 from app.results.schemas import (
     NEXTWORD_OPTIONS,
     ExclusionReport,
@@ -116,13 +113,11 @@ def ratings_document(
     opts = ratings_query(query)
     r = load_ratings(session, study)
     done = compute_ratings(study, r, opts)
-    return ResultsOut(
-        study=study.slug,
+    return ResultsOut.stamped(
+        study.slug,
+        started,
         kinds=r.kinds,
         options=opts,
-        service_version=__version__,
-        computed_at=datetime.now(UTC),
-        seconds=time.perf_counter() - started,
         exclusions=done.exclusions,
         results=None,
         other=None,
@@ -313,12 +308,7 @@ def _quality(r: Ratings, keep: np.ndarray) -> list[RaterQualityOut]:
 
 document, quality = ratings_document, quality_by_rater
 answers, answers_per_cell = load_ratings, ratings_per_cell
-text = functools.partial(
-    document_text,
-    csv=exports.ratings_table_csv,
-    latex=exports.ratings_latex,
-    table=exports.ratings_table,
-)
+text = DocumentText(exports.ratings_table_csv, exports.ratings_latex, exports.ratings_table)
 
 
 def check_options(query: ResultQuery) -> None:

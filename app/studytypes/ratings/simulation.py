@@ -48,6 +48,7 @@ from app.results.stats.ratings import STEPS, mean_ratings
 from app.results.stats.ratings_columns import RatingColumns
 from app.simulate.crowd import Heterogeneity
 from app.simulate.design import VARIANTS, Design
+from app.simulate.preview import until
 from app.simulate.workload import FAST_NS, SLOW_NS, expected_annotators
 from app.studytypes.ratings.queries import Ratings
 from app.studytypes.ratings.raters import (
@@ -205,17 +206,12 @@ def replicate_ratings(
     fast: float = 0.0,
     deadline: float | None = None,
 ) -> list[RatingsReplica]:
-    """Replications ``0 .. replications - 1`` of seed ``seed``; with a ``deadline`` (a
-    ``time.monotonic()`` value) only those begun before it (at least one), never cut, so
-    those done are the same as without one."""
-    out: list[RatingsReplica] = []
-    for r in range(replications):
-        if out and deadline is not None and time.monotonic() >= deadline:
-            break
-        out.append(
-            run_ratings_replication(design, raters, seed=seed, r=r, b=b, level=level, fast=fast)
-        )
-    return out
+    """Replications ``0 .. replications - 1`` of seed ``seed``, within a ``deadline``
+    (:func:`app.simulate.preview.until`)."""
+    one = functools.partial(
+        run_ratings_replication, design, raters, seed=seed, b=b, level=level, fast=fast
+    )
+    return until(deadline, replications, lambda r: one(r=r))
 
 
 @dataclass(frozen=True)
