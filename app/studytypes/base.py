@@ -251,6 +251,19 @@ class Scores(Protocol):
         """The stored scores as ``csv``, ``latex`` or a plain-text ``table``."""
 
 
+TEMPLATES = (
+    "_annotators_head.html",
+    "_annotators_row.html",
+    "_mturk_preview.html",
+    "_progress_cells.html",
+    "_progress_head.html",
+)
+"""The partials every type provides in its ``templates/<name>/``, which the shared pages
+include (``plugin(study).template(name)``): the Annotators page's head and row, the MTurk
+preview's body, the study page's progress columns. Its results page and annotator pages are
+named by its ``dashboard`` and ``pages``; its simulate section by ``preview.TEMPLATE``."""
+
+
 @dataclass(frozen=True)
 class Parts:
     """A type's namespaces: modules of its package, each implementing its protocol."""
@@ -355,6 +368,7 @@ class StudyTypePlugin:
 
 
 __all__ = [
+    "TEMPLATES",
     "Dashboard",
     "Diagnostics",
     "DownloadSpec",

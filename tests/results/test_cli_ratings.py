@@ -14,7 +14,7 @@ from app.cli import cli
 from app.db import build_engine, make_sessionmaker
 from tests.results.ratings_study import make_rated_study
 
-# The CLI calls the service tested on both backends (tests/results/test_ratings_service.py).
+# The CLI calls the service tested on both backends (tests/studytypes/ratings/test_results.py).
 pytestmark = pytest.mark.sqlite
 
 

@@ -1,7 +1,7 @@
 """Statistics of ratings studies (app/results/stats/ratings*.py): pure, no database.
 
 A hand-made study checks every point figure against arithmetic written out here; the
-simulated raters of app/simulate/raters.py (exact population truth) check the coverage
+simulated raters of app/studytypes/ratings/raters.py (exact population truth) check the coverage
 of the intervals; Krippendorff's published example and the ``krippendorff`` package check
 the agreement figures.
 """

@@ -1,7 +1,7 @@
 """Simulate before you pay on a ratings study (app.studytypes.ratings.simulation and
-ratings_preview, `ebc simulate` on a ratings study): the figures against the raters'
-exact truth, the replication against the ratings results, what the design needs, the
-costs against a hand computation, the bounds and the bad input."""
+.preview, `ebc simulate` on a ratings study): the figures against the raters' exact truth,
+the replication against the ratings results, what the design needs, the costs against a
+hand computation, the bounds and the bad input."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Assignments and submissions: caps, no repeats, leases, late and repeated answers, d."""
+"""A next-word HIT's assignments and submissions (app.studytypes.nextword.annotation, on
+app.annotation.leases and .submissions): caps, no repeats, leases, late and repeated
+answers, d."""
 
 from datetime import timedelta
 

@@ -1,4 +1,4 @@
-"""The rater model of app/simulate/raters.py (pure): what it refuses to calibrate or
+"""The rater model of app/studytypes/ratings/raters.py (pure): what it refuses to calibrate or
 simulate, rather than answering with a wrong truth."""
 
 from __future__ import annotations
