@@ -43,6 +43,7 @@ import csv
 import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -53,7 +54,7 @@ from app.annotation.leases import lease_hit
 from app.audit.service import Actor, record_by
 from app.crowd.batch import BatchError, ResultRow, RowError, parse_results
 from app.models import Assignment, Channel, Study, StudyStatus, utcnow
-from app.studytypes.nextword.annotation import Submission, submit
+from app.studytypes.registry import study_type_of
 
 _KEY_LENGTH = 255  # Assignment.external_assignment_id
 
@@ -130,8 +131,12 @@ def import_results(session: Session, study: Study, text: str, *, by: Actor | Non
     return report
 
 
-def _store(session: Session, study: Study, row: ResultRow, now: datetime) -> Submission:
+def _store(session: Session, study: Study, row: ResultRow, now: datetime) -> Any:
     """One row, through the submission service (AnnotationError: refused, roll it back)."""
+    plugin = study_type_of(study)
+    store = plugin.offline_batch  # the type's submission service
+    if store is None:
+        raise AnnotationError(plugin.refusal(study, "batch"))
     if not PLATFORM_ID.fullmatch(row.worker_id):
         raise AnnotationError(
             f"WorkerId {row.worker_id[:40]!r} is not a worker id this service takes "
@@ -167,4 +172,4 @@ def _store(session: Session, study: Study, row: ResultRow, now: datetime) -> Sub
         )
     else:
         public_id = found.public_id
-    return submit(session, annotator, public_id, row.answers, row.times, now=now)
+    return store(session, annotator, public_id, row.answers, row.times, now=now)

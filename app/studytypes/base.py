@@ -304,10 +304,13 @@ class StudyTypePlugin:
     """What the type says of what it does not have, by name (``{slug}`` is the study's):
     a capability (``diagnostics``, ``planner``, ``EB-M``, ``batch``); anything else gets
     ``"{slug} is <noun> study: it has no <what>."``."""
-    offline_batch: bool = False
-    """Whether its HITs fit an MTurk-format batch (a static template and an input CSV,
-    ``app.crowd.batch``): a next-word HIT does; a ratings HIT, whose quality must be
-    stored before its context is shown, needs the service's own pages."""
+    offline_batch: Callable[..., Any] | None = None
+    """How a row of an MTurk-format batch's results file is stored, for a type whose HITs
+    fit such a batch (a static template and an input CSV, ``app.crowd.batch``): called as
+    ``(session, annotator, public_id, answers, times, now=...)``, it returns the
+    submission (``repeated``, ``too_fast``, ``kept``). A next-word HIT fits; a ratings
+    HIT, whose quality must be stored before its context is shown, needs the service's
+    own pages (None)."""
     diagnostics: Diagnostics | None = None
     planner: Planner | None = None
     scores: Scores | None = None

@@ -117,5 +117,5 @@ def test_a_plugin_says_in_its_own_words_what_it_does_not_have(name):
             assert said.startswith("s-1 is ") and plugin.noun in said
         else:  # no stale words for what it has
             assert key not in plugin.refusals, capability
-    assert ("batch" in plugin.refusals) != plugin.offline_batch
+    assert ("batch" in plugin.refusals) != (plugin.offline_batch is not None)
     assert plugin.refusal(study, "thing") == f"s-1 is {plugin.noun} study: it has no thing."
