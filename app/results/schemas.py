@@ -288,17 +288,15 @@ class ResultsOut(_Out):
     )
     messages: list[str]
 
-    @classmethod
-    def stamped(cls, slug: str, started: float, **fields: Any) -> ResultsOut:
-        """Study `slug`'s document: its `fields`, stamped with this service's version, the
-        time, and the seconds since `started` (a ``time.perf_counter()`` value)."""
-        return cls(
-            study=slug,
-            service_version=__version__,
-            computed_at=datetime.now(UTC),
-            seconds=time.perf_counter() - started,
-            **fields,
-        )
+    @staticmethod
+    def stamp(started: float) -> dict[str, Any]:
+        """The fields that say who computed a document, when, and in how many seconds
+        since `started` (a ``time.perf_counter()`` value): now, when this is called."""
+        return {
+            "service_version": __version__,
+            "computed_at": datetime.now(UTC),
+            "seconds": time.perf_counter() - started,
+        }
 
     @property
     def simulated_label(self) -> str | None:

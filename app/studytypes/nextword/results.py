@@ -182,11 +182,11 @@ def _compute(
             )
         except PlanError as exc:
             messages.append(f"planner: {exc.reason}")
-    results = ResultsOut.stamped(
-        study.slug,
-        started,
+    results = ResultsOut(
+        study=study.slug,
         kinds=j.kinds,
         options=query,
+        **ResultsOut.stamp(started),
         exclusions=report,
         results=main.figures if main else None,
         other=other.figures if other else None,

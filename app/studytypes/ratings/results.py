@@ -113,11 +113,11 @@ def ratings_document(
     opts = ratings_query(query)
     r = load_ratings(session, study)
     done = compute_ratings(study, r, opts)
-    return ResultsOut.stamped(
-        study.slug,
-        started,
+    return ResultsOut(
+        study=study.slug,
         kinds=r.kinds,
         options=opts,
+        **ResultsOut.stamp(started),
         exclusions=done.exclusions,
         results=None,
         other=None,
