@@ -27,7 +27,7 @@ class Environment(StrEnum):
 class Settings(BaseSettings):
     """Configuration of the web service, the worker and the CLI.
 
-    Every field is documented in the README's configuration table (a test
+    Every field is documented in docs/configuration.md's settings table (a test
     checks this). Environment variables carry the `EBC_` prefix, except
     `DATABASE_URL`, which is also accepted bare as most platforms set it.
     """
@@ -73,10 +73,10 @@ class Settings(BaseSettings):
         "(TCP keepalives and tcp_user_timeout; PostgreSQL)",
     )
     enrol_per_address_per_hour: int = Field(
-        20, ge=0, description="new panel/MTurk identities per client address per study per hour"
+        20, ge=0, description="new Prolific/MTurk identities per client address per study per hour"
     )
     enrol_per_study_per_minute: int = Field(
-        300, ge=0, description="new panel/MTurk identities per study per minute (all addresses)"
+        300, ge=0, description="new Prolific/MTurk identities per study per minute (all addresses)"
     )
     log_level: str = Field("info", description="uvicorn and application log level")
     trusted_proxies: str = Field(
@@ -84,8 +84,8 @@ class Settings(BaseSettings):
         description="comma-separated addresses or CIDRs of reverse proxies whose "
         "X-Forwarded-For is believed (empty: nobody's)",
     )
-    # Prolific (app.crowd.prolific). The token is a secret: SecretStr keeps it out of reprs,
-    # logs and audit details.
+    # Prolific (app.crowd.platforms.prolific). The token is a secret: SecretStr keeps it out
+    # of reprs, logs and audit details.
     prolific_api_token: SecretStr | None = Field(
         None, description="Prolific API token (Authorization: Token ...); secret"
     )
@@ -102,7 +102,7 @@ class Settings(BaseSettings):
         description="Prolific's platform fee as a share of rewards and bonuses, for cost "
         "estimates (0.428 standard; 0.333 for verified academic or non-profit workspaces)",
     )
-    # Mechanical Turk (app.crowd.mturk). Credentials come from the usual AWS chain, never
+    # Mechanical Turk (app.crowd.platforms.mturk). Credentials come from the usual AWS chain, never
     # from here. Production moves real money, so it is off unless set.
     mturk_production: bool = Field(
         False, description="allow MTurk's production endpoint (real money); off: sandbox only"

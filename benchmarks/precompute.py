@@ -37,6 +37,15 @@ faster than a researcher's plain ``from_pretrained`` model (our ratio to them is
 not flattered) and the bound tighter: with the written-out GELU a forward of ~4,096 tokens
 spent about 11 % of its CPU in it (2026-11-26).
 
+- **operations** (``--count-operations``, on by default): the ATen operations our run and the
+  peer dispatch (`worker.opcount.OpCounter`), per needed token and per token sampled, at the
+  same rows, and ours per forward at the batch's rows over those at 32 rows.  Counted on a
+  64-wide twin of the model (GPT-2 small's layers and vocabulary: the count does not depend on
+  the width, and the twin is quick), one batch of as many items as rows.  On a GPU every
+  operation is at least one kernel launch: a step whose operations grow with its rows is
+  host-bound there whatever the CPU's speed.  The count is deterministic, so it can be read on
+  a noisy machine.
+
 Ratios are printed as wall clock / CPU time of this process (all threads): on a shared machine
 the wall time of each part depends on what else runs at that moment, the CPU time much less.  On
 a GPU the CPU time says little; read the wall-clock figures there.  "tok/s" is the needed tokens
@@ -83,6 +92,7 @@ from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 from worker.hf import HFCausalLM
 from worker.hf_cache import make_cache
 from worker.models import auto_batch_size, load_model, memory_budget
+from worker.opcount import OpCounter
 from worker.prefixes import PrefixSpec, make_items
 from worker.sampler import expected_columns
 from worker.words import token_classes
@@ -121,11 +131,18 @@ def synthetic_bpe_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def build_model(
-    device: torch.device, logit_scale: float, dtype: torch.dtype, cont_scale: float = 0.5
+    device: torch.device,
+    logit_scale: float,
+    dtype: torch.dtype,
+    cont_scale: float = 0.5,
+    width: int | None = None,
 ) -> HFCausalLM:
+    """GPT-2 small's shape with random weights (``width``: a narrower twin with GPT-2 small's
+    layers and vocabulary, for counting operations, which do not depend on the width)."""
     torch.manual_seed(0)
     tok = synthetic_bpe_tokenizer()
-    config = GPT2Config(vocab_size=VOCAB, bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1)
+    narrow = {"n_embd": width, "n_head": 4} if width else {}
+    config = GPT2Config(vocab_size=VOCAB, bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1, **narrow)
     model = GPT2LMHeadModel(config)
     with torch.no_grad():
         model.transformer.ln_f.weight.mul_(logit_scale)
@@ -346,6 +363,39 @@ class FeedCounter:
         lm.feed = feed
 
 
+def operation_counts(
+    lm: HFCausalLM, length: int, rows: int, small: int = 32
+) -> tuple[float, float, float]:
+    """ATen operations (`worker.opcount.OpCounter`) per needed token of ours (one batch of
+    ``rows`` items at ``rows`` rows) and per token of the peer at the same rows; and ours'
+    operations per forward at ``rows`` rows over those at ``small`` rows (one batch of
+    ``small`` items): how a step's cost grows with its rows.  Counted on ``lm``, the narrow
+    twin (`build_model`'s ``width``): operations do not depend on the width."""
+
+    def ours(n: int) -> tuple[int, int, int, list]:
+        spec = PrefixSpec(batch_size=n, max_word_tokens=16)
+        make_items(lm, None, spec, length, "model", 0, min(n, 8), seed=99)  # warm
+        counter = FeedCounter(lm)
+        try:
+            with OpCounter() as ops:
+                items = make_items(lm, None, spec, length, "model", 0, n, seed=1)
+        finally:
+            lm.feed = counter.real
+        return ops.total, needed_tokens(items), counter.counts["forwards"], items
+
+    total, needed, forwards, items = ours(rows)
+    small_total, _, small_forwards, _ = ours(min(small, rows))
+    n_tok = max(2, round(sum(i.provenance.get("context_tokens", 0) for i in items) / len(items)))
+    peer_batch(lm, min(rows, 8), 2)
+    with OpCounter() as peer:
+        peer_batch(lm, rows, n_tok - 1)
+    return (
+        total / needed,
+        peer.total / (rows * n_tok),
+        (total / forwards) / (small_total / small_forwards),
+    )
+
+
 def needed_tokens(items) -> int:
     """The tokens items need: every sampled (context) token plus one per word-search
     expansion, speculative ones left out (what the forward bound is charged for)."""
@@ -414,6 +464,13 @@ def main() -> None:
         help="PrefixSpec.max_word_tokens (default 16, the study default; 0: none)",
     )
     parser.add_argument("--demo-model", default=None, help="a built demo model's directory")
+    parser.add_argument(
+        "--count-operations",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="count the ATen operations per needed token of ours and the peer (on a narrow "
+        "twin of the model)",
+    )
     args = parser.parse_args()
     if args.bound_forwards < 2:
         parser.error("--bound-forwards: at least 2 (one before ours, one after)")
@@ -450,7 +507,7 @@ def main() -> None:
         f"{'peak ours':>9} {'peak peer':>9}  load  bound tok/CPU s (min-max)"
     )
     print(header)
-    rates = {}
+    rates, batches = {}, {}
     runs = [(length, args.items) for length in lengths]
     if args.memory_items:
         runs.append((max(lengths), args.memory_items))
@@ -459,6 +516,7 @@ def main() -> None:
         batch = args.batch_size or auto_batch_size(
             lm, expected_columns(spec_auto, length), budget=budget
         )
+        batches.setdefault(length, batch)
         # As the worker runs: a size given is taken as is; else the automatic size, with the
         # slots' cache kept within the memory budget.
         spec = PrefixSpec(batch_size=args.batch_size, max_word_tokens=args.max_word_tokens or None)
@@ -516,6 +574,29 @@ def main() -> None:
             f"{os.getloadavg()[0]:>4.1f}  {tps_c:.0f} ({spread_c[0]:.0f}-{spread_c[1]:.0f})"
             + ("" if n_items == args.items else f"  ({n_items} items: one batch)"),
             flush=True,
+        )
+    if args.count_operations:
+        twin = build_model(
+            device, args.logit_scale, getattr(torch, args.dtype), args.cont_scale, width=64
+        )
+        print(
+            "ATen operations (worker.opcount, deterministic), counted on a 64-wide twin of the "
+            "model (GPT-2 small's layers and vocabulary), one batch of as many items as rows:"
+        )
+        print(
+            f"{'l':>4} {'rows':>5} {'ours/tok':>8} {'peer/tok':>8} {'x peer':>6} {'fwd vs 32':>9}"
+        )
+        for length in lengths:
+            batch = batches[length]
+            mine, peer, growth = operation_counts(twin, length, batch)
+            print(
+                f"{length:>4} {batch:>5} {mine:>8.2f} {peer:>8.2f} {mine / peer:>6.2f} "
+                f"{growth:>9.2f}",
+                flush=True,
+            )
+        print(
+            "ours/tok: our operations per needed token; peer/tok: the peer's per token it "
+            "samples; fwd vs 32: our operations per forward at these rows over those at 32 rows"
         )
     if len(rates) > 1:
         base = rates[min(rates)]

@@ -587,7 +587,10 @@ class Run:
 
     def crowd_workers(self, client) -> None:
         """A panel participant and an MTurk worker do one HIT of each study."""
-        from app.annotation.identities import panel_entry_url
+        try:
+            from app.crowd.platforms.prolific.entry import entry_url as panel_entry_url
+        except ImportError:  # before the crowd platforms became packages (issue 31)
+            from app.annotation.identities import panel_entry_url
         from app.studies.service import get_study
 
         rec = self.rec

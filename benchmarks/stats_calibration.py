@@ -46,7 +46,7 @@ Monte Carlo SE of a rate near 5% with R studies: ``sqrt(.05 .95 / R)`` (0.7 pp a
 R = 1,000), near 95% the same. The target is 5 ± 1.5% and 95 ± 1.5%.
 
 Run: ``python benchmarks/stats_calibration.py`` (R = 1,000, B = 999: about 9 ms of CPU
-per study, ~8 minutes on one free core; the README's table is ``--reps 2000``, 2,130 s
+per study, ~8 minutes on one free core; docs/statistics.md's table is ``--reps 2000``, 2,130 s
 on a shared machine; ``--jobs 2`` for two processes, ``--reps 200`` for a quick look).
 Prints a Markdown table.
 """

@@ -438,7 +438,7 @@ def answered_study(session: Session, slug: str = "rt", *, seed: int = 5) -> Stud
         session, slug=slug, lengths=(10,), per_cell=15, words=FORMULA_WORDS, min_ms_per_item=0
     )
     people = [
-        annotator(session, study, '=HYPERLINK("http://x.test")', channel=Channel.panel,
+        annotator(session, study, '=HYPERLINK("http://x.test")', channel=Channel.prolific,
                   external_id="-A1"),
         annotator(session, study, "@SUM(A1)", channel=Channel.mturk, external_id="+A2"),
         annotator(session, study, "\tlab member"),

@@ -33,9 +33,29 @@ def test_production_refuses_development_secrets():
     assert ok.secret_key != DEV_SECRET_KEY
 
 
-def test_every_setting_is_documented_in_the_readme():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    table = "\n".join(line for line in readme.splitlines() if line.startswith("|"))
+def _table_rows(path) -> str:
+    return "\n".join(
+        line for line in path.read_text(encoding="utf-8").splitlines() if line.startswith("|")
+    )
+
+
+def test_every_setting_is_documented_in_docs_configuration():
+    table = _table_rows(ROOT / "docs" / "configuration.md")
     for name in Settings.model_fields:
         env = "DATABASE_URL" if name == "database_url" else f"EBC_{name.upper()}"
-        assert re.search(rf"`{env}`", table), f"{env} is missing from the README's settings table"
+        assert re.search(rf"^\| `{env}` \|", table, re.M), (
+            f"{env} is missing from docs/configuration.md's settings table"
+        )
+
+
+def test_every_worker_option_is_documented_in_docs_configuration():
+    from app.cli.docs import command_tree
+
+    table = _table_rows(ROOT / "docs" / "configuration.md")
+    tree = command_tree()
+    for command in (tree.commands["worker"], tree.commands["precompute"]):
+        for param in command.params:
+            if param.param_type_name == "option" and param.name != "help":
+                assert re.search(rf"^\| `{param.opts[0]}`", table, re.M), (
+                    f"{command.name} {param.opts[0]} is missing from docs/configuration.md"
+                )

@@ -148,6 +148,82 @@ def _row_groups(widths: list[int], lo: int = 0, depth: int = 2) -> list[tuple[in
     return _row_groups(widths[:k], lo, depth - 1) + _row_groups(widths[k:], lo + k, depth - 1)
 
 
+class _StepGraphs:
+    """The fixed-shape slot forward of `HFCausalLM.feed` (``static_steps``): every slot, a
+    power of two of queries per slot, every column of the slots' buffers, the logits of every
+    position; with ``capture`` (a GPU), captured once per shape as a CUDA graph and replayed.
+
+    A shape's graph is captured at its first step, after that step has run eagerly on a side
+    stream (PyTorch's recipe: the eager run warms the kernels up and is the step's result, the
+    capture records the same step without running it).  Its inputs (token ids, positions, the
+    attention mask and where each token's keys and values go) are copied into the graph's own
+    tensors before each replay, and its output is read before the next step replays any graph
+    (the graphs of one slot state share a memory pool).  A resize of the slots makes new
+    buffers: the state's graphs are dropped (`SlotState.version`).  A capture that fails (an
+    operation of the model that cannot be captured) leaves the steps eager, and says why once
+    (``self.failed``)."""
+
+    def __init__(self, lm: HFCausalLM, *, capture: bool):
+        self.lm, self.capture = lm, capture
+        self.graphs: dict[tuple, tuple] = {}
+        self.version: tuple | None = None
+        self.pool = None
+        self.failed: str | None = None
+
+    def forward(self, state: SlotState, ids, positions, mask) -> torch.Tensor:
+        """The log-probabilities [rows x queries, V] after every position (float32)."""
+        lm = self.lm
+        kwargs = {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": positions,
+            "use_cache": True,
+        }
+        if lm._plain_head:
+            kwargs[lm._base_cache_kw] = state.cache
+            hidden = lm.model.base_model(**kwargs).last_hidden_state
+            logits = lm._head(hidden.reshape(ids.numel(), -1))
+        else:
+            kwargs[lm._cache_kw] = state.cache
+            logits = lm.model(**kwargs).logits.reshape(ids.numel(), -1)
+        return torch.log_softmax(logits.float(), dim=-1)
+
+    def run(self, state: SlotState, inputs: tuple) -> torch.Tensor:
+        ids, positions, mask = inputs[:3]
+        if not self.capture or self.failed:
+            return self.forward(state, ids, positions, mask)
+        version = (id(state), state.version)
+        if version != self.version:  # new buffers: the old graphs write into freed memory
+            self.graphs, self.version = {}, version
+            self.pool = torch.cuda.graph_pool_handle()
+        key = (tuple(ids.shape), mask.shape[-1])
+        plan = state.cache.plan
+        if key in self.graphs:
+            graph, static, out = self.graphs[key]
+            for mine, given in zip(static, inputs, strict=True):
+                mine.copy_(given)
+            plan.rows, plan.cols = static[3], static[4]
+            graph.replay()
+            return out
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            result = self.forward(state, ids, positions, mask)
+        torch.cuda.current_stream().wait_stream(side)
+        static = tuple(t.clone() for t in inputs)
+        plan.rows, plan.cols = static[3], static[4]
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph, pool=self.pool):
+                out = self.forward(state, *static[:3])
+        except RuntimeError as err:  # the model does something a graph cannot hold
+            self.failed = f"{type(err).__name__}: {err}"
+            self.graphs = {}
+            return result
+        self.graphs[key] = (graph, static, out)
+        return result
+
+
 class HFCausalLM:
     """`CausalLM` over a ``transformers`` causal LM and its tokenizer.
 
@@ -167,6 +243,8 @@ class HFCausalLM:
         name: str | None = None,
         max_rows: int = 512,
         cached_extend: bool = True,
+        static_steps: bool | None = None,
+        graphs: bool | None = None,
     ):
         self.model = model.eval()
         fuse_gelu(model)
@@ -217,6 +295,12 @@ class HFCausalLM:
         self._keep = "logits_to_keep" in params
         self._cache_kw = _cache_keyword(model)
         self._base_cache_kw = _cache_keyword(model.base_model)
+        # Slot steps of fixed shapes (`feed`), captured and replayed as CUDA graphs: the
+        # default on a GPU, where a step's kernel launches would otherwise be the host's work;
+        # a CPU runs each step eagerly at its own shape (fewer rows and columns to compute).
+        cuda = self.device.type == "cuda"
+        self.static_steps = cuda if static_steps is None else static_steps
+        self._graphs = _StepGraphs(self, capture=cuda if graphs is None else graphs)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -277,12 +361,8 @@ class HFCausalLM:
             state.lengths[s] = state.fills[s] = 0
             state.nodes[s] = {}
 
-    @torch.inference_mode()
     def swap_slots(self, state: SlotState, a: int, b: int) -> None:
-        for layer in state.cache.layers:
-            layer.swap(a, b, state.fills[a], state.fills[b])
-        for field in (state.lengths, state.fills, state.nodes):
-            field[a], field[b] = field[b], field[a]
+        state.swap(a, b)
 
     @torch.inference_mode()
     def resize_slots(self, state: SlotState, rows: int, columns: int | None = None) -> None:
@@ -318,6 +398,10 @@ class HFCausalLM:
         for s in slots:
             counts[s] += 1
         q = max(counts)
+        if self.static_steps:
+            # Every slot, the queries a slot takes rounded up to a power of two, every column:
+            # the shapes of a step change only when the slots are resized (`_StepGraphs`).
+            n, q = state.rows, 1 << (q - 1).bit_length()
         need = max(state.fills[:n]) + q
         size = n * q
         ids, pos, cols, ctx = [self.pad_id] * size, [0] * size, [0] * size, [0] * size
@@ -379,7 +463,8 @@ class HFCausalLM:
                 cols[f] = fills[i] + j - used[i]
                 see_at.append(f)
                 see_col.append(cols[f])
-        width = need
+        state.settle()  # the step's slot moves, in one copy a buffer
+        width = state.capacity if self.static_steps else need
         dev = self.device
         visible = torch.arange(width, device=dev)[None, :] < torch.tensor(ctx, device=dev)[:, None]
         if see_at:
@@ -400,6 +485,9 @@ class HFCausalLM:
             "use_cache": True,
         }
         index = torch.tensor(wanted, dtype=torch.long, device=dev)
+        if self.static_steps:
+            inputs = (kwargs["input_ids"], positions, mask, plan.rows, plan.cols)
+            return self._graphs.run(state, inputs).index_select(0, index), handles
         split = None
         if self._split_attention:
             split = _row_groups([fills[i] + q - used[i] for i in range(n)])
@@ -435,7 +523,7 @@ class HFCausalLM:
             return self._extend_uncached(state, rows, continuations)
         tree = state.tree
         if tree is None or tree.source_width != state.mask.shape[1]:
-            tree = state.tree = WordTree(self, state, sorted(set(rows)))
+            tree = state.tree = WordTree(state, sorted(set(rows)))
         in_tree = [r in tree.row_of for r in rows]
         called = sorted({tree.row_of[r] for r, ok in zip(rows, in_tree, strict=True) if ok})
         if called and len(called) < 0.75 * len(tree.nodes):

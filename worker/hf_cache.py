@@ -8,14 +8,10 @@ from __future__ import annotations
 import math
 import mmap
 import sys
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
-
-if TYPE_CHECKING:
-    from worker.hf import HFCausalLM
-
 
 # Where ``MADV_DONTNEED`` gives a mapping's pages back to the system and they read as zeros
 # after (Linux), fewer slots keep their buffers as views (`SlotLayer`); elsewhere a resize
@@ -210,9 +206,9 @@ class WordTree:
     the whole continuation on a fresh copy of the context's cache.
     """
 
-    def __init__(self, lm: HFCausalLM, state: CausalState, rows: list[int]):
+    def __init__(self, state: CausalState, rows: list[int]):
         self.source_width = state.mask.shape[1]
-        index = torch.tensor(rows, dtype=torch.long, device=lm.device)
+        index = torch.tensor(rows, dtype=torch.long, device=state.mask.device)
         if rows == list(range(state.mask.shape[0])) and hasattr(state.cache.layers[0], "kbuf"):
             # Extending the state afterwards changes its width, which discards this tree.
             self.cache = share_cache(state.cache, spare=64)
@@ -346,18 +342,15 @@ def slot_cache_classes():
                     keep = (min(rows, old_rows), min(capacity, old_cols))
                     self._allocate(max(rows, old_rows), capacity, keep)
 
-        def swap(self, a: int, b: int, cols_a: int, cols_b: int) -> None:
-            """Exchange the first ``cols_a`` columns of row ``a`` and ``cols_b`` of row ``b``."""
+        def move(self, dst: torch.Tensor, src: torch.Tensor, width: int) -> None:
+            """Rows ``dst`` take the first ``width`` columns of rows ``src`` (as they were
+            before the move: the source rows are read first, so the moves may form cycles):
+            one gather and one scatter per buffer, whatever the rows."""
             if self.kbuf is None:
                 return
             for buf in (self.kbuf, self.vbuf):
-                if not cols_b:  # into an empty slot: one copy
-                    buf[b, :, :cols_a] = buf[a, :, :cols_a]
-                    continue
-                keep = buf[a, :, :cols_a].clone() if cols_a else None
-                buf[a, :, :cols_b] = buf[b, :, :cols_b]
-                if keep is not None:
-                    buf[b, :, :cols_a] = keep
+                head = buf[:, :, :width]
+                head.index_copy_(0, dst, head.index_select(0, src))
 
         def nbytes(self) -> int:
             """What the rows and columns in use take (a mapped buffer's rows past them take no
@@ -400,14 +393,49 @@ class SlotState:
     fills: list[int]
     nodes: list[dict[int, tuple[int, int]]]
 
+    # Where each slot's keys and values are (a row of the buffers) since the last `settle`:
+    # `swap` exchanges two entries, and the rows move in one batched copy when the buffers are
+    # next read or resized.
+    where: list[int] = field(default_factory=list)
+    # Changes whenever the buffers are made anew (a resize): what refers to them (a step
+    # captured as a graph, `worker.hf._StepGraphs`) is then stale.
+    version: int = 0
+
     @classmethod
     def open(cls, rows: int, capacity: int, n_layers: int) -> SlotState:
         cache = slot_cache_classes()(rows, capacity, n_layers)
-        return cls(cache, rows, capacity, [0] * rows, [0] * rows, [{} for _ in range(rows)])
+        state = cls(cache, rows, capacity, [0] * rows, [0] * rows, [{} for _ in range(rows)])
+        state.where = list(range(rows))
+        return state
+
+    def swap(self, a: int, b: int) -> None:
+        """Slots ``a`` and ``b`` change places, their cache, counters and partial words; the
+        cache's rows move at the next `settle` (all of a step's moves in one copy a buffer)."""
+        for field_ in (self.where, self.lengths, self.fills, self.nodes):
+            field_[a], field_[b] = field_[b], field_[a]
+
+    @torch.inference_mode()
+    def settle(self) -> None:
+        """Move the cache's rows to their slots (`swap`): every slot that holds tokens and is
+        not in its own row takes its row's columns in use, one gather and one scatter per
+        buffer."""
+        where = self.where
+        dst = [i for i, w in enumerate(where) if w != i and self.fills[i]]
+        if dst:
+            width = max(self.fills[i] for i in dst)
+            device = self.cache.layers[0].device if self.cache.layers[0].kbuf is not None else None
+            if device is not None:
+                index = torch.tensor([dst, [where[i] for i in dst]], dtype=torch.long)
+                index = index.to(device)
+                for layer in self.cache.layers:
+                    layer.move(index[0], index[1], width)
+        self.where = list(range(self.rows))
 
     def resize(self, rows: int, capacity: int) -> None:
         """Keep the first ``rows`` slots, with ``capacity`` columns (layer by layer: one layer's
         buffers are copied at a time, so memory grows by one layer at most meanwhile)."""
+        self.settle()
+        self.version += 1
         for layer in self.cache.layers:
             layer.resize(rows, capacity)
         if rows < self.rows:
@@ -418,6 +446,7 @@ class SlotState:
             self.fills += [0] * extra
             self.nodes += [{} for _ in range(extra)]
         self.rows, self.capacity = rows, capacity
+        self.where = list(range(rows))
 
     def nbytes(self) -> int:
         return sum(layer.nbytes() for layer in self.cache.layers)

@@ -359,6 +359,31 @@ def host_copy(tensor):
     return tensor if tensor.device.type == "cpu" else tensor.to("cpu")
 
 
+# Integer parts travel as float32 in `host_read`: exact below this.
+HOST_READ_EXACT = 2**24
+
+
+def host_read(parts):
+    """The tensors ``parts`` (of one device) in host memory, read at once: on a GPU one
+    device-to-host copy, the one synchronisation of a sampler step (its sampled tokens, the
+    roots of the word searches that begin and the expansions of those under way), instead of
+    one for each.  Floating parts come back as float32, integer ones as int64 (they travel as
+    float32: ids must be below `HOST_READ_EXACT`).  On a CPU the parts are returned as they are.
+    """
+    import torch
+
+    if not parts or all(p.device.type == "cpu" for p in parts):
+        return list(parts)
+    flat = torch.cat([p.reshape(-1).to(torch.float32) for p in parts]).to("cpu")
+    out, at = [], 0
+    for p in parts:
+        n = p.numel()
+        piece = flat[at : at + n].view(p.shape)
+        at += n
+        out.append(piece if p.is_floating_point() else piece.to(torch.int64))
+    return out
+
+
 def release_heap(device=None) -> None:
     """Give the free memory of glibc's heap back to the system (``malloc_trim``), so that a
     worker between batches holds what it uses, not its peak; nothing off glibc.  On a GPU

@@ -43,7 +43,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from worker.models import APPEND, CONTEXT, grown_columns, host_copy, release_heap
+from worker.models import (
+    APPEND,
+    CONTEXT,
+    HOST_READ_EXACT,
+    grown_columns,
+    host_read,
+    release_heap,
+)
 from worker.words import NextWords, SearchSettings, TokenClasses, WordSearch, decode_word
 
 # Tokens a row is expected to hold per word of its prompt, prefix and continuation, plus the
@@ -145,6 +152,12 @@ class _Row:
     fed: int = 0  # context tokens fed so far
     token: int | None = None  # sampled, to be fed
     out: int | None = None  # where its next-token distribution is in the last output
+    # What the last step read for the row (`ContinuousSampler._forward`): its sampled token;
+    # its continuation's first token and generator, had its prefix ended there; where its
+    # search's start is in the step's roots, had its search begun there.
+    sampled: int | None = None
+    switch: tuple[int, np.random.Generator] | None = None
+    root: int | None = None
     search: WordSearch | None = None
     nodes: dict[tuple[int, ...], int] = field(default_factory=dict)  # partial word -> handle
     rng_state: dict | None = None  # the draft's generator when the row began (`_evict`)
@@ -219,6 +232,12 @@ class ContinuousSampler:
         self.rows: list[_Row | None] = []
         self.state: Any = None
         self.out: torch.Tensor | None = None
+        # The word searches' starts read in the last step (`SearchSettings.start_from`'s or
+        # `word_level_from`'s arguments, in host memory), indexed by `_Row.root`.
+        self.started: list | None = None
+        self.kept: torch.Tensor | None = None  # their next-token log-probabilities (keep_roots)
+        if model.vocab_size >= HOST_READ_EXACT:
+            raise ValueError(f"a vocabulary of {model.vocab_size} tokens: ids travel as float32")
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -254,7 +273,7 @@ class ContinuousSampler:
             if not feeds[0]:
                 break
             self._forward(*feeds)
-        self.state = self.out = None
+        self.state = self.out = self.started = self.kept = None
         release_heap(self.model.device)  # the step buffers are free now (the slots' are unmapped)
         return [self.results.get(d.index) for d in drafts]
 
@@ -280,11 +299,11 @@ class ContinuousSampler:
         searching = [r for r in ready if r.phase == 2]
         sampling = [r for r in ready if r.phase != 2]
         if sampling:
-            searching += self._sample_rows(sampling)
+            searching += self._settle_rows(sampling)
         if searching:
             self._begin_searches(searching)
         for r in ready:
-            r.out = None
+            r.out = r.sampled = r.switch = r.root = None
         self._refill()
         self._place()
         if None in self.rows:
@@ -342,6 +361,10 @@ class ContinuousSampler:
         return 0
 
     def _forward(self, slots, tokens, parents, want, owners) -> None:
+        """One step: the forward, then on the device everything the host needs from it (the
+        sampled tokens, the roots of the searches that begin or may begin, the expansions of
+        those under way), read in host memory at once (`worker.models.host_read`: on a GPU the
+        step's one synchronisation); then the searches take their expansions."""
         out, handles = self.model.feed(self.state, slots, tokens, parents, want)
         self.out = out
         jobs: list[tuple[_Row, tuple[int, ...], int]] = []
@@ -355,14 +378,72 @@ class ContinuousSampler:
                     r.nodes[node] = handle
                     jobs.append((r, node, i))
             i += w
+        ready = [r for r in self.rows if r is not None and r.out is not None]
+        sampling = [r for r in ready if r.phase != 2]
+        # The host knows before the token is drawn which rows it may end: a row whose last
+        # word has begun ends at a token that starts a new word (or ends the text).
+        ending = [r for r in sampling if r.phase == 0 and self._full(r)]
+        rooted = [r for r in ready if r.phase == 2]
+        if self.search is not None:
+            rooted += ending
+        switching = ending if self.continuation is not None else []
+        parts: list[torch.Tensor] = []
+        if sampling:
+            parts.append(self._sample(self._rows_of(out, sampling), sampling))
+        if switching:
+            # The continuation's first token, drawn as if the prefix ended here (from the
+            # continuation's own stream, `Continuation.reseed`); kept only where it did.
+            streams = [self.continuation.reseed(r.draft, 0) for r in switching]
+            logprobs = self._rows_of(out, switching)
+            parts.append(self._sample(logprobs, switching, streams=streams, phase=1))
+        n_start = 0
+        if rooted:
+            roots = self._rows_of(out, rooted)
+            if self.search.classes.word_level:
+                start = self.search.word_level_parts(roots)
+            else:
+                start = self.search.start_parts(roots)
+            n_start = len(start)
+            parts += start
+            if self.keep_roots:
+                parts.append(roots)
+        if jobs:
+            index = torch.tensor([j[2] for j in jobs], dtype=torch.long, device=out.device)
+            parts += self.search.expand_parts(out[index])
+        if not parts:
+            return
+        host = host_read(parts)
+        at = 0
+        if sampling:
+            for r, t in zip(sampling, host[at].tolist(), strict=True):
+                r.sampled = t
+            at += 1
+        if switching:
+            for r, t, g in zip(switching, host[at].tolist(), streams, strict=True):
+                r.switch = (t, g)
+            at += 1
+        if rooted:
+            self.started = host[at : at + n_start]
+            at += n_start
+            self.kept = host[at] if self.keep_roots else None
+            at += self.keep_roots
+            for j, r in enumerate(rooted):
+                r.root = j
         if not jobs:
             return
-        index = torch.tensor([j[2] for j in jobs], dtype=torch.long, device=out.device)
-        for (r, node, _), expansion in zip(jobs, self.search.expand(out[index]), strict=True):
+        for (r, node, _), expansion in zip(jobs, self.search.expand_from(*host[at:]), strict=True):
             r.search.feed(node, *expansion)
         for r in dict.fromkeys(j[0] for j in jobs):
             if r.search.next() is None:
                 self._finish_search(r)
+
+    def _rows_of(self, out: torch.Tensor, rows: list[_Row]) -> torch.Tensor:
+        index = torch.tensor([r.out for r in rows], dtype=torch.long, device=out.device)
+        return out.index_select(0, index)
+
+    def _full(self, r: _Row) -> bool:
+        """Whether the row's phase has all its words begun (the next new word ends it)."""
+        return r.count == self.goals[1 if r.phase == 1 else 0]
 
     # -- sampling -----------------------------------------------------------------------------
 
@@ -371,47 +452,49 @@ class ContinuousSampler:
         a prompt or a prefix)."""
         return len(r.tokens) == r.start and (r.phase == 1 or self.after_prompt)
 
-    def _sample(self, logprobs: torch.Tensor, rows: list[_Row]) -> list[int]:
-        """One token per row, each by its phase's settings, from its own stream."""
+    def _sample(
+        self,
+        logprobs: torch.Tensor,
+        rows: list[_Row],
+        *,
+        streams: list[np.random.Generator] | None = None,
+        phase: int | None = None,
+    ) -> torch.Tensor:
+        """One token per row (on the device), each by its phase's settings (``phase``: all
+        rows in that one), from its own stream (``streams``: these instead of the rows')."""
         device = logprobs.device
-        u = torch.tensor([r.rng.random() for r in rows], dtype=torch.float32).to(device)
-        fresh = [self._fresh(r) for r in rows]
+        streams = streams if streams is not None else [r.rng for r in rows]
+        u = torch.tensor([g.random() for g in streams], dtype=torch.float32).to(device)
+        fresh = [phase == 1 or self._fresh(r) for r in rows]
         if any(fresh):
             where = torch.tensor(fresh, device=device)[:, None]
             mask = torch.where(where, self.first_allowed, self.allowed)
         else:
             mask = None if self.every_allowed else self.allowed[None, :]
-        phases = [r.phase for r in rows]
+        phases = [r.phase if phase is None else phase for r in rows]
         if self.same_sampling or len(set(phases)) == 1:
-            return sample_tokens(logprobs, u, self.specs[phases[0]], mask).tolist()
+            return sample_tokens(logprobs, u, self.specs[phases[0]], mask)
         tok = torch.empty(len(rows), dtype=torch.long, device=device)
-        for phase in (0, 1):
+        for p in (0, 1):
             index = torch.tensor(
-                [i for i, p in enumerate(phases) if p == phase], dtype=torch.long, device=device
+                [i for i, q in enumerate(phases) if q == p], dtype=torch.long, device=device
             )
             part = mask if mask is None or mask.shape[0] == 1 else mask[index]
-            tok[index] = sample_tokens(logprobs[index], u[index], self.specs[phase], part)
-        return tok.tolist()
+            tok[index] = sample_tokens(logprobs[index], u[index], self.specs[p], part)
+        return tok
 
-    def _sample_rows(self, rows: list[_Row]) -> list[_Row]:
-        """Sample and settle one token for each row; returns the rows whose prefix is done and
-        whose search begins."""
-        index = torch.tensor([r.out for r in rows], dtype=torch.long, device=self.out.device)
-        logprobs = self.out[index]
+    def _settle_rows(self, rows: list[_Row]) -> list[_Row]:
+        """Settle each row's sampled token; returns the rows whose prefix is done and whose
+        search begins."""
         done: list[_Row] = []
-        switched: list[int] = []
-        for i, (r, t) in enumerate(zip(rows, self._sample(logprobs, rows), strict=True)):
-            outcome = self._settle(r, t)
+        for r in rows:
+            outcome = self._settle(r, r.sampled)
             if outcome == "search":
                 done.append(r)
             elif outcome == "switch":
-                switched.append(i)
-        if switched:
-            # Rows whose prefix just ended: their token is drawn again, from the continuation's
-            # settings and stream, as the continuation's first token (a new word).
-            again = [rows[i] for i in switched]
-            index = torch.tensor(switched, dtype=torch.long, device=logprobs.device)
-            for r, t in zip(again, self._sample(logprobs[index], again), strict=True):
+                # The prefix ended: the row's token is the continuation's first, drawn from the
+                # continuation's settings and stream in the same step (`_forward`).
+                t, r.rng = r.switch
                 self._settle(r, t)
         return done
 
@@ -458,7 +541,9 @@ class ContinuousSampler:
         attempt, in the same slot."""
         self._end(r, None)
         r.phase, r.attempt = 1, 0
-        r.rng, r.rng_state = self.continuation.reseed(r.draft, 0), None
+        # Its stream (`Continuation.reseed`, attempt 0) is the one the step drew its first
+        # token from (`_settle_rows`).
+        r.rng, r.rng_state = None, None
         r.start, r.split = len(r.tokens), len(r.groups)
         r.count, r.in_word = 0, False
         room = self.cont_max
@@ -494,17 +579,18 @@ class ContinuousSampler:
     # -- the word search ----------------------------------------------------------------------
 
     def _begin_searches(self, rows: list[_Row]) -> None:
-        index = torch.tensor([r.out for r in rows], dtype=torch.long, device=self.out.device)
-        roots = self.out[index]
+        """The rows' searches begin, from the roots the last step read (`_forward`)."""
+        index = [r.root for r in rows]
         if self.keep_roots:
-            for r, root in zip(rows, host_copy(roots), strict=True):
-                r.draft.root = root.clone()
+            for r in rows:
+                r.draft.root = self.kept[r.root].clone()
         if self.search.classes.word_level:
-            for r, res in zip(rows, self.search.word_level(roots), strict=True):
+            results = self.search.word_level_from(*self.started, rows=index)
+            for r, res in zip(rows, results, strict=True):
                 self.results[r.draft.index] = res
                 self._free(r)
             return
-        for r, s in zip(rows, self.search.start(roots), strict=True):
+        for r, s in zip(rows, self.search.start_from(*self.started, rows=index), strict=True):
             r.search, r.nodes = s, {}
             if self.model.max_positions:
                 # A partial word of d tokens sits at position context + d - 1: longer words than

@@ -62,6 +62,8 @@ from typing import Any
 
 import torch
 
+from worker.models import host_read
+
 SPECIAL_POLICIES = ("skip", "renormalise")
 
 
@@ -306,12 +308,20 @@ class _Special:
     mass: float
 
 
-def _specials(roots: torch.Tensor, classes: TokenClasses) -> list[_Special]:
+def special_parts(roots: torch.Tensor, classes: TokenClasses) -> list[torch.Tensor]:
+    """On the device: the most probable special token's probability and id, and the special
+    tokens' total probability, per root [B, V] (`specials_from` reads them on the host)."""
     special_lp = roots.masked_fill(~classes.special, float("-inf"))
     sp_lp, sp_id = special_lp.max(dim=-1)
-    mass = special_lp.exp().sum(-1)
+    return [sp_lp.exp(), sp_id, special_lp.exp().sum(-1)]
+
+
+def specials_from(
+    probs: torch.Tensor, ids: torch.Tensor, mass: torch.Tensor, classes: TokenClasses
+) -> list[_Special]:
+    """`special_parts` in host memory, as `_Special` records."""
     out = []
-    for prob, i, m in zip(sp_lp.exp().tolist(), sp_id.tolist(), mass.tolist(), strict=True):
+    for prob, i, m in zip(probs.tolist(), ids.tolist(), mass.tolist(), strict=True):
         name = classes.special_names.get(i, f"<{i}>") if prob > 0 else None
         out.append(_Special(prob, name, m))
     return out
@@ -464,13 +474,24 @@ class SearchSettings:
         method += f", max_word_tokens={self.max_word_tokens})" if self.max_word_tokens else ")"
         set_(self, "method", method)
 
-    def word_level(self, roots: torch.Tensor) -> list[NextWords]:
-        """Word-level vocabularies: the top-k tokens without the special ones."""
+    # Each batched step of the searches has a device half (``*_parts``: tensors, no read on the
+    # host) and a host half (``*_from``: the parts in host memory), so that a caller reads a
+    # whole step's parts at once (`worker.models.host_read`: one device-to-host copy, the
+    # sampler's one synchronisation a step); ``word_level``, ``start`` and ``expand`` do both.
+
+    def word_level_parts(self, roots: torch.Tensor) -> list[torch.Tensor]:
+        """Word-level vocabularies, on the device: the top-k tokens without the special ones
+        (probabilities and ids), and the special tokens' `special_parts`."""
         masked = roots.masked_fill(self.classes.special, float("-inf"))
         vals, idx = masked.topk(min(self.k, masked.shape[-1]), dim=-1)
+        return [vals.exp(), idx, *special_parts(roots, self.classes)]
+
+    def word_level_from(self, probs, ids, *specials, rows=None) -> list[NextWords]:
+        """`word_level_parts` in host memory (``rows``: of these rows only) as results."""
         out = []
-        specials = _specials(roots, self.classes)
-        for v_row, i_row, special in zip(vals.exp().tolist(), idx.tolist(), specials, strict=True):
+        for v_row, i_row, special in _pick(
+            rows, probs.tolist(), ids.tolist(), specials_from(*specials, self.classes)
+        ):
             pairs = [
                 (decode_word(self.tokenizer, [i]), v)
                 for v, i in zip(v_row, i_row, strict=True)
@@ -489,34 +510,67 @@ class SearchSettings:
             )
         return out
 
-    def start(self, roots: torch.Tensor) -> list[WordSearch]:
-        """One search per root [B, V] (subword vocabularies)."""
+    def word_level(self, roots: torch.Tensor) -> list[NextWords]:
+        """Word-level vocabularies: the top-k tokens without the special ones."""
+        return self.word_level_from(*host_read(self.word_level_parts(roots)))
+
+    def start_parts(self, roots: torch.Tensor) -> list[torch.Tensor]:
+        """On the device, per root [B, V]: the best ``m_root`` tokens that begin a word
+        (log-probabilities and ids) and the special tokens' `special_parts`."""
         roots = roots.float()
         lps, ids = roots.masked_fill(~self.root_ok, float("-inf")).topk(self.m_root, dim=-1)
+        return [lps, ids, *special_parts(roots, self.classes)]
+
+    def start_from(self, lps, ids, *specials, rows=None) -> list[WordSearch]:
+        """One search per row of `start_parts` in host memory (``rows``: of these only)."""
         searches = []
-        for lp_row, id_row, special in zip(
-            lps.tolist(), ids.tolist(), _specials(roots, self.classes), strict=True
+        for lp_row, id_row, special in _pick(
+            rows, lps.tolist(), ids.tolist(), specials_from(*specials, self.classes)
         ):
             pairs = [(lp, i) for lp, i in zip(lp_row, id_row, strict=True) if lp > float("-inf")]
             searches.append(WordSearch(self, pairs, special))
         return searches
 
+    def start(self, roots: torch.Tensor) -> list[WordSearch]:
+        """One search per root [B, V] (subword vocabularies)."""
+        return self.start_from(*host_read(self.start_parts(roots)))
+
+    def expand_parts(self, out: torch.Tensor) -> list[torch.Tensor]:
+        """On the device, for each row of ``out`` [N, V] (the log-probabilities after a partial
+        word): the probability that a word ends there, and the best continuation tokens'
+        log-probabilities and ids (at most ``children_per_node``)."""
+        out = out.float()
+        bnd = (out.exp() * self.boundary_f).sum(-1)
+        m = min(self.m_child, self.cont_ids.numel())
+        if not m:
+            return [bnd]
+        c_lps, pos = out.index_select(1, self.cont_ids).topk(m, dim=-1)
+        return [bnd, c_lps, self.cont_ids[pos]]
+
+    def expand_from(
+        self, bnd, c_lps=None, c_ids=None
+    ) -> list[tuple[float, list[float], list[int]]]:
+        """`expand_parts` in host memory: what `WordSearch.feed` takes, per row."""
+        bnd = bnd.tolist()
+        if c_lps is None:
+            return [(b, [], []) for b in bnd]
+        result = []
+        for b, lp_row, id_row in zip(bnd, c_lps.tolist(), c_ids.tolist(), strict=True):
+            keep = [j for j, lp in enumerate(lp_row) if lp > -1e30]
+            result.append((b, [lp_row[j] for j in keep], [id_row[j] for j in keep]))
+        return result
+
     def expand(self, out: torch.Tensor) -> list[tuple[float, list[float], list[int]]]:
         """For each row of ``out`` [N, V] (the log-probabilities after a partial word): the
         probability that a word ends there, and the best continuation tokens with their
         log-probabilities (at most ``children_per_node``)."""
-        out = out.float()
-        bnd = (out.exp() * self.boundary_f).sum(-1).tolist()
-        m = min(self.m_child, self.cont_ids.numel())
-        if not m:
-            return [(b, [], []) for b in bnd]
-        c_lps, pos = out.index_select(1, self.cont_ids).topk(m, dim=-1)
-        c_lps, c_ids = c_lps.tolist(), self.cont_ids[pos].tolist()
-        result = []
-        for b, lp_row, id_row in zip(bnd, c_lps, c_ids, strict=True):
-            keep = [j for j, lp in enumerate(lp_row) if lp > -1e30]
-            result.append((b, [lp_row[j] for j in keep], [id_row[j] for j in keep]))
-        return result
+        return self.expand_from(*host_read(self.expand_parts(out)))
+
+
+def _pick(rows: Sequence[int] | None, *columns: list) -> list[tuple]:
+    """The ``rows`` (None: all) of parallel lists, as tuples."""
+    whole = list(zip(*columns, strict=True))
+    return whole if rows is None else [whole[i] for i in rows]
 
 
 class WordSearch:

@@ -1,9 +1,8 @@
-"""Who is asking: invite links, crowd identities (panel, MTurk), their entry checks and
+"""Who is asking: invite links, crowd identities (Prolific, MTurk), their entry checks and
 the annotator's row lock that every writing request takes first (see app.annotation.leases)."""
 
 from __future__ import annotations
 
-import base64
 import functools
 import hashlib
 import hmac
@@ -14,7 +13,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 from itsdangerous import BadData, URLSafeSerializer
 from itsdangerous.encoding import base64_decode, base64_encode
@@ -33,6 +32,7 @@ from app.annotation.queries import (
     STUDY_BY_SLUG,
 )
 from app.annotation.schemas import AnnotatorRef, InviteRef, StudyRef
+from app.crowd.platforms.prolific.entry import KEY_PARAM, entry_key
 from app.db import begin_write
 from app.models import Annotator, Channel, Study, utcnow
 
@@ -66,13 +66,13 @@ _INVALID_LINK = "This link is not valid. Please use the link you were given."
 # over-long text) is refused before decoding.
 _TOKEN = re.compile(r"\.?[A-Za-z0-9_-]{1,2000}\.[A-Za-z0-9_-]{20,100}")
 # Platform ids (MTurk workerId / assignmentId / hitId: 12-30 uppercase letters and digits;
-# Prolific PID / STUDY_ID / SESSION_ID: 24 hex digits) fit this with room for other panels.
+# Prolific PID / STUDY_ID / SESSION_ID: 24 hex digits) fit this with room for other platforms.
 PLATFORM_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _SLUG = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 
 
 def invite_token(secret_key: str, annotator: Annotator, session_id: str | None = None) -> str:
-    """The signed token of `annotator`'s link: the link nonce (and the panel session) only.
+    """The signed token of `annotator`'s link: the link nonce (and the Prolific session) only.
 
     Rotating or clearing `invite_nonce` revokes it. No annotator id travels in it.
     """
@@ -108,7 +108,7 @@ def read_invite_token(secret_key: str, token: str) -> InviteRef:
         raise AnnotationError(_INVALID_LINK, 404)
     session_id = payload[1] if len(payload) == 2 else None
     if session_id is not None and not PLATFORM_ID.fullmatch(session_id):
-        # Signed before panel ids were checked (e.g. a SESSION_ID longer than its column,
+        # Signed before Prolific ids were checked (e.g. a SESSION_ID longer than its column,
         # which made every load fail): the link still opens, without the session id.
         session_id = None
     return InviteRef(payload[0], session_id, legacy_id)
@@ -260,7 +260,7 @@ def crowd_annotator(
     *,
     enrolment: Enrolment | None = None,
 ) -> AnnotatorRef:
-    """The study's annotator for a platform id (MTurk workerId, panel participant), made once.
+    """The study's annotator for a platform id (MTurk workerId, Prolific participant), made once.
 
     A new identity is made only within `enrolment`'s limits (429 past them), and records
     the keyed hash of the address it came from.
@@ -319,47 +319,10 @@ def channel_settings(study: Study | StudyRef, channel: Channel) -> dict:
     return settings
 
 
-def panel_entry_key(secret_key: str, slug: str) -> str:
-    """The study's panel entry key: proves a panel URL came from the researcher's dashboard.
-
-    Derived from the secret key (HMAC of the slug), so it needs no storage and changes
-    with the secret key.
-    """
-    mac = hmac.new(secret_key.encode(), b"ebc-panel-entry\0" + slug.encode(), hashlib.sha256)
-    return base64.urlsafe_b64encode(mac.digest()[:16]).rstrip(b"=").decode()
-
-
-PANEL_KEY_PARAM = "key"
-
-
-def panel_entry_url(base_url: str, secret_key: str, study: Study) -> str:
-    """The URL to paste into the panel (Prolific's placeholders for its ids)."""
-    panel = (study.channels or {}).get("panel") or {}
-    names = [
-        panel.get("participant_param") or "PROLIFIC_PID",
-        panel.get("study_param") or "STUDY_ID",
-        panel.get("session_param") or "SESSION_ID",
-    ]
-    ids = "&".join(f"{quote(n)}={{{{%{quote(n)}%}}}}" for n in names)
-    key = panel_entry_key(secret_key, study.slug)
-    return f"{base_url.rstrip('/')}/p/{study.slug}?{PANEL_KEY_PARAM}={key}&{ids}"
-
-
-def crowd_entry_urls(base_url: str, secret_key: str, study: Study) -> dict[str, str | None]:
-    """The URLs to give each enabled crowd channel (None: the channel is off)."""
-    channels = study.channels or {}
-    panel = (channels.get("panel") or {}).get("enabled")
-    mturk = (channels.get("mturk") or {}).get("enabled")
-    return {
-        "panel": panel_entry_url(base_url, secret_key, study) if panel else None,
-        "mturk": f"{base_url.rstrip('/')}/mturk/{study.slug}" if mturk else None,
-    }
-
-
-def check_panel_key(secret_key: str, slug: str, params: Mapping[str, str]) -> None:
-    """403 unless the entry carries the study's panel entry key (checked before any lookup)."""
-    presented = (params.get(PANEL_KEY_PARAM) or "").encode()
-    if not hmac.compare_digest(presented, panel_entry_key(secret_key, slug).encode()):
+def check_prolific_key(secret_key: str, slug: str, params: Mapping[str, str]) -> None:
+    """403 unless the entry carries the study's entry key (checked before any lookup)."""
+    presented = (params.get(KEY_PARAM) or "").encode()
+    if not hmac.compare_digest(presented, entry_key(secret_key, slug).encode()):
         raise AnnotationError(
             "This link did not come from the study's panel. Please open the study again "
             "from the panel's website.",
@@ -367,13 +330,14 @@ def check_panel_key(secret_key: str, slug: str, params: Mapping[str, str]) -> No
         )
 
 
-def check_panel_entry(study: Study, params: Mapping[str, str]) -> tuple[str, str | None]:
-    """A panel entry's (participant id, session id), once its key was checked
-    (`check_panel_key`): 404 if the study takes nobody through a panel, 403 for another
-    panel study's id, 400 for ids that are not platform ids."""
-    panel = channel_settings(study, Channel.panel)
-    expected = panel.get("study_id")
-    study_param = panel.get("study_param") or "STUDY_ID"
+def check_prolific_entry(study: Study, params: Mapping[str, str]) -> tuple[str, str | None]:
+    """A Prolific entry's (participant id, session id), once its key was checked
+    (`check_prolific_key`): 404 if the study takes nobody through Prolific, 403 for another
+    Prolific study's id, 400 for ids that are not platform ids. The messages speak of "the
+    panel": the participant's word for the site they came from."""
+    prolific = channel_settings(study, Channel.prolific)
+    expected = prolific.get("study_id")
+    study_param = prolific.get("study_param") or "STUDY_ID"
     if expected and params.get(study_param) != expected:
         raise AnnotationError(
             "This link belongs to another study on the panel. Please open the study again "
@@ -381,10 +345,10 @@ def check_panel_entry(study: Study, params: Mapping[str, str]) -> tuple[str, str
             403,
         )
     participant = platform_id(
-        params.get(panel.get("participant_param") or "PROLIFIC_PID"), "participant id"
+        params.get(prolific.get("participant_param") or "PROLIFIC_PID"), "participant id"
     )
     session_id = platform_id(
-        params.get(panel.get("session_param") or "SESSION_ID"), "session id", required=False
+        params.get(prolific.get("session_param") or "SESSION_ID"), "session id", required=False
     )
     return participant, session_id
 
@@ -393,7 +357,7 @@ def check_submit_to(study: Study | StudyRef, submit_to: str) -> str:
     """`turkSubmitTo` must be an MTurk site (or one the study lists, for a sandbox stand-in);
     the sandbox's only while the study is in the sandbox (`channels.mturk.sandbox`): free
     sandbox work must never count in a study in production."""
-    mturk = study.channels.get("mturk") or {}
+    mturk = study.channels.get(Channel.mturk.value) or {}
     extra = mturk.get("submit_origins") or []
     sandbox = mturk.get("sandbox", True)
     sites = [o for o in MTURK_SUBMIT_ORIGINS if sandbox or "sandbox" not in o]
@@ -413,7 +377,8 @@ def check_submit_to(study: Study | StudyRef, submit_to: str) -> str:
 
 
 def safe_redirect(url: str | None) -> str | None:
-    """A panel's return URL if it is an http(s) URL (never `javascript:` or `data:`)."""
+    """A study's return URL (Prolific's `redirect_url`) if it is an http(s) URL (never
+    `javascript:` or `data:`)."""
     if not url or len(url) > 2048 or not url.isascii() or not url.isprintable():
         return None
     try:

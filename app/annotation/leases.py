@@ -59,6 +59,7 @@ from app.annotation.queries import (
     hits,
 )
 from app.annotation.schemas import AnnotatorRef, Lease, StudyRef, Work, WorkStatus
+from app.crowd.registry import unverified_until_synced
 from app.models import Annotator, AssignmentStatus, Channel, Study, StudyStatus, utcnow
 
 _PASSES = 40  # passes when every free HIT was momentarily locked by others
@@ -403,7 +404,7 @@ def _insert_lease(
             "external_session_id": external_session_id,
             "submit_to": submit_to,
             # MTurk work counts once the assignment is confirmed through the MTurk API.
-            "unverified": annotator.channel is Channel.mturk,
+            "unverified": unverified_until_synced(annotator.channel),
         },
     ).scalar_one()
     return lease

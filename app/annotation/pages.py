@@ -20,7 +20,7 @@ from app.annotation.identities import (
     Enrolment,
     annotator_for_invite,
     channel_settings,
-    check_panel_entry,
+    check_prolific_entry,
     check_submit_to,
     crowd_annotator,
     invite_token,
@@ -41,11 +41,11 @@ from app.annotation.schemas import (
 from app.models import Channel, Study, utcnow
 from app.studytypes.registry import study_type_of
 
-# -- invite and panel links -------------------------------------------------------------
+# -- invite and Prolific links -------------------------------------------------------------
 
 
 def open_invite(session: Session, ref: InviteRef) -> PageData:
-    """An invite (or panel) link's page: the annotator's HIT, resumed or newly claimed."""
+    """An invite (or Prolific) link's page: the annotator's HIT, resumed or newly claimed."""
     now = utcnow()
     annotator = annotator_for_invite(session, ref, now)
     work = next_assignment(
@@ -66,16 +66,16 @@ def return_invite(session: Session, ref: InviteRef, public_id: str) -> None:
     return_assignment(session, annotator_for_invite(session, ref), public_id)
 
 
-def enter_panel(
+def enter_prolific(
     session: Session, secret_key: str, slug: str, params: Mapping[str, str], enrolment: Enrolment
 ) -> str:
-    """A panel participant's signed link token (their identity made on the first visit).
+    """A Prolific participant's signed link token (their identity made on the first visit).
 
-    Call after `check_panel_key`: the entry's key is checked before anything is looked up.
+    Call after `check_prolific_key`: the entry's key is checked before anything is looked up.
     """
     study = study_by_slug(session, slug)
-    participant, session_id = check_panel_entry(study, params)
-    annotator = crowd_annotator(session, study, Channel.panel, participant, enrolment=enrolment)
+    participant, session_id = check_prolific_entry(study, params)
+    annotator = crowd_annotator(session, study, Channel.prolific, participant, enrolment=enrolment)
     return invite_token(secret_key, annotator, session_id)
 
 

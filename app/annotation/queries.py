@@ -33,6 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from app.annotation.schemas import ANNOTATOR_COLUMNS, LEASE_COLUMNS, STUDY_COLUMNS
+from app.crowd.registry import by_channel, self_enrolling
 from app.models import (
     Annotator,
     Assignment,
@@ -149,7 +150,7 @@ _annotators_since = (
 )
 # Identities arriving over HTTP: invite links are made by the researcher, batch workers by
 # an import, so neither counts towards the rate limit on new crowd identities.
-RECENT_CROWD = _annotators_since.where(annotators.c.channel.in_([Channel.mturk, Channel.panel]))
+RECENT_CROWD = _annotators_since.where(annotators.c.channel.in_(self_enrolling()))
 RECENT_FROM = _annotators_since.where(annotators.c.enrolled_from == bindparam("key"))
 
 # -- leases and claims ------------------------------------------------------------------
@@ -191,13 +192,13 @@ def _annotator_state(by_external: bool):
 
 
 STATE = {False: _annotator_state(False), True: _annotator_state(True)}  # by external id
-# The study's local posting (`ebc crowd expire --provider local`) is expired: invite links
-# take no new work through it.
+# The study's posting on the invite links' platform (`ebc crowd expire --provider local`)
+# is expired: invite links take no new work through it.
 _postings = CrowdPosting.__table__
 LOCAL_CLOSED = select(
     exists().where(
         _postings.c.study_id == bindparam("study_id"),
-        _postings.c.provider == "local",
+        _postings.c.provider == by_channel(Channel.local).name,
         _postings.c.status == "expired",
     )
 )

@@ -100,7 +100,7 @@ class PositionView:
 
 @dataclass(frozen=True)
 class InviteRef:
-    """What a signed link names: an annotator's link nonce, and the panel session if any.
+    """What a signed link names: an annotator's link nonce, and the Prolific session if any.
 
     `annotator_id` is set only by links of the first format, which also carried the
     annotator's (sequential) id; it must then match the annotator the nonce names.

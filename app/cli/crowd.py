@@ -17,6 +17,7 @@ import typer
 from app.annotation.admin import MAX_BATCH
 from app.audit.service import CLI
 from app.cli.common import command_engine, fail, load_settings
+from app.crowd.registry import DEFAULT, PLATFORMS
 
 crowd_cli = typer.Typer(
     help="Crowd platforms (MTurk, Prolific) and the local channel (invite links): publish, "
@@ -27,7 +28,8 @@ Study = Annotated[str, typer.Argument(help="the study's slug")]
 Provider = Annotated[
     str,
     typer.Option(
-        "--provider", help="mturk | prolific | local (invite links: bookkeeping, paid off-platform)"
+        "--provider",
+        help=" | ".join(PLATFORMS) + " (`ebc crowd platforms` says what each can do)",
     ),
 ]
 Production = Annotated[
@@ -46,8 +48,9 @@ def _cents(cents: int | None) -> str:
 
 
 def _balance(made, cents: int | None) -> str:
-    # The local channel pays nothing through us (its balance is None by design).
-    return "not applicable" if cents is None and made.name == "local" else _cents(cents)
+    # A platform reached by no call (invite links) pays nothing through us (None by design).
+    remote = PLATFORMS[made.name].caps.remote
+    return "not applicable" if cents is None and not remote else _cents(cents)
 
 
 @contextmanager
@@ -72,7 +75,7 @@ def _crowd(provider: str, production: bool | None, **options: int) -> Iterator[t
 @crowd_cli.command("publish")
 def publish(
     study: Study,
-    provider: Provider = "mturk",
+    provider: Provider = DEFAULT,
     production: Production = None,
     reward_cents: Annotated[
         int | None, typer.Option(help="per assignment; default: the study's payment")
@@ -137,7 +140,8 @@ def publish(
         cap_qualification=cap_qualification,
     )
     bundle = {"hits_per_participant": hits_per_participant} if hits_per_participant != 1 else {}
-    if invites and provider != "local":
+    found = PLATFORMS.get(provider)
+    if invites and (found is None or found.caps.remote):
         fail("--invites is for the local channel: crowd workers come through their platform")
     with _crowd(provider, production, **bundle) as (settings, make_session, made):
         with unit_of_work(make_session) as session:
@@ -170,7 +174,7 @@ def publish(
 
 
 @crowd_cli.command("sync")
-def sync(study: Study, provider: Provider = "mturk", production: Production = None) -> None:
+def sync(study: Study, provider: Provider = DEFAULT, production: Production = None) -> None:
     """Reconcile the platform's submissions with ours; report the ones we never stored."""
     from app.crowd import sync as crowd_sync
 
@@ -196,7 +200,7 @@ def sync(study: Study, provider: Provider = "mturk", production: Production = No
 @crowd_cli.command("approve")
 def approve(
     study: Study,
-    provider: Provider = "mturk",
+    provider: Provider = DEFAULT,
     production: Production = None,
     assignment: Annotated[
         str | None, typer.Option(help="one assignment (ours or the platform's id)")
@@ -280,7 +284,7 @@ def reject(
         str | None,
         typer.Option(help="Prolific's rejection category (default OTHER), e.g. LOW_EFFORT"),
     ] = None,
-    provider: Provider = "mturk",
+    provider: Provider = DEFAULT,
     production: Production = None,
 ) -> None:
     """Reject one assignment (no payment), with the feedback the platform requires; on
@@ -304,7 +308,7 @@ def bonus(
     number: Annotated[
         int, typer.Option(help="which bonus of this assignment (0: the first); paid once each")
     ] = 0,
-    provider: Provider = "mturk",
+    provider: Provider = DEFAULT,
     production: Production = None,
 ) -> None:
     """Pay a bonus for one assignment: paid once, however often the command is retried."""
@@ -323,7 +327,7 @@ def block(
     worker: Annotated[str, typer.Option(help="the platform's worker id")],
     reason: Annotated[str, typer.Option(help="why (the platform keeps it)")] = "",
     unblock: Annotated[bool, typer.Option("--unblock", help="lift the block instead")] = False,
-    provider: Provider = "mturk",
+    provider: Provider = DEFAULT,
     production: Production = None,
 ) -> None:
     """Block a worker on the platform and here (their future work stops), or unblock."""
@@ -343,7 +347,7 @@ def block(
 
 @crowd_cli.command("expire")
 def expire(
-    study: Study, provider: Provider = "mturk", production: Production = None, yes: Yes = False
+    study: Study, provider: Provider = DEFAULT, production: Production = None, yes: Yes = False
 ) -> None:
     """Stop new work on the platform: expire every published HIT of the study."""
     from app.crowd import payments
@@ -358,7 +362,7 @@ def expire(
 @crowd_cli.command("balance")
 def balance(
     study: Annotated[str | None, typer.Argument(help="a study (not needed)")] = None,
-    provider: Provider = "mturk",
+    provider: Provider = DEFAULT,
     production: Production = None,
 ) -> None:
     """The platform account's available balance."""
@@ -367,6 +371,18 @@ def balance(
     with _crowd(provider, production) as (_settings, _make_session, made):
         shown = _balance(made, payments.balance(made))
     typer.echo(f"{made.name} ({made.environment}) balance: {shown}")
+
+
+@crowd_cli.command("platforms")
+def platforms() -> None:
+    """What each crowd platform can do: its declared capabilities, one line each."""
+    from app.crowd.registry import capability_table
+
+    rows = capability_table()
+    width = max(len(name) for name, _ in rows)
+    typer.echo(" " * width + "  " + " | ".join(PLATFORMS))
+    for name, values in rows:
+        typer.echo(f"{name:<{width}}  " + " | ".join(values))
 
 
 @crowd_cli.command("export-batch")

@@ -2,14 +2,17 @@
 
 Where things live:
 
-- `base`: the provider interface; `mturk` (boto3) and `prolific` (httpx) implement it,
-  and `local` (invite links: no platform, our store the source of truth; every call is
-  bookkeeping in the same ledger, a block is our own block, expire closes the links to
-  new work);
-- `common`: errors, `provider_for`, tokens, pacing (none for `local`), posting lookup and
-  status, `PostingSpec` building, `platform_ref` (the platform's id of an assignment's work),
-  `work_of` and `confirmed` (whose work an assignment is: a posting reviews and pays only
-  its own, never another environment's);
+- `base`: the provider interface; `platform`: what a platform declares (its capabilities
+  and hooks); `registry`: the platforms by name (`PLATFORMS`), which everything that
+  differs between platforms asks, never a platform's name;
+- `platforms/<name>/`: one package per platform, its client, provider, fees and
+  declaration: `mturk` (boto3), `prolific` (httpx) and `local` (invite links: no
+  platform, our store the source of truth; every call is bookkeeping in the same ledger,
+  a block is our own block, expire closes the links to new work);
+- `common`: errors, `provider_for`, tokens, pacing (none where no platform is reached),
+  posting lookup and status, `PostingSpec` building, `platform_ref` (the platform's id of
+  an assignment's work), `work_of` and `confirmed` (whose work an assignment is: a posting
+  reviews and pays only its own, never another environment's);
 - `postings`, `publishing`: the checks before publishing, the posting and the cost
   estimate; the posting's units and `publish` (which reopens an expired posting);
 - `sync`: reconciling the platform's submissions with ours, flags, `sync`; `recovery`:

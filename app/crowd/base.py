@@ -1,4 +1,4 @@
-"""The provider interface every crowd platform implements (`mturk`, `prolific`, `local`).
+"""The provider interface every crowd platform implements (`app.crowd.platforms`).
 
 A provider is a thin, typed client of one platform. It holds no database state and
 never commits: the crowd service (`app.crowd.publishing`, `sync`, `payments`) decides
@@ -48,6 +48,15 @@ class CrowdError(Exception):
         self.maybe_done = maybe_done
 
 
+class CrowdServiceError(Exception):
+    """A crowd request that cannot be carried out (a 4xx: nothing was changed)."""
+
+    def __init__(self, message: str, status_code: int = 400) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status_code = status_code
+
+
 class AlreadyDone(CrowdError):
     """The platform reports that this exact call was already made (a success for us)."""
 
@@ -82,8 +91,8 @@ class PostingSpec:
     keywords: tuple[str, ...] = ()
     qualifications: Qualifications = field(default_factory=Qualifications)
     entry_url: str = ""  # our annotator URL for this channel (https in production)
-    completion_code: str | None = None  # panels
-    places: int = 0  # panels: participants wanted
+    completion_code: str | None = None  # Prolific
+    places: int = 0  # Prolific: participants wanted
     minutes_estimate: int = 5
     # The posting's own key (a hash of the study's id, slug and creation time, the
     # platform and environment): what the platform's names of it carry (the Prolific
@@ -114,7 +123,7 @@ class PlatformSubmission:
     # Our HIT id as the platform echoes it back (MTurk RequesterAnnotation).
     requester_annotation: str | None = None
     # The answer the platform holds, when it carries one (MTurk answer XML), parsed to
-    # field name -> value; None when the platform holds no answers (panels).
+    # field name -> value; None when the platform holds no answers (Prolific).
     answers: dict[str, str] | None = None
 
 
@@ -136,7 +145,7 @@ class CostEstimate:
 class CrowdProvider(Protocol):
     """One crowd platform. See the module docstring for the rules every method keeps."""
 
-    name: str  # "mturk", "prolific", "local"
+    name: str  # its platform's name (`app.crowd.registry`)
     environment: str  # "sandbox" or "production"
 
     def estimate_cost(
@@ -165,22 +174,17 @@ class CrowdProvider(Protocol):
 
     def reject(self, external_assignment_id: str, *, feedback: str) -> None: ...
 
-    def bonus(
-        self,
-        external_worker_id: str,
-        external_assignment_id: str,
-        amount_cents: int,
-        *,
-        reason: str,
-        request_token: str,
-    ) -> None: ...
+    def bonus(self, worker: str, work: str, cents: int, *, reason: str, request_token: str) -> None:
+        """Pay `cents` to `worker` on `work` (the platform's id of the work), at most once
+        for `request_token`; `reason` is what the worker reads."""
+        ...
 
     def block(self, external_worker_id: str, *, reason: str) -> None: ...
 
     def unblock(self, external_worker_id: str, *, reason: str) -> None: ...
 
     def expire(self, external_id: str, unit_external_ids: Sequence[str]) -> None:
-        """Stop new work: expire every listed unit (or pause/stop the panel study)."""
+        """Stop new work: expire every listed unit (or stop the Prolific study)."""
         ...
 
 

@@ -3,9 +3,9 @@ with the platform's fee (`bonus_plan`), then the payments (`pay_bonuses`), each 
 ledgered call (`payments.bonus`) paid at most once.
 
 The preview fixes each bonus's number `n` (the next bonus of the assignment, or of the
-participant on a panel: `ledger.bonuses_counted`) and the confirmation carries it, so a
-confirmation sent twice (a double click, a reload) pays nothing twice: the same
-(assignment or participant, n) is the same call.
+participant where a participant's submission is reviewed: `ledger.bonuses_counted`) and
+the confirmation carries it, so a confirmation sent twice (a double click, a reload) pays
+nothing twice: the same (assignment or participant, n) is the same call.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from app.audit.service import Actor
 from app.config import Settings
 from app.crowd.base import CrowdProvider
 from app.crowd.common import (
-    CHANNEL_OF,
     CrowdServiceError,
     RateLimiter,
     SessionFactory,
@@ -34,11 +33,11 @@ from app.crowd.common import (
 )
 from app.crowd.ledger import bonuses_counted
 from app.crowd.payments import bonus
+from app.crowd.registry import platform
 from app.models import (
     Annotator,
     Assignment,
     AssignmentStatus,
-    Channel,
     Hit,
     Study,
 )
@@ -105,16 +104,18 @@ def bonus_plan(
     bonus's number and the platform's fee on it (per payment, as the platform rounds).
 
     Every assignment must be work of the posting confirmed by the platform (MTurk work a
-    sync confirmed, a panel submission a sync listed), and none a simulated annotator's:
+    sync confirmed, a Prolific submission a sync listed), and none a simulated annotator's:
     else 4xx, here rather than at pay time. Bonuses are numbered as the ledger numbers
     them (`ledger.bonuses_counted`): per assignment on MTurk and locally, per participant
-    on a panel, where the assignments of one participant share a submission and a bonus;
-    there, several assignments of one participant make one bonus line.
+    where a participant's submission is reviewed (`Capabilities.review_unit`), where the
+    assignments of one participant share a submission and a bonus; there, several
+    assignments of one participant make one bonus line.
     """
     wanted = list(dict.fromkeys(assignments))
     reason = check_bonus(amount_cents, reason, len(wanted))
     posting = require_posting(session, study, provider)
     work = work_of(study.id, posting.provider, posting.environment)
+    made = platform(provider.name)
     rows = {
         a.public_id: (a, worker, bool(own), simulated)
         for a, worker, own, simulated in session.execute(
@@ -128,7 +129,7 @@ def bonus_plan(
             .join(Hit, Hit.id == Assignment.hit_id)
             .where(
                 Hit.study_id == study.id,
-                Annotator.channel == CHANNEL_OF[provider.name],
+                Annotator.channel == made.channel,
                 Assignment.public_id.in_(wanted),
             )
         )
@@ -136,7 +137,7 @@ def bonus_plan(
     spec = posting_spec(session, settings, study, posting)
     plan = BonusPlan(amount_cents, reason)
     notes: list[str] = []
-    per_participant = CHANNEL_OF[provider.name] is Channel.panel
+    per_participant = made.caps.review_unit == "submission"
     lines: dict[object, BonusLine] = {}
     for public_id in wanted:
         found = rows.get(public_id)

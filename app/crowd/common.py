@@ -12,7 +12,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import unquote
 
 from sqlalchemy import ColumnElement, case, exists, func, or_, select
 from sqlalchemy.orm import Session
@@ -21,50 +20,33 @@ from app.audit.service import Actor
 from app.config import Settings
 from app.crowd.base import (
     CapQualifying,
-    CrowdError,
     CrowdProvider,
+    CrowdServiceError,
     PostingSpec,
     Qualifications,
 )
+from app.crowd.platform import QUALIFICATIONS, ProviderOptions, wanted_assignments
+from app.crowd.registry import bundling, platform
 from app.db import unit_of_work
 from app.models import (
     Assignment,
-    Channel,
     CrowdHit,
     CrowdPosting,
-    Hit,
     Study,
     User,
     utcnow,
 )
 from app.studytypes.registry import study_type_of
 
-PROVIDERS = ("mturk", "prolific", "local")
-ENVIRONMENTS = ("sandbox", "production")
-# The local channel (invite links) has one environment of its own: no platform, no sandbox.
-LOCAL = "local"
+__all__ = ["CrowdServiceError", "wanted_assignments"]  # re-exported: the services' names
+
 CALL_KINDS = ("approve", "reject", "bonus", "block", "unblock", "qualify", "expire", "reopen")
-CHANNEL_OF = {"mturk": Channel.mturk, "prolific": Channel.panel, "local": Channel.local}
 # The publish options' keywords when none are given: the study type's (its plug-in's
 # `crowd_keywords`, as its `crowd_description` is the posting's default description).
 DEFAULT_KEYWORDS = ("language", "next word", "guess", "research")
-# Publish options that default from the study file's `channels.mturk`.
-STUDY_QUALIFICATIONS = ("min_approval_rate", "min_approved", "locales", "masters")
-# The panel URL parameters (`channels.panel`) and Prolific's placeholder for each.
-PROLIFIC_IDS = {
-    "participant_param": "PROLIFIC_PID",
-    "study_param": "STUDY_ID",
-    "session_param": "SESSION_ID",
-}
-
-
-class CrowdServiceError(Exception):
-    """A crowd request that cannot be carried out (a 4xx: nothing was changed)."""
-
-    def __init__(self, message: str, status_code: int = 400) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status_code = status_code
+# Publish options that default from the study file's channel section, on a platform that
+# takes them from there (`Capabilities.qualifications_from_study`).
+STUDY_QUALIFICATIONS = QUALIFICATIONS
 
 
 # -- providers, tokens, pacing -------------------------------------------------------------
@@ -78,71 +60,20 @@ def provider_for(
     hits_per_participant: int = 1,
     sessions: SessionFactory | None = None,
 ) -> CrowdProvider:
-    """The provider `name` ("mturk", "prolific" or "local") for `environment`.
-
-    MTurk: the sandbox unless `environment="production"` and `EBC_MTURK_PRODUCTION` is
-    on (real money); `EBC_MTURK_ENDPOINT_URL` replaces AWS's endpoint either way, except
-    that one on AWS other than the sandbox's is production (real money), allowed only as
-    the production environment (the setting, and the dashboard's typed confirmation).
-    Credentials come from the AWS chain, never from settings. Prolific has no sandbox:
-    production (the default for it), from the `EBC_PROLIFIC_*` settings;
-    `hits_per_participant` > 1 makes one Prolific place a bundle of that many HITs.
-    Local (invite links): its own environment, "local"; its "platform" is our own store,
-    which it reads through `sessions` (the caller's session factory).
+    """The provider of platform `name` (`app.crowd.registry`) for `environment` (None: the
+    platform's default), as its `Platform.provider` makes it: refused (4xx) where the
+    settings do not allow it. `hits_per_participant` > 1: a bundle of HITs per place, on a
+    platform that has them (`Capabilities.bundles`); `sessions`: the caller's session
+    factory, for a platform whose "platform" is our own store (local).
     """
-    if name not in PROVIDERS:
-        raise CrowdServiceError(f"unknown provider {name!r}: one of {', '.join(PROVIDERS)}")
+    made = platform(name)
     if not 1 <= hits_per_participant <= 1000:
         raise CrowdServiceError("hits per participant must be between 1 and 1000")
-    if name != "prolific" and hits_per_participant != 1:
-        raise CrowdServiceError("bundles of HITs per participant are for Prolific only")
-    if name == "local":
-        if environment not in (None, LOCAL):
-            raise CrowdServiceError(
-                "the local channel (invite links) has one environment, local: no sandbox or "
-                "production"
-            )
-        if sessions is None:
-            raise ValueError("the local provider reads our own store: give it `sessions`")
-        from app.crowd.local import LocalProvider
-
-        return LocalProvider(sessions)
-    if environment is None:
-        environment = "sandbox" if name == "mturk" else "production"
-    if environment not in ENVIRONMENTS:
-        raise CrowdServiceError(f"unknown environment {environment!r}: sandbox or production")
-    if name == "mturk":
-        from app.crowd.mturk import MTurkProvider, moves_real_money
-
-        if environment != "production" and moves_real_money(settings.mturk_endpoint_url):
-            raise CrowdServiceError(
-                f"EBC_MTURK_ENDPOINT_URL ({settings.mturk_endpoint_url}) is MTurk production, "
-                "which moves real money: use the production environment (it needs "
-                "EBC_MTURK_PRODUCTION and a confirmation), or unset it for the sandbox",
-                403,
-            )
-        if environment == "production" and not settings.mturk_production:
-            raise CrowdServiceError(
-                "MTurk production moves real money and is off: set EBC_MTURK_PRODUCTION=true "
-                "to allow it",
-                403,
-            )
-        return MTurkProvider(
-            environment,
-            endpoint_url=settings.mturk_endpoint_url,
-            max_attempts=settings.mturk_max_attempts,
-            retry_mode=settings.mturk_retry_mode,
-        )
-    if environment != "production":
-        raise CrowdServiceError("Prolific has no sandbox: use its production API (a test study)")
-    from app.crowd.prolific import ProlificProvider
-
-    try:
-        return ProlificProvider.from_settings(
-            settings, environment=environment, hits_per_participant=hits_per_participant
-        )
-    except CrowdError as exc:
-        raise CrowdServiceError(str(exc), 400) from exc
+    if not made.caps.bundles and hits_per_participant != 1:
+        names = " and ".join(p.label for p in bundling())
+        raise CrowdServiceError(f"bundles of HITs per participant are for {names} only")
+    how = ProviderOptions(hits_per_participant=hits_per_participant, sessions=sessions)
+    return made.provider(settings, environment, how)
 
 
 def request_token(kind: str, *parts: object) -> str:
@@ -205,8 +136,8 @@ class RateLimiter:
 
 def paced(provider: CrowdProvider) -> bool:
     """Whether the provider's calls reach a platform, so bulk runs pace them (and the
-    dashboard batches them); False for the local channel (`paced = False`)."""
-    return bool(getattr(provider, "paced", True))
+    dashboard batches them): `Capabilities.remote`."""
+    return platform(provider.name).caps.remote
 
 
 def pacing(settings: Settings, provider: CrowdProvider) -> RateLimiter:
@@ -302,19 +233,21 @@ def posting_id_of(make_session: SessionFactory, slug: str, provider: CrowdProvid
 
 
 def study_qualifications(study: Study, provider: str) -> dict[str, Any]:
-    """The qualifications the study file sets for `provider` (MTurk: `channels.mturk`;
-    none elsewhere), those it leaves unset left out."""
-    if provider != "mturk":
+    """The qualifications the study file sets for `provider` (its `channels.<name>`, on a
+    platform that takes them from there: `Capabilities.qualifications_from_study`), those
+    it leaves unset left out."""
+    made = platform(provider)
+    if not made.caps.qualifications_from_study:
         return {}
-    mturk = (study.channels or {}).get("mturk") or {}
-    return {name: mturk[name] for name in STUDY_QUALIFICATIONS if mturk.get(name) is not None}
+    given = made.settings_of(study)
+    return {name: given[name] for name in STUDY_QUALIFICATIONS if given.get(name) is not None}
 
 
 def resolved_options(
     study: Study, options: PublishOptions, provider: CrowdProvider
 ) -> dict[str, Any]:
-    """The posting's settings: `options`, each unset one from the study (its file's
-    `channels.mturk` qualifications on MTurk), and Prolific's bundle size."""
+    """The posting's settings: `options`, each unset one from the study (`study_
+    qualifications`), and the bundle size (`Capabilities.bundles`)."""
     given = study_qualifications(study, provider.name)
     options = replace(
         options,
@@ -326,8 +259,8 @@ def resolved_options(
     )
     options.check()
     reward = options.reward_cents if options.reward_cents is not None else study.reward_cents
-    # Lab annotators may be volunteers: a local posting without a reward records 0.
-    if (not reward or reward < 1) and provider.name != LOCAL:
+    # Lab annotators may be volunteers: a posting that reaches no platform records 0.
+    if (not reward or reward < 1) and platform(provider.name).caps.remote:
         raise CrowdServiceError(
             f"study {study.slug!r} has no reward: set payment.reward_cents or give a reward"
         )
@@ -355,46 +288,11 @@ def resolved_options(
     return out
 
 
-def prolific_entry_url(settings: Settings, study: Study) -> str:
-    """The study's panel URL with Prolific's own placeholders.
-
-    `panel_entry_url` names each placeholder after the study's URL parameter
-    (`pid={{%pid%}}` for a renamed `participant_param`); Prolific substitutes only its
-    own names, so the parameters keep the study's names and take Prolific's placeholders.
-    """
-    from app.annotation.identities import panel_entry_url
-
-    url = panel_entry_url(settings.base_url, settings.secret_key, study)
-    panel = (study.channels or {}).get("panel") or {}
-    placeholder = {panel.get(param) or name: name for param, name in PROLIFIC_IDS.items()}
-    base, _, query = url.partition("?")
-    pairs = []
-    for pair in query.split("&"):
-        name, _, value = pair.partition("=")
-        if unquote(name) in placeholder:
-            value = "{{%" + placeholder[unquote(name)] + "%}}"
-        pairs.append(f"{name}={value}")
-    return f"{base}?{'&'.join(pairs)}"
-
-
-def wanted_assignments(session: Session, study: Study) -> int:
-    """HIT assignments the study wants: the sum of its HITs' replicas."""
-    return int(
-        session.scalar(
-            select(func.coalesce(func.sum(Hit.replicas), 0)).where(Hit.study_id == study.id)
-        )
-    )
-
-
 def lifetime_seconds(posting_settings: dict[str, Any]) -> int:
     """How long a posting's units stay listed (its `lifetime_days`), at least 30 s."""
     return max(30, round(float(posting_settings["lifetime_days"]) * 86400))
 
 
-# Platforms whose units stop taking work by themselves once the posting's lifetime has
-# passed since they were made or reopened (MTurk's `LifetimeInSeconds`); a local posting
-# and a Prolific study stay open until they are expired.
-LAPSING = frozenset({"mturk"})
 # A unit's states that an expiry takes down and that a reopen lists again (`unit_state`;
 # `unknown`: an expire or reopen of it may have taken effect, so both include it).
 LIVE_UNITS = ("published", "unknown")
@@ -404,8 +302,10 @@ DOWN_UNITS = ("expired", "unknown")
 def lapse_time(provider: str, since: datetime, posting_settings: dict[str, Any]) -> datetime | None:
     """When a unit published or reopened at `since` stops being listed by itself (None: it
     never does). `since` is taken before the call, so this is no later than the platform's
-    own expiry (but a unit found made by an earlier, interrupted attempt expires earlier)."""
-    if provider not in LAPSING:
+    own expiry (but a unit found made by an earlier, interrupted attempt expires earlier).
+    Only a platform whose units lapse (`Capabilities.units_lapse`: MTurk's
+    `LifetimeInSeconds`) has one; elsewhere a unit stays open until it is expired."""
+    if not platform(provider).caps.units_lapse:
         return None
     return since + timedelta(seconds=lifetime_seconds(posting_settings))
 
@@ -432,20 +332,7 @@ def posting_spec(
 ) -> PostingSpec:
     """What the posting is published as, from its stored settings."""
     s = posting.settings
-    assignments = wanted_assignments(session, study)
-    if posting.provider == "mturk":
-        entry_url = f"{settings.base_url.rstrip('/')}/mturk/{study.slug}"
-        completion_code, places = None, assignments
-    elif posting.provider == LOCAL:
-        # Every invited annotator has a link of their own (the Annotators page).
-        entry_url, completion_code, places = "", None, assignments
-    else:
-        from app.crowd.prolific import places_for
-
-        entry_url = prolific_entry_url(settings, study)
-        completion_code = ((study.channels or {}).get("panel") or {}).get("completion_code")
-        # A Prolific place is one participant, who does a bundle of HITs.
-        places = places_for(assignments, int(s.get("hits_per_participant") or 1))
+    entry = platform(posting.provider).entry(settings, study, s, wanted_assignments(session, study))
     return PostingSpec(
         study_slug=study.slug,
         title=s["title"],
@@ -462,28 +349,24 @@ def posting_spec(
             masters=bool(s.get("masters")),
             cap_qualification_id=s.get("cap_qualification_id"),
         ),
-        entry_url=entry_url,
-        completion_code=completion_code,
-        places=places,
+        entry_url=entry.url,
+        completion_code=entry.completion_code,
+        places=entry.places,
         key=posting_key(posting, study),
     )
 
 
 def platform_ref(provider: str, assignment: Assignment) -> str | None:
-    """The platform's id of an assignment's work: MTurk's assignment id; on a panel the
-    participant's submission (the session id of their entry), which the assignments of a
-    bundle share; on the local channel, which has no platform, our own public id."""
+    """The platform's id of an assignment's work (`Platform.work_ref`): MTurk's assignment
+    id; on Prolific the participant's submission (the session id of their entry), which the
+    assignments of a bundle share; on the local channel, which has no platform, our own
+    public id."""
     return getattr(assignment, ref_column(provider).key)
 
 
 def ref_column(provider: str) -> Any:
     """The `Assignment` column that `platform_ref` reads, for queries."""
-    channel = CHANNEL_OF[provider]
-    if channel is Channel.panel:
-        return Assignment.external_session_id
-    if channel is Channel.local:
-        return Assignment.public_id
-    return Assignment.external_assignment_id
+    return getattr(Assignment, platform(provider).work_ref)
 
 
 # -- whose work an assignment is -------------------------------------------------------------
@@ -562,7 +445,15 @@ def not_own_work(posting: CrowdPosting, what: str) -> str:
 
 def confirmed(provider: str, assignment: Assignment, own: bool) -> bool:
     """The platform confirmed this work of the posting, so it can be reviewed and paid:
-    MTurk's sync cleared `unverified`; a panel's sync listed the submission as handed in."""
+    MTurk's sync cleared `unverified`; where a participant's submission is reviewed
+    (`Capabilities.review_unit`, Prolific) a sync listed it as handed in."""
     if not own or assignment.unverified:
         return False
-    return CHANNEL_OF[provider] is not Channel.panel or assignment.review_status is not None
+    return listing_rule(provider, assignment.review_status)
+
+
+def listing_rule(provider: str, review: object) -> bool:
+    """`confirmed`'s listing rule on a review status (also on grouped columns): where a
+    participant's submission is reviewed, its work is confirmed once a sync listed it (and
+    so gave it a review status); elsewhere the listing adds nothing."""
+    return platform(provider).caps.review_unit != "submission" or review is not None

@@ -19,7 +19,8 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.crowd.common import CHANNEL_OF, posting_parts, ref_column, request_token
+from app.crowd.common import posting_parts, ref_column, request_token
+from app.crowd.registry import platform
 from app.models import (
     Annotator,
     Assignment,
@@ -80,7 +81,7 @@ def _submitted(session: Session, posting: CrowdPosting, refs: Iterable[str]) -> 
             .join(Annotator, Annotator.id == Assignment.annotator_id)
             .where(
                 Hit.study_id == posting.study_id,
-                Annotator.channel == CHANNEL_OF[posting.provider],
+                Annotator.channel == platform(posting.provider).channel,
                 Assignment.status == AssignmentStatus.submitted,
                 column.in_(refs),
             )

@@ -8,28 +8,31 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.crowd.common import CrowdServiceError, platform_ref, ref_column
-from app.crowd.prolific import REJECTION_MESSAGE_MIN, RejectionCategory
+from app.crowd.registry import platform
 from app.models import Assignment, CrowdCall, CrowdPosting
 
 
 def check_platform_rules(
     posting: CrowdPosting, kind: str, reason: str | None, category: str | None
 ) -> None:
-    """What the platform would refuse, refused before anything is written."""
-    if posting.provider != "prolific":
+    """What the platform would refuse (`Capabilities.rejection_min_chars`,
+    `rejection_categories`), refused before anything is written."""
+    made = platform(posting.provider)
+    names = made.caps.rejection_categories
+    if not names:
         if category is not None:
             raise CrowdServiceError(f"{posting.provider} has no rejection category")
         return
     if kind == "reject":
-        if len(reason or "") < REJECTION_MESSAGE_MIN:
+        least = made.caps.rejection_min_chars
+        if len(reason or "") < least:
             raise CrowdServiceError(
-                f"Prolific requires a rejection message of at least {REJECTION_MESSAGE_MIN} "
+                f"{made.label} requires a rejection message of at least {least} "
                 "characters explaining the reason to the participant"
             )
-        names = [c.value for c in RejectionCategory]
         if category is not None and category not in names:
             raise CrowdServiceError(
-                f"unknown Prolific rejection category {category!r}: one of {', '.join(names)}"
+                f"unknown {made.label} rejection category {category!r}: one of {', '.join(names)}"
             )
     elif category is not None:
         raise CrowdServiceError("a rejection category goes with a rejection only")

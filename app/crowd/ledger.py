@@ -6,10 +6,10 @@ A call's `status`: `pending` (to be made: new, or refused before), `retrying` (a
 earlier attempt may have reached the platform: its outcome is unknown), `ok`, `failed`
 (refused: nothing was done) or `unknown` (the error says it may have been done).
 
-On a panel (Prolific) the platform reviews a participant's *submission*, which the
-assignments of a bundle share (`platform_ref`): approving or rejecting one of them is
-one call for all of them, and a bonus is paid per participant (`n`-th bonus of the
-participant, on their submission).
+Where the platform reviews a participant's *submission* (`Capabilities.review_unit`:
+Prolific), which the assignments of a bundle share (`platform_ref`), approving or
+rejecting one of them is one call for all of them, and a bonus is paid per participant
+(`n`-th bonus of the participant, on their submission).
 
 A submission a sync flagged and that we never stored (no assignment: a worker who posted
 straight to the platform) can be rejected by its platform id (`platform_id`): its call has
@@ -33,7 +33,6 @@ from app.audit.service import Actor, record_by
 from app.crowd.base import CrowdError
 from app.crowd.common import (
     CALL_KINDS,
-    CHANNEL_OF,
     CrowdServiceError,
     actor_name,
     confirmed,
@@ -46,11 +45,11 @@ from app.crowd.common import (
 )
 from app.crowd.flagged import flagged_submission
 from app.crowd.guards import check_platform_rules
+from app.crowd.registry import platform
 from app.models import (
     Annotator,
     Assignment,
     AssignmentStatus,
-    Channel,
     CrowdCall,
     CrowdPosting,
     Hit,
@@ -110,7 +109,7 @@ def _target(
         if annotator is None or annotator.study_id != posting.study_id:
             raise CrowdServiceError("no such annotator in this study", 404)
     if annotator is not None and (
-        annotator.channel is not CHANNEL_OF[posting.provider] or not annotator.external_id
+        annotator.channel is not platform(posting.provider).channel or not annotator.external_id
     ):
         raise CrowdServiceError(f"this annotator did not come through {posting.provider}", 409)
     if annotator is not None and annotator.simulated:
@@ -154,7 +153,7 @@ def begin_call(
         if a.status is not AssignmentStatus.submitted or not ref:
             raise CrowdServiceError(
                 "only a submitted platform assignment can be reviewed"
-                + (" (a panel entry with its session id)" if _panel(posting) else ""),
+                + (" (an entry with its session id)" if _per_submission(posting) else ""),
                 409,
             )
         own = is_own_work(session, posting, a)
@@ -189,7 +188,7 @@ def begin_call(
 
     study = session.get(Study, posting.study_id)
     parts = posting_parts(posting, study)
-    if kind == "bonus" and _panel(posting):
+    if kind == "bonus" and _per_submission(posting):
         token = request_token(kind, *parts, "participant", worker.external_id, n)
     elif kind in ("approve", "reject", "bonus"):
         token = request_token(kind, *parts, ref, n)
@@ -200,7 +199,7 @@ def begin_call(
     call = session.scalar(select(CrowdCall).where(CrowdCall.request_token == token))
     if call is not None:
         if kind == "bonus" and call.amount_cents != amount_cents:
-            whose = "participant" if _panel(posting) else "assignment"
+            whose = "participant" if _per_submission(posting) else "assignment"
             raise CrowdServiceError(
                 f"bonus #{n} of this {whose} is {call.amount_cents} cents "
                 f"({call.status}); a further bonus needs another number",
@@ -229,31 +228,32 @@ def begin_call(
     return call
 
 
-def _panel(posting: CrowdPosting) -> bool:
-    """A panel reviews and pays per participant's submission; MTurk and the local channel
-    per assignment."""
-    return CHANNEL_OF[posting.provider] is Channel.panel
+def _per_submission(posting: CrowdPosting) -> bool:
+    """Whether the platform reviews and pays per participant's submission (Prolific), not
+    per assignment (MTurk, the local channel): `Capabilities.review_unit`."""
+    return platform(posting.provider).caps.review_unit == "submission"
 
 
 def bonuses_counted(session: Session, posting: CrowdPosting, a: Assignment) -> int:
     """Bonus calls in the ledger, whatever their outcome, that number bonuses with this
-    assignment's: its own on MTurk (and locally), its participant's on a panel (a bonus is
-    paid per participant there). The next bonus takes this number as its `n`."""
+    assignment's: its own on MTurk (and locally), its participant's where a participant's
+    submission is reviewed (a bonus is paid per participant there). The next bonus takes
+    this number as its `n`."""
     query = select(func.count()).where(
         CrowdCall.posting_id == posting.id, CrowdCall.kind == "bonus"
     )
-    if not _panel(posting):
+    if not _per_submission(posting):
         return session.scalar(query.where(CrowdCall.assignment_id == a.id))
     return session.scalar(query.where(CrowdCall.annotator_id == a.annotator_id))
 
 
 def _sharing(session: Session, posting: CrowdPosting, a: Assignment | None) -> list[Assignment]:
-    """The assignments one platform review covers: `a` alone on MTurk (and locally); on a
-    panel every submitted assignment of the participant's submission (a bundle of HITs)."""
+    """The assignments one platform review covers: `a` alone on MTurk (and locally); where
+    a participant's submission is reviewed, every submitted assignment of it (a bundle)."""
     if a is None:
         return []
     ref = platform_ref(posting.provider, a)
-    if not _panel(posting) or not ref:
+    if not _per_submission(posting) or not ref:
         return [a]
     return list(
         session.scalars(
@@ -378,10 +378,11 @@ def fail_call(
     platform_id: str | None = None,
 ) -> None:
     """The call failed: the error on the call and on the assignment, and in the audit log.
-    An approval or rejection that failed leaves the assignment (its whole submission on a
-    panel) `failed` (so it shows); a failed bonus keeps the review status and records the
-    error. An error that may have taken effect leaves the call `unknown`. A call that
-    finished (`ok`: a concurrent attempt of the same call succeeded) is left as it is."""
+    An approval or rejection that failed leaves the assignment (its whole submission, where
+    a submission is reviewed) `failed` (so it shows); a failed bonus keeps the review status
+    and records the error. An error that may have taken effect leaves the call `unknown`. A
+    call that finished (`ok`: a concurrent attempt of the same call succeeded) is left as
+    it is."""
     call = session.get(CrowdCall, call_id)
     assert call is not None
     if call.status == "ok":
@@ -421,16 +422,12 @@ def _audit(
         "outcome": outcome,
         "request_token": call.request_token,
     }
+    ref_key = platform(posting.provider).work_ref_key
     if a is not None:
         detail["assignment"] = a.public_id
-        if posting.provider == "mturk":
-            detail["external_assignment_id"] = a.external_assignment_id
-        else:
-            detail["submission"] = platform_ref(posting.provider, a)
+        detail[ref_key] = platform_ref(posting.provider, a)
     elif platform_id is not None:  # a flagged submission we never stored
-        detail["external_assignment_id" if posting.provider == "mturk" else "submission"] = (
-            platform_id
-        )
+        detail[ref_key] = platform_id
     if worker is not None:
         detail["worker"] = worker.external_id
     if call.amount_cents is not None:

@@ -13,19 +13,19 @@ from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from app.crowd.common import (
-    CHANNEL_OF,
     confirmed,
     find_posting,
+    listing_rule,
     platform_ref,
     unit_counts,
     work_of,
 )
+from app.crowd.registry import platform
 from app.models import (
     Annotator,
     Assignment,
     AssignmentStatus,
     AuditEvent,
-    Channel,
     CrowdCall,
     Hit,
     ReviewStatus,
@@ -110,7 +110,7 @@ def crowd_overview(
         .join(Hit, Hit.id == Assignment.hit_id)
         .where(
             Hit.study_id == study.id,
-            Annotator.channel == CHANNEL_OF[provider],
+            Annotator.channel == platform(provider).channel,
             Annotator.simulated.is_(False),  # no sync ever claims it: not payable
             Assignment.status == AssignmentStatus.submitted,
             work.shown,
@@ -127,7 +127,7 @@ def crowd_overview(
         func.coalesce(func.sum(rows.c.bonus_cents), 0),
     ).group_by(rows.c.own, rows.c.unverified, rows.c.review_status)
     for is_own, unverified, review, n, bonus in session.execute(counted):
-        sure = bool(is_own) and not unverified and _reviewed_on_panel(provider, review)
+        sure = bool(is_own) and not unverified and listing_rule(provider, review)
         state = _state(sure, review)
         out.states[state] = out.states.get(state, 0) + n
         out.bonus_cents += int(bonus)
@@ -149,12 +149,6 @@ def crowd_overview(
         )
     out.flagged = _flagged(session, study, provider, environment)
     return out
-
-
-def _reviewed_on_panel(provider: str, review: ReviewStatus | None) -> bool:
-    """`common.confirmed`'s panel rule on the grouped columns: a panel's work is confirmed
-    once a sync listed it (and so gave it a review status)."""
-    return CHANNEL_OF[provider] is not Channel.panel or review is not None
 
 
 def _posting_state(

@@ -19,7 +19,6 @@ from app.crowd.base import (
 )
 from app.crowd.calls import CallOutcome, money_call
 from app.crowd.common import (
-    CHANNEL_OF,
     CrowdServiceError,
     RateLimiter,
     SessionFactory,
@@ -34,6 +33,7 @@ from app.crowd.common import (
 )
 from app.crowd.flagged import FlaggedSubmission, flagged_submission, never_stored
 from app.crowd.ledger import CallRequest
+from app.crowd.registry import platform
 from app.db import unit_of_work
 from app.models import (
     Annotator,
@@ -49,7 +49,7 @@ from app.models import (
 
 def _assignment_id(make_session: SessionFactory, slug: str, ref: str) -> int:
     """An assignment of the study by our public id or the platform's id for it: MTurk's
-    assignment id, or a panel submission's id (its first assignment, for a bundle)."""
+    assignment id, or a Prolific submission's id (its first assignment, for a bundle)."""
     found = _find_assignment(make_session, slug, ref)
     if found is None:
         raise CrowdServiceError(f"no assignment {ref!r} in study {slug!r}", 404)
@@ -79,19 +79,21 @@ def _find_assignment(
 def _annotator_id(
     make_session: SessionFactory, slug: str, provider: CrowdProvider, ref: str
 ) -> int:
-    """A platform worker of the study by the platform's worker id; on the local channel
-    also an invited annotator's id or label, as `ebc annotators` and the Annotators page
-    name them (their worker id is never shown there)."""
+    """A platform worker of the study by the platform's worker id; where the workers are
+    our invited annotators (the invite links' channel) also an invited annotator's id or
+    label, as `ebc annotators` and the Annotators page name them (their worker id is never
+    shown there)."""
+    channel = platform(provider.name).channel
     with unit_of_work(make_session) as session:
         study = study_named(session, slug)
         found = session.scalar(
             select(Annotator.id).where(
                 Annotator.study_id == study.id,
-                Annotator.channel == CHANNEL_OF[provider.name],
+                Annotator.channel == channel,
                 Annotator.external_id == ref,
             )
         )
-        if found is None and CHANNEL_OF[provider.name] is Channel.local:
+        if found is None and channel is Channel.local:
             found = _invited(session, study, ref)
         if found is None:
             raise CrowdServiceError(f"no {provider.name} worker {ref!r} in study {slug!r}", 404)
@@ -158,8 +160,9 @@ def reject(
     category: str | None = None,
     by: Actor | None,
 ) -> CallOutcome:
-    """Reject one assignment with the feedback the worker reads (required); on Prolific
-    its whole submission, with a rejection `category` (default OTHER).
+    """Reject one assignment with the feedback the worker reads (required); where a
+    participant's submission is reviewed (Prolific) the whole submission, with one of the
+    platform's rejection categories (`category`; Prolific's default OTHER).
 
     `assignment` may also be the platform's id of a submission a sync flagged and we
     never stored (`app.crowd.flagged`): it is rejected on the platform, with no
@@ -279,11 +282,12 @@ def review_plan(
     session: Session, study: Study, posting: CrowdPosting, *, apply_exclusions: bool
 ) -> ReviewPlan:
     """The preview of a bulk approval: every confirmed, unreviewed assignment of the
-    posting's own work (`common.WorkOf`: never another environment's; on a panel one item
-    per submission, which covers its bundle of assignments).
+    posting's own work (`common.WorkOf`: never another environment's; where a participant's
+    submission is reviewed, one item per submission, which covers its bundle of
+    assignments).
 
-    Work the platform has not confirmed for this posting yet (MTurk: `unverified`; a panel
-    submission no sync listed; work no posting claims yet) is counted as `unconfirmed`;
+    Work the platform has not confirmed for this posting yet (MTurk: `unverified`; a
+    Prolific submission no sync listed; work no posting claims yet) is counted as `unconfirmed`;
     flagged submissions we never stored are listed apart (`flagged`). A simulated
     annotator's work is never in it (nobody to pay).
 
@@ -301,7 +305,7 @@ def review_plan(
         .join(Hit, Hit.id == Assignment.hit_id)
         .where(
             Hit.study_id == study.id,
-            Annotator.channel == CHANNEL_OF[posting.provider],
+            Annotator.channel == platform(posting.provider).channel,
             Annotator.simulated.is_(False),  # a simulated crowd is never reviewed or paid
             Assignment.status == AssignmentStatus.submitted,
             ref_column(posting.provider).is_not(None),

@@ -22,65 +22,9 @@ from app.crowd.common import (
     find_posting,
     posting_spec,
     resolved_options,
-    wanted_assignments,
 )
+from app.crowd.registry import platform
 from app.models import CrowdPosting, Hit, Study, StudyStatus, User, utcnow
-
-
-def _check_channel(study: Study, provider: CrowdProvider) -> None:
-    """The study must take people through this channel, in this environment."""
-    channels = study.channels or {}
-    if provider.name == "mturk":
-        mturk = channels.get("mturk") or {}
-        if not mturk.get("enabled"):
-            raise CrowdServiceError(
-                f"study {study.slug!r} does not take MTurk workers: enable its MTurk channel first",
-                409,
-            )
-        if provider.environment == "production" and mturk.get("sandbox", True):
-            raise CrowdServiceError(
-                f"study {study.slug!r} is set to the MTurk sandbox (channels.mturk.sandbox); "
-                "turn that off before publishing to production",
-                409,
-            )
-    elif provider.name == "prolific":
-        panel = channels.get("panel") or {}
-        if not panel.get("enabled"):
-            raise CrowdServiceError(
-                f"study {study.slug!r} does not take panel participants: enable its panel first",
-                409,
-            )
-        if not panel.get("completion_code"):
-            raise CrowdServiceError(
-                f"study {study.slug!r} has no panel completion code: set "
-                "channels.panel.completion_code (the code its panel page shows)",
-                409,
-            )
-
-
-def _check_prolific(
-    session: Session, study: Study, provider: CrowdProvider, posting: CrowdPosting | None
-) -> None:
-    """Prolific: HITs to fill places with; a bundle size that the posting was made with;
-    and no other Prolific study named in the study's panel settings, whose id our panel
-    entry would demand of every participant (all of them would be refused)."""
-    if wanted_assignments(session, study) < 1:
-        raise CrowdServiceError(f"study {study.slug!r} has no HITs to publish: build them", 409)
-    bundle = int(getattr(provider, "hits_per_participant", 1))
-    made_with = int((posting.settings if posting else {}).get("hits_per_participant") or bundle)
-    if posting is not None and posting.external_id is not None and made_with != bundle:
-        raise CrowdServiceError(
-            f"this Prolific study was published with {made_with} HITs per participant, "
-            f"not {bundle}",
-            409,
-        )
-    expected = ((study.channels or {}).get("panel") or {}).get("study_id")
-    if expected and expected != (posting.external_id if posting else None):
-        raise CrowdServiceError(
-            f"study {study.slug!r} names Prolific study {expected} (channels.panel.study_id) "
-            "and its entries must carry that id: clear it to publish a new Prolific study",
-            409,
-        )
 
 
 def open_posting(
@@ -96,7 +40,8 @@ def open_posting(
     New options for a posting whose HIT type exists are refused (409): the HITs already
     published carry the old ones; so is any change while another run prepares it (409).
     """
-    _check_channel(study, provider)
+    made = platform(provider.name)
+    made.check_channel(study, provider.environment)
     if study.status is not StudyStatus.collecting:
         raise CrowdServiceError(
             f"study {study.slug!r} is {study.status.value}: open it to annotators first", 409
@@ -105,8 +50,8 @@ def open_posting(
     posting = find_posting(session, study, provider.name, provider.environment)
     if posting is not None:
         check_not_preparing(posting, utcnow())
-    if provider.name == "prolific":
-        _check_prolific(session, study, provider, posting)
+    bundle = int(getattr(provider, "hits_per_participant", 1))
+    made.check_posting(session, study, posting, bundle)
     if posting is None:
         posting = CrowdPosting(
             study_id=study.id,
@@ -148,8 +93,8 @@ def estimate(
 ) -> CostEstimate:
     """What publishing every HIT of `study` costs on `provider` (before publishing).
 
-    On MTurk HITs are priced in groups of equal replicas, since its fee depends on the
-    assignments per HIT (10 or more cost more: `max_assignments`, an MTurk-only keyword).
+    HITs are priced in groups of equal replicas where the fee depends on the assignments
+    per platform unit (`price_groups`).
     """
     posting = find_posting(session, study, provider.name, provider.environment)
     if posting is None or options is not None:
@@ -181,11 +126,12 @@ def price_groups(
     """The cost of HITs grouped as `(replicas, HITs)`, by a provider's `price(assignments,
     bonus_cents=...)` (its `estimate_cost` with the spec bound, or its module's `price`).
 
-    On MTurk each group is priced apart, since its fee depends on the assignments per HIT
-    (10 or more cost more: `max_assignments`, an MTurk-only keyword); elsewhere the
+    Where the fee depends on the assignments per platform unit (`Capabilities.fee_per_unit_
+    size`, MTurk: 10 or more cost more) each group is priced apart, its size passed as
+    `max_assignments` (a keyword of such a platform's `price` only); elsewhere the
     assignments are priced together.
     """
-    if provider != "mturk":
+    if not platform(provider).caps.fee_per_unit_size:
         assignments = sum(r * n for r, n in groups)
         return price(assignments, bonus_cents=bonus_cents)
     total = CostEstimate(0, 0, 0)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.audit.service import Actor, record_by
@@ -51,7 +51,7 @@ from app.crowd.common import (
 )
 from app.crowd.ledger import CallRequest
 from app.crowd.postings import estimate, open_posting
-from app.crowd.prolific import places_for
+from app.crowd.registry import platform
 from app.db import unit_of_work
 from app.models import CrowdHit, CrowdPosting, Hit, Study, utcnow
 
@@ -83,12 +83,13 @@ def plan_units(session: Session, posting: CrowdPosting) -> int:
     posting does not have yet (HITs built later join on the next publish). Returns how
     many were added.
 
-    Prolific has one unit, the platform study, whatever the number of HITs: its row
-    hangs off the study's first HIT and `max_assignments` holds the places asked for.
+    A platform with one unit per study (`Capabilities.units`, Prolific: the platform
+    study) has one, whatever the number of HITs: its row hangs off the study's first HIT
+    and `max_assignments` holds the places asked for (`Platform.places`).
     """
     study = session.get(Study, posting.study_id)
     assert study is not None
-    if posting.provider == "prolific":
+    if platform(posting.provider).caps.units == "study":
         return _plan_study_unit(session, posting, study)
     have = select(CrowdHit.hit_id).where(CrowdHit.posting_id == posting.id)
     hits = session.execute(
@@ -120,7 +121,7 @@ def _plan_study_unit(session: Session, posting: CrowdPosting, study: Study) -> i
     )
     if first is None:
         return 0
-    places = places_for(
+    places = platform(posting.provider).places(
         wanted_assignments(session, study), int(posting.settings.get("hits_per_participant") or 1)
     )
     session.add(
@@ -174,8 +175,8 @@ def claim_unit(session: Session, posting: CrowdPosting) -> ClaimedUnit | None:
 
 
 def finish_unit(session: Session, crowd_hit_id: int, external_hit_id: str) -> None:
-    """The unit is on the platform: `published`, and (MTurk) when its lifetime runs out,
-    counted from the claim, taken before the call (`common.lapse_time`)."""
+    """The unit is on the platform: `published`, and (where units lapse: MTurk) when its
+    lifetime runs out, counted from the claim, taken before the call (`common.lapse_time`)."""
     row = session.get(CrowdHit, crowd_hit_id)
     assert row is not None
     posting = session.get(CrowdPosting, row.posting_id)
@@ -257,7 +258,7 @@ def publish(
         report.estimate = estimate(session, settings, study, provider)
         spec = posting_spec(session, settings, study, posting)
         wants_cap = bool(posting.settings.get("cap_qualification"))
-        report.warnings += _warnings(session, study, posting)
+        report.warnings += platform(posting.provider).publish_warnings(session, study, posting)
 
     if report.external_id is None:
         report.external_id = _prepare(
@@ -303,8 +304,8 @@ def publish(
             posting.published_at = posting.published_at or utcnow()
             posting.error = None
         study = session.get(Study, posting.study_id)
-        if posting.provider == "prolific" and report.total:
-            report.warnings += _pin_prolific_study(session, study, posting, by)
+        if report.total:
+            report.warnings += platform(posting.provider).after_publish(session, study, posting, by)
         record_by(
             session,
             by,
@@ -327,8 +328,9 @@ def _expired_units(session: Session, posting_id: int) -> int:
 
 def _check_reopenable(session: Session, posting: CrowdPosting, provider: CrowdProvider) -> None:
     """An expired posting is published again by reopening its units (`_reopen`); on a
-    platform that cannot (Prolific stops a study for good) that is refused before anything
-    is done, rather than shown as published while its work stays closed."""
+    platform that cannot (`Capabilities.reopens`; Prolific stops a study for good) that is
+    refused before anything is done, rather than shown as published while its work stays
+    closed."""
     if isinstance(provider, Reopening) or not _expired_units(session, posting.id):
         return
     raise CrowdServiceError(
@@ -419,59 +421,3 @@ def _platform(make_session: SessionFactory, posting_id: int, call: Callable[[], 
                 posting.status = "failed"
                 release_preparing(posting)
         raise
-
-
-def _warnings(session: Session, study: Study, posting: CrowdPosting) -> list[str]:
-    if posting.provider == "prolific":
-        return _prolific_warnings(session, study, posting)
-    if posting.provider != "mturk":
-        return []
-    many = session.scalar(select(func.count()).where(Hit.study_id == study.id, Hit.replicas >= 10))
-    if many:
-        return [f"{many} HITs have 10 or more assignments: MTurk charges a 40% fee on them"]
-    return []
-
-
-def _prolific_warnings(session: Session, study: Study, posting: CrowdPosting) -> list[str]:
-    out = []
-    asked = session.scalar(
-        select(CrowdHit.max_assignments).where(CrowdHit.posting_id == posting.id)
-    )
-    wanted = places_for(
-        wanted_assignments(session, study), int(posting.settings.get("hits_per_participant") or 1)
-    )
-    if asked is not None and wanted > asked:
-        out.append(
-            f"the study now needs {wanted} Prolific places, the Prolific study has {asked}: "
-            "add places to it on Prolific"
-        )
-    return out
-
-
-def _pin_prolific_study(
-    session: Session, study: Study, posting: CrowdPosting, by: Actor | None
-) -> list[str]:
-    """Once the Prolific study is published, the study's panel demands its id
-    (`channels.panel.study_id`): entries from any other panel study are refused. Audited.
-    A study that names another Prolific study keeps it (with a warning); `open_posting`
-    refuses to publish one (409) before anything is made."""
-    panel = (study.channels or {}).get("panel") or {}
-    current = panel.get("study_id")
-    if current == posting.external_id:
-        return []
-    if current:
-        return [
-            f"the study names Prolific study {current} (channels.panel.study_id), not "
-            f"{posting.external_id}: entries from this one are refused"
-        ]
-    study.channels = {**study.channels, "panel": {**panel, "study_id": posting.external_id}}
-    session.flush()
-    record_by(
-        session,
-        by or "system",
-        "crowd_panel_study_set",
-        study=study,
-        provider=posting.provider,
-        study_id=posting.external_id,
-    )
-    return []

@@ -23,7 +23,6 @@ from app.crowd.base import (
 from app.crowd.calls import money_call
 from app.crowd.claims import writing
 from app.crowd.common import (
-    CHANNEL_OF,
     RateLimiter,
     SessionFactory,
     pacing,
@@ -40,12 +39,12 @@ from app.crowd.recovery import (  # re-exported: the sync's reading of MTurk's c
     recovered_answers,
     store_recovered_submission,
 )
+from app.crowd.registry import platform
 from app.db import unit_of_work
 from app.models import (
     Annotator,
     Assignment,
     AssignmentStatus,
-    Channel,
     CrowdCall,
     CrowdHit,
     CrowdPosting,
@@ -72,7 +71,7 @@ REVIEW_OF = {
     "Approved": ReviewStatus.approved,
     "Rejected": ReviewStatus.rejected,
     "Submitted": ReviewStatus.pending,
-    # Prolific's submission statuses.
+    # Prolific's submission statuses (a participant's submission, `review_unit`).
     "APPROVED": ReviewStatus.approved,
     "REJECTED": ReviewStatus.rejected,
     "AWAITING REVIEW": ReviewStatus.pending,
@@ -117,35 +116,37 @@ def reconcile(
 ) -> SyncReport:
     """Match the platform's submissions with our assignments by the platform's id of the
     work (`common.platform_ref`: MTurk's `external_assignment_id`, our own public id on
-    the local channel; on a panel `external_session_id`: see `_reconcile_panel`).
+    the local channel; where a participant's submission is reviewed, Prolific's,
+    `external_session_id`: see `_reconcile_submissions`).
 
     Ours is the source of truth for answers; the platform's for whether the work was
     done and how it was reviewed. A confirmed assignment clears `unverified` (MTurk work
     counts once confirmed through the API) and takes the platform's review status, except
-    that a sandbox posting confirms nothing for a study in production (`channels.mturk.
-    sandbox` false): sandbox work never counts there (`sandbox_kept_out`; work a sandbox
-    sync confirmed while the study was in the sandbox stays confirmed: its assignments
-    name the sandbox's HITs in `external_hit_id`, so a pilot's work can be told apart). A
-    submission we never stored is flagged (reported and audited) and, when its answer
-    XML carries our assignment id and its answers (the chosen slots, or every pair's
-    ratings), stored through the annotation services (`app.crowd.recovery`: one
-    savepoint per assignment; a copy that does not fit, or that conflicts with a rating
-    we hold, stores nothing and the flag says why). Workers who reached the cap are listed for the
-    cap qualification. On the local channel our store lists itself (`app.crowd.local`):
-    the sync claims the work for the posting (its unit in `external_hit_id`), which makes
-    it reviewable, and counts what it confirms so.
+    that a sandbox posting confirms nothing for a study in production (`channels.<name>.
+    sandbox` false: `Platform.counts_work`): sandbox work never counts there
+    (`sandbox_kept_out`; work a sandbox sync confirmed while the study was in the sandbox
+    stays confirmed: its assignments name the sandbox's HITs in `external_hit_id`, so a
+    pilot's work can be told apart). A submission we never stored is flagged (reported
+    and audited) and, when its answer XML carries our assignment id and its answers (the
+    chosen slots, or every pair's ratings), stored through the annotation services
+    (`app.crowd.recovery`: one savepoint per assignment; a copy that does not fit, or that
+    conflicts with a rating we hold, stores nothing and the flag says why). Workers who
+    reached the cap are listed for the cap qualification. Where no platform is reached
+    (`Capabilities.remote` false: the local channel) our store lists itself
+    (`app.crowd.platforms.local`): the sync claims the work for the posting (its unit in
+    `external_hit_id`), which makes it reviewable, and counts what it confirms so.
     """
     study = session.get(Study, posting.study_id)
     assert study is not None
     subs = list(submissions)
     report = SyncReport(listed=len(subs))
     now = utcnow()
-    if CHANNEL_OF[posting.provider] is Channel.panel:
-        _reconcile_panel(session, study, posting, subs, report, now, by)
+    made = platform(posting.provider)
+    if made.caps.review_unit == "submission":
+        _reconcile_submissions(session, study, posting, subs, report, now, by)
         return _finish(session, study, posting, report, now)
-    mturk = (study.channels or {}).get("mturk") or {}
-    counts = posting.environment == "production" or mturk.get("sandbox", True)
-    local = CHANNEL_OF[posting.provider] is Channel.local
+    counts = made.counts_work(study, posting.environment)
+    local = not made.caps.remote
     ids = [s.external_assignment_id for s in subs]
     ours: dict[str, tuple[Assignment, str | None]] = {}
     for start in range(0, len(ids), _ID_IN_CHUNK):
@@ -237,7 +238,7 @@ def _finish(
     return report
 
 
-def _reconcile_panel(
+def _reconcile_submissions(
     session: Session,
     study: Study,
     posting: CrowdPosting,
@@ -246,10 +247,12 @@ def _reconcile_panel(
     now: datetime,
     by: Actor | None,
 ) -> None:
-    """A panel submission is a participant's whole visit: every assignment they submitted
-    under its session id (`external_session_id`, from the entry URL; a bundle of HITs
-    shares one). A panel holds no answers, so a submission without stored work is flagged
-    only; one that ended without a review (returned, timed out) is flagged too."""
+    """A submission (Prolific's) is a participant's whole visit: every assignment they
+    submitted under its session id (`external_session_id`, from the entry URL; a bundle of
+    HITs shares one). Such a platform holds no answers, so a submission without stored
+    work is flagged only; one that ended without a review (returned, timed out) is flagged
+    too. The flags' reasons are stored (an audit entry per submission and reason), so
+    their words stay as they were written."""
     ids = [s.external_assignment_id for s in subs]
     ours: dict[str, list[tuple[Assignment, str | None]]] = {}
     for start in range(0, len(ids), _ID_IN_CHUNK):
@@ -259,7 +262,7 @@ def _reconcile_panel(
             .join(Hit, Hit.id == Assignment.hit_id)
             .where(
                 Hit.study_id == study.id,
-                Annotator.channel == Channel.panel,
+                Annotator.channel == platform(posting.provider).channel,
                 Assignment.status == AssignmentStatus.submitted,
                 Assignment.external_session_id.in_(ids[start : start + _ID_IN_CHUNK]),
             )
@@ -286,7 +289,7 @@ def _reconcile_panel(
         for assignment in mine:
             if assignment.review_status is None and sub.status in REVIEW_OF:
                 report.confirmed += 1
-            # Listed by this posting's Prolific study: its work from now on (`WorkOf`).
+            # Listed by this posting's platform study: its work from now on (`WorkOf`).
             assignment.external_hit_id = posting.external_id
             _take_review(assignment, sub.status, report, now)
 
@@ -336,7 +339,7 @@ def _at_cap(session: Session, study: Study, posting: CrowdPosting) -> list[int]:
     """The posting's workers (with work of its own: a worker of another environment may
     not exist on this one) whose submitted HITs, all environments counted, reached their
     cap and who were not given the cap qualification yet."""
-    channel = CHANNEL_OF[posting.provider]
+    channel = platform(posting.provider).channel
     with_work = select(Assignment.annotator_id).where(
         work_of(study.id, posting.provider, posting.environment).own
     )

@@ -16,7 +16,7 @@ class Annotator(Base):
 
     Local annotators reach the study through a signed invite link that embeds
     `invite_nonce` (rotating it revokes the link); crowd workers are known by
-    the platform's id (`external_id`: MTurk workerId, panel participant id).
+    the platform's id (`external_id`: MTurk workerId, Prolific participant id).
     """
 
     __tablename__ = "annotators"
@@ -48,6 +48,11 @@ class Annotator(Base):
     enrolled_from: Mapped[str | None] = mapped_column(String(64), index=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen_at: Mapped[datetime | None]
+
+    @property
+    def invited(self) -> bool:
+        """Whether they came by an invite link (the researcher's), not by a platform's URL."""
+        return self.channel is Channel.local
 
 
 class Assignment(Base):

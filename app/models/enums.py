@@ -59,9 +59,13 @@ class ShardStatus(StrEnum):
 
 
 class Channel(StrEnum):
+    """How an annotator came: each crowd platform's channel carries the platform's name
+    (`app.crowd.registry`: one name per platform), and `batch` an imported file."""
+
     local = "local"  # signed invite link
     mturk = "mturk"  # Mechanical Turk ExternalQuestion
-    panel = "panel"  # Prolific-style panel link
+    # Prolific's entry link (`/p/{slug}`); "panel" before revision 0009 gave it one name.
+    prolific = "prolific"
     # An imported MTurk-format results file (Turkle, MTurk's requester site): never a party
     # to our MTurk API calls (app.crowd.imports). A string column with no CHECK: no migration.
     batch = "batch"

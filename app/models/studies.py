@@ -68,7 +68,8 @@ class Study(Base):
     lease_seconds: Mapped[int] = mapped_column(default=1800)
     min_ms_per_item: Mapped[int] = mapped_column(default=1000)
     exclusions: Mapped[dict[str, Any]]  # pre-declared exclusion rules
-    channels: Mapped[dict[str, Any]]  # panel parameter names, completion code, MTurk settings
+    # Per platform (`channels.<name>`): Prolific's parameters and code, MTurk's settings.
+    channels: Mapped[dict[str, Any]]
 
     # Payment, for the cost planner and the crowd channels.
     reward_cents: Mapped[int] = mapped_column(default=0)  # per assignment

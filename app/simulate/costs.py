@@ -1,5 +1,5 @@
-"""What each crowd channel charges for a design, by its own fee rules in ``app.crowd``
-(``mturk.price``, ``prolific.price``, ``local.price``: no fee for invite links), grouped by
+"""What each crowd channel charges for a design, by that channel's own fee rule
+(``Platform.price`` of ``app.crowd.registry``: no fee for invite links), grouped by
 replicas as ``app.crowd.postings.price_groups`` prices a study's HITs: the previews' costs
 (``app.simulate.preview``), asked of no platform. Where a study's preview runs
 (:func:`preview`), its type's, with these costs.
@@ -7,14 +7,13 @@ replicas as ``app.crowd.postings.price_groups`` prices a study's HITs: the previ
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from app.config import Settings
-from app.crowd import local, mturk, prolific
 from app.crowd.base import PostingSpec, Qualifications
 from app.crowd.common import study_qualifications
 from app.crowd.postings import price_groups
+from app.crowd.registry import PLATFORMS
 from app.simulate.preview import CHANNELS, NO_LIMITS, ChannelCost, DesignSize, Limits
 from app.studytypes.registry import study_type_of
 
@@ -22,30 +21,22 @@ from app.studytypes.registry import study_type_of
 def channel_costs(
     study: Any, settings: Settings, size: DesignSize, providers: tuple[str, ...] = CHANNELS
 ) -> list[ChannelCost]:
-    """Each channel's estimate for the design's HITs, by its fee rules in `app.crowd`
-    (no call to any platform). The study's reward (`payment.reward_cents`) per assignment;
-    MTurk's environment and Masters as the study file sets them (`channels.mturk`);
-    Prolific at `EBC_PROLIFIC_FEE_RATE`, one HIT per place; local: no fee."""
-    channels = study.channels or {}
-    mturk_settings = channels.get("mturk") or {}
+    """Each channel's estimate for the design's HITs, by its platform's fee rule
+    (`Platform.price`: no call to any platform). The study's reward (`payment.reward_cents`)
+    per assignment; the environment and qualifications as the study file sets them
+    (`Platform.study_environment`: MTurk's sandbox, `channels.mturk`); Prolific at
+    `EBC_PROLIFIC_FEE_RATE`, one HIT per place; local: no fee."""
     out = []
     for name in providers:
+        platform = PLATFORMS[name]
         spec = _spec(study, name)
         notes: list[str] = []
-        if name == "mturk":
-            environment = "sandbox" if mturk_settings.get("sandbox", True) else "production"
-            enabled = bool(mturk_settings.get("enabled"))
-            price = functools.partial(mturk.price, spec)
-            if environment == "sandbox":
-                notes.append("sandbox: no money moves; production charges this for the same HITs")
-        elif name == "prolific":
-            environment = "production"
-            enabled = bool((channels.get("panel") or {}).get("enabled"))
-            price = functools.partial(prolific.price, spec, fee_rate=settings.prolific_fee_rate)
-        else:
-            environment, enabled = "local", True  # invite links always work
-            price = functools.partial(local.price, spec)
-        if spec.reward_cents < 1 and name != "local":
+        environment = platform.study_environment(study)
+        enabled = platform.enabled(study)
+        price = platform.price(settings, spec)
+        if environment == "sandbox":
+            notes.append("sandbox: no money moves; production charges this for the same HITs")
+        if spec.reward_cents < 1 and platform.caps.remote:
             out.append(
                 ChannelCost(
                     name,

@@ -24,11 +24,12 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from app.crowd.base import CostEstimate
+from app.crowd.registry import PLATFORMS
 from app.simulate.design import Design
 from app.simulate.workload import Workload
 from app.validation import BadInput, check_text
 
-CHANNELS = ("mturk", "prolific", "local")
+CHANNELS = tuple(PLATFORMS)
 T = TypeVar("T")
 
 

@@ -23,6 +23,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
+from app.crowd.registry import PLATFORMS
 from app.models.enums import SpecialTop1, StudyType, Task
 from app.studytypes.ratings.config import RatingsSection
 from app.validation import INT32_MAX, Line, Section, Text
@@ -183,12 +184,12 @@ class PaymentSection(Section):
     platform_fee: float = Field(0.0, ge=0, le=2, description="share paid on top, e.g. 0.2")
 
 
-class PanelSection(Section):
-    # Channels are opt-in: a study takes nobody through a panel unless this is set. An
-    # entry must then carry the study's panel entry key (the dashboard shows the URL).
+class ProlificSection(Section):
+    # Channels are opt-in: a study takes nobody through Prolific unless this is set. An
+    # entry must then carry the study's entry key (the dashboard shows the URL).
     enabled: bool = False
-    # The panel's own id of this study (Prolific: 24 hex digits): when set, an entry with
-    # another STUDY_ID is refused.
+    # Prolific's own id of this study (24 hex digits): when set, an entry with another
+    # STUDY_ID is refused.
     study_id: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{1,64}$")
     participant_param: Param = "PROLIFIC_PID"
     study_param: Param = "STUDY_ID"
@@ -243,8 +244,29 @@ class MTurkSection(Section):
 
 
 class ChannelSection(Section):
-    panel: PanelSection = Field(default_factory=PanelSection)
+    """One section per crowd platform whose workers come by URL, named by the platform's
+    one name; a section under a platform's former name (`Platform.former_names`: Prolific
+    was `[channels.panel]`) is read as the platform's."""
+
+    prolific: ProlificSection = Field(default_factory=ProlificSection)
     mturk: MTurkSection = Field(default_factory=MTurkSection)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _former_names(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            return data
+        for platform in PLATFORMS.values():
+            for former in platform.former_names:
+                if former not in data:
+                    continue
+                if platform.name in data:
+                    raise ValueError(
+                        f"[channels.{former}] is the former name of [channels.{platform.name}]: "
+                        "give one of them"
+                    )
+                data = {platform.name if k == former else k: v for k, v in data.items()}
+        return data
 
 
 class StudyConfig(Section):

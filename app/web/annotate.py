@@ -1,4 +1,4 @@
-"""Annotator pages: invite links, panel links and the MTurk ExternalQuestion page.
+"""Annotator pages: invite links, Prolific links and the MTurk ExternalQuestion page.
 
 Who is asking travels in the URL or the form (a signed token, or the
 platform's ids), never in a cookie: the pages work inside iframes where
@@ -30,12 +30,12 @@ from app.annotation.errors import AnnotationError
 from app.annotation.identities import (
     MTURK_FRAME_ANCESTORS,
     Enrolment,
-    check_panel_key,
+    check_prolific_key,
     read_invite_token,
     safe_redirect,
 )
 from app.annotation.pages import (
-    enter_panel,
+    enter_prolific,
     open_invite,
     open_mturk,
     return_invite,
@@ -49,8 +49,9 @@ from app.annotation.schemas import (
     Sent,
     WorkStatus,
 )
+from app.crowd.registry import by_channel
 from app.db import unit_of_work
-from app.models import Channel, Study
+from app.models import Study
 from app.web.templating import templates
 
 log = logging.getLogger(__name__)
@@ -148,8 +149,8 @@ _CSP = (
     "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
     "form-action 'self'{form}; frame-ancestors {frames}; base-uri 'none'; object-src 'none'"
 )
-# Invite and panel pages may be embedded anywhere (a lab's survey tool, a
-# panel's frame): the token in the URL, not the framing site, grants access.
+# Invite and Prolific pages may be embedded anywhere (a lab's survey tool, a
+# platform's frame): the token in the URL, not the framing site, grants access.
 LINK_HEADERS = {
     "Content-Security-Policy": _CSP.format(form="", frames="*"),
     "Referrer-Policy": "no-referrer",
@@ -174,7 +175,7 @@ class Channelled:
     return_url: str | None
     headers: dict[str, str]
     hidden: dict[str, str] = field(default_factory=dict)
-    finish: dict[str, str | None] | None = None  # panel completion code / redirect
+    finish: dict[str, str | None] | None = None  # completion code / redirect
 
 
 def _invite_channel(token: str, annotator: AnnotatorRef) -> Channelled:
@@ -182,18 +183,21 @@ def _invite_channel(token: str, annotator: AnnotatorRef) -> Channelled:
         submit_url=f"/a/{token}/submit",
         return_url=f"/a/{token}/return",
         headers=LINK_HEADERS,
-        finish=_panel_finish(annotator),
+        finish=_finish(annotator),
     )
 
 
-def _panel_finish(annotator: AnnotatorRef) -> dict[str, str | None] | None:
-    if annotator.channel is not Channel.panel:
+def _finish(annotator: AnnotatorRef) -> dict[str, str | None] | None:
+    """How a participant of a platform with completion codes (Prolific) ends: the code and
+    the study's redirect; None elsewhere."""
+    platform = by_channel(annotator.channel)
+    if platform is None or not platform.caps.completion_code:
         return None
-    panel = annotator.study.channels.get("panel") or {}
+    settings = platform.settings_of(annotator.study)
     # Checked again where it is emitted: only http(s) (a stored `javascript:` never runs).
     return {
-        "code": panel.get("completion_code"),
-        "redirect": safe_redirect(panel.get("redirect_url")),
+        "code": settings.get("completion_code"),
+        "redirect": safe_redirect(settings.get("redirect_url")),
     }
 
 
@@ -265,7 +269,7 @@ KEPT = (
 )
 
 
-# -- invite (and panel) links -------------------------------------------------------------
+# -- invite (and Prolific) links -------------------------------------------------------------
 
 
 @router.get("/a/{token}", response_class=HTMLResponse)
@@ -392,18 +396,18 @@ def _enrolment(request: Request) -> Enrolment:
 
 
 @router.get("/p/{slug}")
-async def panel_entry(request: Request, slug: str) -> RedirectResponse:
-    """A panel participant arrives with their ids; from here on they use a signed link.
+async def prolific_entry(request: Request, slug: str) -> RedirectResponse:
+    """A Prolific participant arrives with their ids; from here on they use a signed link.
 
-    The entry must carry the study's panel entry key (shown on the dashboard as the URL to
-    give the panel), checked before anything is looked up.
+    The entry must carry the study's entry key (shown on the dashboard as the URL to give
+    Prolific), checked before anything is looked up.
     """
     secret_key = request.app.state.settings.secret_key
-    check_panel_key(secret_key, slug, request.query_params)
+    check_prolific_key(secret_key, slug, request.query_params)
     args = (secret_key, slug, request.query_params, _enrolment(request))
     return await _transaction(
         request,
-        enter_panel,
+        enter_prolific,
         args,
         lambda token: RedirectResponse(f"/a/{token}", status.HTTP_303_SEE_OTHER, LINK_HEADERS),
     )

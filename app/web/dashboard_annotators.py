@@ -21,8 +21,8 @@ from app.annotation.admin import (
     unblock,
 )
 from app.annotation.errors import AnnotationError
-from app.annotation.identities import crowd_entry_urls
 from app.annotation.leases import annotator_cap
+from app.crowd.registry import entry_urls
 from app.models import Annotator, Study
 from app.studies.queries import annotator_rows
 from app.studies.service import Access, StudyError, set_study_cap
@@ -70,10 +70,8 @@ def annotators(request: Request, session: SessionDep, study: StudyDep) -> HTMLRe
                 if can_manage
             },
             "caps": {r.annotator.id: annotator_cap(r.annotator, study) for r in rows},
-            # The panel URL carries the study's entry key: a credential too.
-            "crowd": crowd_entry_urls(settings.base_url, settings.secret_key, study)
-            if can_manage
-            else None,
+            # A self-enrolment URL may carry the study's entry key: a credential too.
+            "crowd": entry_urls(settings, study) if can_manage else None,
         },
     )
 

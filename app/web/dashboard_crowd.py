@@ -1,5 +1,5 @@
 """Dashboard: a study's Crowd page (issue 13): publish on MTurk, Prolific or the local
-channel (invite links: bookkeeping only, `app.crowd.local`) with the cost estimate and the
+channel (invite links: bookkeeping only, `app.crowd.platforms.local`) with the cost estimate and the
 balance shown first, sync, each assignment's payment state, bulk
 approval (in batches: a click reviews `APPROVE_BATCH`, the next continues) and bonuses
 with a preview. The same crowd services as `ebc crowd`.
@@ -14,6 +14,10 @@ the ledger has the call).
 Viewers see the page; previews (they read the account's balance) and every POST need
 manage access. Production moves real money: it needs its setting (EBC_MTURK_PRODUCTION;
 Prolific has no sandbox) and the study's slug typed into the confirmation.
+
+What differs between platforms comes from the registry (`app.crowd.registry`): the tabs,
+labels, environments, money's sign and what the forms show (`Target.caps`); a platform's
+notice on its Crowd page is its own template (`crowd/platforms/<name>/_notice.html`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Literal, cast
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Form, HTTPException, Query, Request, status
@@ -38,7 +42,9 @@ from app.crowd.common import (
 )
 from app.crowd.overview import crowd_overview
 from app.crowd.payments import approve_all, balance, preview_approve_all, reject
+from app.crowd.platform import Capabilities, Platform
 from app.crowd.publishing import estimate, publish
+from app.crowd.registry import DEFAULT, PLATFORMS
 from app.crowd.sync import sync
 from app.models import Study
 from app.studies.service import Access
@@ -59,7 +65,11 @@ APPROVE_BATCH = 50
 # Repeated form fields (assignments, bonus lines) taken at most: past it a request is
 # malformed; the services refuse more than they take at a time with their own message.
 MAX_LIST = 1000
-LABELS = {"mturk": "MTurk", "prolific": "Prolific", "local": "Local (invite links)"}
+# What `?provider=` and `?environment=` take: the registry's platforms and environments.
+ProviderName = Literal[tuple(PLATFORMS)]  # type: ignore[valid-type]
+EnvironmentName = Literal[  # type: ignore[valid-type]
+    tuple(dict.fromkeys(e for p in PLATFORMS.values() for e in p.caps.environments))
+]
 
 
 @dataclass(frozen=True)
@@ -70,10 +80,18 @@ class Target:
     environment: str
 
     @property
+    def platform(self) -> Platform:
+        return PLATFORMS[self.provider]
+
+    @property
+    def caps(self) -> Capabilities:
+        return self.platform.caps
+
+    @property
     def label(self) -> str:
-        if self.provider != "mturk":  # one environment each
-            return LABELS[self.provider]
-        return f"{LABELS[self.provider]} {self.environment}"
+        if len(self.caps.environments) == 1:  # one environment: its name says nothing
+            return self.platform.label
+        return f"{self.platform.label} {self.environment}"
 
     @property
     def live(self) -> bool:
@@ -85,22 +103,18 @@ class Target:
 
 
 def crowd_target(
-    provider: Literal["mturk", "prolific", "local"] = "mturk",
-    environment: Literal["sandbox", "production", "local"] | None = None,
+    provider: ProviderName = cast(ProviderName, DEFAULT),
+    environment: EnvironmentName | None = None,
 ) -> Target:
-    if provider == "prolific" and environment == "sandbox":
-        raise HTTPException(
-            status.HTTP_400_BAD_REQUEST,
-            "Prolific has no sandbox: run a small test study on Prolific itself.",
-        )
-    if environment is not None and (environment == "local") != (provider == "local"):
-        raise HTTPException(
-            status.HTTP_400_BAD_REQUEST,
-            "The local channel (invite links) has one environment, local; the platforms "
-            "have sandbox and production.",
-        )
-    default = {"mturk": "sandbox", "prolific": "production", "local": "local"}[provider]
-    return Target(provider, environment or default)
+    platform = PLATFORMS[provider]
+    if environment is not None and environment not in platform.caps.environments:
+        raise HTTPException(status.HTTP_400_BAD_REQUEST, platform.environment_refused(environment))
+    return Target(provider, environment or platform.caps.environments[0])
+
+
+def tabs() -> list[Target]:
+    """Every platform and environment a Crowd page can show, in the registry's order."""
+    return [Target(p.name, e) for p in PLATFORMS.values() for e in p.caps.environments]
 
 
 TargetDep = Annotated[Target, Depends(crowd_target)]
@@ -109,7 +123,8 @@ TargetDep = Annotated[Target, Depends(crowd_target)]
 @contextmanager
 def _client(request: Request, target: Target, hits_per_participant: int = 1):
     """The platform's client; refused (4xx page) where settings do not allow it.
-    `hits_per_participant`: Prolific's bundle, which publishing needs (it prices places)."""
+    `hits_per_participant`: the bundle (`Capabilities.bundles`), which publishing needs (it
+    prices places)."""
     try:
         made = provider_for(
             request.app.state.settings,
@@ -157,8 +172,8 @@ def money(cents: int | None, target: Target) -> str:
     if cents is None:
         return "-"
     sign = "-" if cents < 0 else ""
-    # Prolific charges in the workspace's currency; MTurk in US dollars.
-    unit = "$" if target.provider == "mturk" else ""
+    # MTurk charges in US dollars; Prolific in the workspace's currency (no sign).
+    unit = target.caps.currency
     return f"{sign}{unit}{abs(cents) // 100:,}.{abs(cents) % 100:02d}"
 
 
@@ -172,8 +187,8 @@ def _page(request: Request, template: str, study: Study, target: Target, **conte
             "target": target,
             "can_manage": access_of(request) >= Access.manage,
             "money": lambda cents: money(cents, target),
-            "production_allowed": settings.mturk_production,
-            "prolific_ready": settings.prolific_api_token is not None,
+            # Whether this server may act there (else the platform's notice says why).
+            "ready": target.platform.ready(settings, target.environment),
             **context,
         },
     )
@@ -254,6 +269,7 @@ def crowd_page(
         overview=overview,
         values=form_values(overview.posting, study, target.provider),
         max_bonuses=MAX_BONUSES,
+        tabs=tabs(),
     )
 
 

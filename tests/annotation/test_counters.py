@@ -13,8 +13,8 @@ from app.annotation.queries import LEAVE, PG_STORE_SUBMISSION
 from app.annotation.schemas import WorkStatus
 from app.models import Assignment, AssignmentStatus, utcnow
 from app.studytypes.nextword.annotation import submit
-from tests.studytypes.nextword.test_annotation import _answers, _counters
 from tests.hits.factory import annotator, make_study
+from tests.studytypes.nextword.test_annotation import _answers, _counters
 
 
 def _recounted(session, hit_id):

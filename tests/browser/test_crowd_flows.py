@@ -107,7 +107,7 @@ def server(tmp_path_factory):
                 panel = {"enabled": True, "completion_code": CODE}
                 if redirect:
                     panel["redirect_url"] = f"{redirect}/submissions/complete?cc={CODE}"
-                study.channels = {**study.channels, "panel": panel}
+                study.channels = {**study.channels, "prolific": panel}
         port = _free_port()
         uv = uvicorn.Server(
             uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
@@ -266,7 +266,7 @@ def test_prolific_participant_from_the_study_url_to_the_completion_code(server, 
     assert (report.listed, report.confirmed, report.flagged) == (1, 2, [])
     with sm() as s:
         study = s.scalar(select(Study).where(Study.slug == slug))
-        assert study.channels["panel"]["study_id"] == study_id
+        assert study.channels["prolific"]["study_id"] == study_id
         done = s.scalars(
             select(Assignment.external_session_id)
             .join(Hit, Hit.id == Assignment.hit_id)

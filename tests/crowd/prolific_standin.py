@@ -16,7 +16,7 @@ from collections import defaultdict, deque
 
 import httpx
 
-from app.crowd.prolific import ProlificProvider
+from app.crowd.platforms.prolific.provider import ProlificProvider
 
 TOKEN = "pk-test-7f3a9c1e-secret"
 BASE = "https://prolific.test/api/v1/"

@@ -11,7 +11,7 @@ from app.annotation.admin import MAX_BATCH
 from app.cli import cli
 from app.db import build_engine, make_sessionmaker
 from app.models import Annotator, CrowdPosting
-from tests.crowd.test_local import SLUG, lab_study
+from tests.crowd.platforms.local.test_provider import SLUG, lab_study
 
 
 @pytest.fixture

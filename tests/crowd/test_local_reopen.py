@@ -13,7 +13,7 @@ from app.annotation.leases import next_assignment
 from app.annotation.schemas import WorkStatus
 from app.crowd import overview, payments
 from app.models import CrowdCall, CrowdHit, CrowdPosting
-from tests.crowd.test_local import (  # noqa: F401  (fixtures)
+from tests.crowd.platforms.local.test_provider import (  # noqa: F401  (fixtures)
     SLUG,
     lab_study,
     links,

@@ -13,7 +13,7 @@ from sqlalchemy import select
 from app.crowd import bonuses, common, overview, payments, sync
 from app.models import Annotator, Assignment, CrowdCall
 from app.simulate.http import simulated_annotator
-from tests.crowd.test_local import (  # noqa: F401  (fixtures)
+from tests.crowd.platforms.local.test_provider import (  # noqa: F401  (fixtures)
     SLUG,
     lab_study,
     links,

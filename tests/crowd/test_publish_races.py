@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import select
 
 from app.crowd import claims, common, publishing
-from app.crowd.prolific import ProlificError
+from app.crowd.platforms.prolific.api import ProlificError
 from app.models import CrowdHit, CrowdPosting, utcnow
 from tests.crowd.test_service_prolific import (  # noqa: F401  (fixtures)
     fake,

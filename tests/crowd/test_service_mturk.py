@@ -23,7 +23,7 @@ from app.annotation.leases import next_assignment
 from app.config import ROOT
 from app.crowd import bonuses, claims, common, ledger, overview, payments, publishing, sync
 from app.crowd.base import CrowdError, PlatformSubmission
-from app.crowd.mturk import (
+from app.crowd.platforms.mturk.formats import (
     QUAL_APPROVAL_RATE,
     QUAL_LOCALE,
     QUAL_MASTERS,

@@ -20,9 +20,10 @@ from sqlalchemy import select
 from app.annotation import admin
 from app.crowd import payments
 from app.crowd.base import CrowdError
-from app.crowd.mturk import MTurkProvider, make_client
+from app.crowd.platforms.mturk.client import make_client
+from app.crowd.platforms.mturk.provider import MTurkProvider
 from app.models import Annotator, AuditEvent, CrowdCall
-from tests.crowd.test_mturk_provider import request_error
+from tests.crowd.platforms.mturk.test_provider import request_error
 from tests.crowd.test_service_mturk import (  # noqa: F401  (fixtures)
     aws_env,
     make_session,

@@ -20,7 +20,7 @@ from app.annotation.errors import AnnotationError
 from app.annotation.identities import check_submit_to
 from app.crowd import common, ledger, payments, sync
 from app.crowd.base import CrowdError
-from app.crowd.mturk import PRODUCTION_ENDPOINT
+from app.crowd.platforms.mturk.client import PRODUCTION_ENDPOINT
 from app.db import unit_of_work
 from app.models import (
     Annotator,

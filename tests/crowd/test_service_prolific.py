@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.annotation.errors import AnnotationError
-from app.annotation.identities import check_panel_entry, check_panel_key, crowd_annotator
+from app.annotation.identities import check_prolific_entry, check_prolific_key, crowd_annotator
 from app.annotation.leases import next_assignment
 from app.crowd import bonuses, common, ledger, payments, publishing, sync
 from app.crowd.base import CrowdError
@@ -67,7 +67,7 @@ def panel_study(session: Session, slug: str = "panel", **panel):
     )
     study.channels = {
         **study.channels,
-        "panel": {
+        "prolific": {
             "enabled": True,
             "completion_code": CODE,
             "participant_param": "pid",
@@ -87,7 +87,7 @@ def published(session, make_session, settings, provider, slug="panel"):
 def work(session, study, participant: str, submission: str, hits: int = 1) -> list[Assignment]:
     """A participant does `hits` HITs in one visit (one Prolific submission), as the panel
     pages do: leases carry the entry's session id."""
-    annotator = crowd_annotator(session, study, Channel.panel, participant)
+    annotator = crowd_annotator(session, study, Channel.prolific, participant)
     done = []
     for _ in range(hits):
         lease = next_assignment(
@@ -141,8 +141,8 @@ def test_publish_makes_one_prolific_study_whose_url_our_panel_entry_accepts(
     ids = {"PROLIFIC_PID": "5f1e0c9d8b7a6f5e4d3c2b1a", "STUDY_ID": study_id, "SESSION_ID": "s1"}
     landed = re.sub(r"\{\{%(\w+)%\}\}", lambda m: ids[m[1]], url)
     params = dict(parse_qsl(urlsplit(landed).query))
-    check_panel_key(settings.secret_key, study.slug, params)
-    assert check_panel_entry(study, params) == ("5f1e0c9d8b7a6f5e4d3c2b1a", "s1")
+    check_prolific_key(settings.secret_key, study.slug, params)
+    assert check_prolific_entry(study, params) == ("5f1e0c9d8b7a6f5e4d3c2b1a", "s1")
 
     again = published(session, make_session, settings, fake.provider(hits_per_participant=2))
     assert (again.published, again.total) == (0, 1)
@@ -156,8 +156,8 @@ def test_publish_makes_one_prolific_study_whose_url_our_panel_entry_accepts(
     ("panel", "message"),
     [
         ({"completion_code": None}, "completion code"),
-        ({"study_id": "64aaabfaf6bbc363b9d47c6a"}, "channels.panel.study_id"),
-        ({"enabled": False}, "enable its panel"),
+        ({"study_id": "64aaabfaf6bbc363b9d47c6a"}, "channels.prolific.study_id"),
+        ({"enabled": False}, "enable its Prolific channel"),
     ],
 )
 def test_a_study_prolific_cannot_run_is_refused_and_nothing_changes(
@@ -425,21 +425,21 @@ def test_publishing_pins_the_prolific_study_so_other_panel_studies_are_refused(
     study = panel_study(session)
     report = published(session, make_session, settings, prolific)
     (study_id,) = fake.studies
-    assert study.channels["panel"]["study_id"] == study_id
+    assert study.channels["prolific"]["study_id"] == study_id
     assert not any("study_id" in w for w in report.warnings)
     event = session.scalars(
-        select(AuditEvent).where(AuditEvent.action == "crowd_panel_study_set")
+        select(AuditEvent).where(AuditEvent.action == "crowd_prolific_study_set")
     ).one()
     assert event.detail["study_id"] == study_id and event.detail["by"] == "cli"
     ids = {"pid": "5f1e0c9d8b7a6f5e4d3c2b1a", "SESSION_ID": "s1"}
-    assert check_panel_entry(study, {**ids, "STUDY_ID": study_id})[0] == ids["pid"]
+    assert check_prolific_entry(study, {**ids, "STUDY_ID": study_id})[0] == ids["pid"]
     with pytest.raises(AnnotationError) as refused:
-        check_panel_entry(study, {**ids, "STUDY_ID": "6" * 24})
+        check_prolific_entry(study, {**ids, "STUDY_ID": "6" * 24})
     assert refused.value.status_code == 403
     # Publishing again keeps it (and audits nothing more).
     published(session, make_session, settings, fake.provider(hits_per_participant=2))
-    assert study.channels["panel"]["study_id"] == study_id
+    assert study.channels["prolific"]["study_id"] == study_id
     assert (
-        session.scalar(select(func.count()).where(AuditEvent.action == "crowd_panel_study_set"))
+        session.scalar(select(func.count()).where(AuditEvent.action == "crowd_prolific_study_set"))
         == 1
     )

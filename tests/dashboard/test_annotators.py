@@ -102,7 +102,7 @@ def test_revoke_and_reissue_an_invite_link(logged_in, session, settings, client)
     from tests.hits.factory import annotator
 
     a = annotator(session, study, "lab member")
-    crowd = annotator(session, study, "crowd", channel=Channel.panel, external_id="P1")
+    crowd = annotator(session, study, "crowd", channel=Channel.prolific, external_id="P1")
     session.commit()
     url = "/dashboard/studies/s1/annotators"
     old = logged_in.get(url).context["links"][a.id]

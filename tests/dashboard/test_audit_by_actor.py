@@ -38,7 +38,7 @@ def cli_db(empty_db, monkeypatch):
     with make_sessionmaker(engine)() as s, s.begin():
         ready = make_study(s, slug="ready", per_cell=12, build=False)
         ready.status = StudyStatus.ready
-        annotator(s, ready, "crowd", channel=Channel.panel, external_id="P1")
+        annotator(s, ready, "crowd", channel=Channel.prolific, external_id="P1")
         make_study(s, slug="closed", per_cell=12, build=False).status = StudyStatus.closed
     monkeypatch.setenv("DATABASE_URL", empty_db.url)
     monkeypatch.setenv("EBC_ENV", "test")
@@ -136,7 +136,7 @@ def test_the_cli_and_the_dashboard_refuse_alike(cli_db, logged_in, session):
 
     make_study(session, slug="c2", per_cell=12, build=False).status = StudyStatus.closed
     study = make_study(session, slug="r2", per_cell=12)
-    crowd = annotator(session, study, "crowd", channel=Channel.panel, external_id="P1")
+    crowd = annotator(session, study, "crowd", channel=Channel.prolific, external_id="P1")
     session.commit()
     csrf = {"csrf_token": logged_in.csrf}
     assert CLOSED_BUILD in logged_in.post("/dashboard/studies/c2/hits", data=csrf).text

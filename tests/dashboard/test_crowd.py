@@ -1,7 +1,8 @@
 """The dashboard's Crowd page, driven with the test client against local stand-ins of the
 platforms: MTurk's requester API (tests/crowd/mturk_standin.py, a real boto3 client with
-dummy credentials) and Prolific's REST API (the stand-in of tests/crowd/test_prolific.py,
-served over HTTP), on studies built with `build_hits`, on SQLite and PostgreSQL."""
+dummy credentials) and Prolific's REST API (the stand-in of
+tests/crowd/platforms/prolific/test_provider.py, served over HTTP), on studies built with
+`build_hits`, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -17,7 +18,12 @@ from sqlalchemy import func, select
 
 from app.annotation.identities import crowd_annotator
 from app.annotation.leases import next_assignment
-from app.crowd.mturk import QUAL_APPROVAL_RATE, QUAL_LOCALE, QUAL_MASTERS, QUAL_NUMBER_APPROVED
+from app.crowd.platforms.mturk.formats import (
+    QUAL_APPROVAL_RATE,
+    QUAL_LOCALE,
+    QUAL_MASTERS,
+    QUAL_NUMBER_APPROVED,
+)
 from app.main import create_app
 from app.models import (
     Assignment,
@@ -34,7 +40,7 @@ from app.studies.service import share_study
 from app.studytypes.nextword.annotation import submit
 from app.web import dashboard_crowd
 from tests.crowd.mturk_standin import Server
-from tests.crowd.test_prolific import TOKEN, FakeProlific
+from tests.crowd.platforms.prolific.test_provider import TOKEN, FakeProlific
 from tests.dashboard.conftest import csrf_of, login
 from tests.hits.factory import make_study
 
@@ -600,7 +606,7 @@ def test_prolific_shows_its_cost_and_balance_and_needs_the_confirmation(
     study = crowd_study(session)
     study.channels = {
         **study.channels,
-        "panel": {"enabled": True, "completion_code": "C0DE1234"},
+        "prolific": {"enabled": True, "completion_code": "C0DE1234"},
     }
     session.commit()
     page = logged_in.get(f"{PAGE}?provider=prolific")
@@ -698,7 +704,7 @@ def test_prolific_publishes_the_bundle_the_form_asks_for_and_pins_its_study(
 ):
     fake, _ = prolific
     study = crowd_study(session)
-    study.channels = {**study.channels, "panel": {"enabled": True, "completion_code": "C0DE"}}
+    study.channels = {**study.channels, "prolific": {"enabled": True, "completion_code": "C0DE"}}
     session.commit()
     query = "?provider=prolific&environment=production"
     form = dict(form_of(logged_in.get(PAGE + query).text, "publish-form"))
@@ -716,10 +722,10 @@ def test_prolific_publishes_the_bundle_the_form_asks_for_and_pins_its_study(
     (made,) = fake.studies.values()
     assert (made["total_available_places"], made["reward"]) == (2, 100)
     session.expire_all()
-    assert study.channels["panel"]["study_id"] == made["id"]
+    assert study.channels["prolific"]["study_id"] == made["id"]
     page = logged_in.get(PAGE + query)
     assert 'name="hits_per_participant" inputmode="numeric" value="2" readonly' in page.text
-    assert events(session, "crowd_panel_study_set")[0].detail["study_id"] == made["id"]
+    assert events(session, "crowd_prolific_study_set")[0].detail["study_id"] == made["id"]
 
 
 def test_bulk_approval_goes_in_batches_and_says_how_many_are_left(

@@ -15,14 +15,14 @@ from tests.hits.factory import make_study
 
 def test_the_panel_url_is_shown_to_managers_and_works(logged_in, session, settings):
     study = make_study(session, slug="s1", lengths=(10,), per_cell=10)
-    study.channels = {**study.channels, "panel": {"enabled": True, "study_id": "a" * 24}}
+    study.channels = {**study.channels, "prolific": {"enabled": True, "study_id": "a" * 24}}
     session.commit()
     page = logged_in.get("/dashboard/studies/s1/annotators")
     crowd = page.context["crowd"]
-    assert crowd["mturk"] is None and crowd["panel"].startswith(f"{settings.base_url}/p/s1?key=")
-    assert html.escape(crowd["panel"]) in page.text and "Mechanical Turk: off" in page.text
+    assert crowd["mturk"] is None and crowd["prolific"].startswith(f"{settings.base_url}/p/s1?key=")
+    assert html.escape(crowd["prolific"]) in page.text and "Mechanical Turk: off" in page.text
     # What the panel does with it: fill in its placeholders, send the participant.
-    url = urlsplit(crowd["panel"])
+    url = urlsplit(crowd["prolific"])
     params = {k: v[0] for k, v in parse_qs(url.query).items()}
     assert params["PROLIFIC_PID"] == "{{%PROLIFIC_PID%}}"
     params |= {"PROLIFIC_PID": "f" * 24, "STUDY_ID": "a" * 24, "SESSION_ID": "b" * 24}
@@ -33,7 +33,7 @@ def test_the_panel_url_is_shown_to_managers_and_works(logged_in, session, settin
 
 def test_viewers_do_not_see_the_panel_url(client, session, admin, researcher):
     study = make_study(session, slug="s1", lengths=(10,), per_cell=10)
-    study.channels = {**study.channels, "panel": {"enabled": True}}
+    study.channels = {**study.channels, "prolific": {"enabled": True}}
     session.add(StudyMember(study_id=study.id, user_id=researcher.id, role="view"))
     session.commit()
     assert login(client, "bob").status_code == 303

@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 import pytest
 from sqlalchemy import select
 
-from app.crowd.local import NO_FEE
+from app.crowd.platforms.local.provider import NO_FEE
 from app.models import Base, StudyMember
 from app.simulate.costs import channel_costs
 from app.simulate.preview import PAGE_LIMITS

@@ -4,8 +4,8 @@ Studies come from ``benchmarks/stats_calibration.py`` (its generator, truth and 
 annotator skill, annotator x kind effect, item difficulty, Pareto activity under the
 cap), in its hardest corner: 12 annotators of which a few do most HITs (effective
 number ~4) and an annotator x kind SD of 0.4 on the log-odds, 300 HITs per study. The
-full table over G, activity and effect sizes is the benchmark's (README, "Calibration
-of the test and interval").
+full table over G, activity and effect sizes is the benchmark's (docs/statistics.md,
+"Calibration").
 
 Each check allows ``3 sqrt(p (1 - p) / R)`` around its target ``p`` (5% or 95%), so a
 correct method fails it with probability ~0.3%, and the seed is fixed. The old figures

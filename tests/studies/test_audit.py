@@ -98,7 +98,7 @@ def test_set_up_code_records_nothing(session):
 def test_refused_transitions_record_nothing(session):
     draft = make_study(session, slug="draft", per_cell=10, build=False)
     study = make_study(session, slug="s1", per_cell=10)
-    crowd = annotator(session, study, "crowd", channel=Channel.panel, external_id="P1")
+    crowd = annotator(session, study, "crowd", channel=Channel.prolific, external_id="P1")
     refusals = [
         (StudyError, "HITs are built once its items are ready", build_and_open, draft),
         (StudyError, "No precompute job is running", stop_precompute, study),

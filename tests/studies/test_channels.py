@@ -7,14 +7,14 @@ from sqlalchemy import select, text
 
 from app.db import build_engine
 from app.migrate import downgrade, upgrade
-from app.studies.schemas import ChannelSection, MTurkSection, PanelSection
+from app.studies.schemas import ChannelSection, MTurkSection, ProlificSection
 
 
 def test_channels_are_off_unless_enabled():
     channels = ChannelSection()
-    assert not channels.panel.enabled and not channels.mturk.enabled
-    on = ChannelSection.model_validate({"panel": {"enabled": True, "study_id": "a" * 24}})
-    assert on.panel.enabled and on.panel.study_id == "a" * 24
+    assert not channels.prolific.enabled and not channels.mturk.enabled
+    on = ChannelSection.model_validate({"prolific": {"enabled": True, "study_id": "a" * 24}})
+    assert on.prolific.enabled and on.prolific.study_id == "a" * 24
 
 
 @pytest.mark.parametrize(
@@ -34,20 +34,20 @@ def test_channels_are_off_unless_enabled():
 )
 def test_a_panel_redirect_must_be_http(url):
     with pytest.raises(ValidationError, match="http"):
-        PanelSection(redirect_url=url)
+        ProlificSection(redirect_url=url)
 
 
 def test_http_redirects_and_ids_that_fit():
-    ok = PanelSection(redirect_url="https://app.prolific.com/submissions/complete?cc=C0DE")
+    ok = ProlificSection(redirect_url="https://app.prolific.com/submissions/complete?cc=C0DE")
     assert ok.redirect_url.startswith("https://")
-    assert PanelSection(redirect_url="http://localhost:8080/done").redirect_url
+    assert ProlificSection(redirect_url="http://localhost:8080/done").redirect_url
     for bad in ("x" * 65, "a b", "a\x00b", ""):
         with pytest.raises(ValidationError):
-            PanelSection(study_id=bad)
+            ProlificSection(study_id=bad)
     with pytest.raises(ValidationError, match="entry key"):
-        PanelSection(participant_param="key")  # the entry key's own parameter
+        ProlificSection(participant_param="key")  # the entry key's own parameter
     with pytest.raises(ValidationError):
-        PanelSection(session_param="SESSION ID")
+        ProlificSection(session_param="SESSION ID")
     with pytest.raises(ValidationError):
         MTurkSection(enabled=True, unknown=1)
 
@@ -132,12 +132,13 @@ def test_revision_0004_keeps_channels_in_use_on(empty_db):
         with engine.begin() as conn:
             upgrade(conn)
             studies = _channels(conn)
-            assert studies["crowd"]["panel"]["enabled"] and studies["crowd"]["mturk"]["enabled"]
-            assert studies["crowd"]["panel"]["redirect_url"] is None  # not http(s): dropped
+            # At the head, `panel` is Prolific's one name (revision 0009).
+            assert studies["crowd"]["prolific"]["enabled"] and studies["crowd"]["mturk"]["enabled"]
+            assert studies["crowd"]["prolific"]["redirect_url"] is None  # not http(s): dropped
             assert studies["crowd"]["mturk"]["sandbox"] is True
-            assert not studies["local"]["panel"]["enabled"]
+            assert not studies["local"]["prolific"]["enabled"]
             assert not studies["local"]["mturk"]["enabled"]
-            assert studies["local"]["panel"]["completion_code"] == "X"
+            assert studies["local"]["prolific"]["completion_code"] == "X"
             flags = dict(
                 conn.execute(text("SELECT annotator_id, unverified FROM assignments")).all()
             )

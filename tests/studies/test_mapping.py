@@ -57,7 +57,7 @@ FULL = StudyConfig.model_validate(
         "exclusions": {"blocked": False, "attention_min_accuracy": 0.8, "too_fast": False},
         "payment": {"reward_cents": 50, "platform_fee": 0.2},
         "channels": {
-            "panel": {
+            "prolific": {
                 "enabled": True,
                 "study_id": "abc123",
                 "participant_param": "PID",

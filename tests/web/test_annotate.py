@@ -9,7 +9,8 @@ import pytest
 from sqlalchemy import func, select
 
 from app.annotation.content import HIT_CACHE
-from app.annotation.identities import invite_token, panel_entry_key
+from app.annotation.identities import invite_token
+from app.crowd.platforms.prolific.entry import entry_key
 from app.models import (
     Annotator,
     Assignment,
@@ -163,7 +164,7 @@ def test_distinct_messages(client, session, settings, study):
 
 def test_panel_link_then_completion_code(client, session, settings, study):
     study.channels = {
-        "panel": {
+        "prolific": {
             "enabled": True,
             "participant_param": "PID",
             "study_param": "SID",
@@ -173,7 +174,7 @@ def test_panel_link_then_completion_code(client, session, settings, study):
         }
     }
     session.flush()
-    key = panel_entry_key(settings.secret_key, study.slug)
+    key = entry_key(settings.secret_key, study.slug)
     r = client.get(f"/p/{study.slug}?key={key}&PID=p-1&SID=s&SESS=sess-9", follow_redirects=False)
     assert r.status_code == 303
     page = client.get(r.headers["location"])

@@ -9,7 +9,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
-from app.annotation.identities import invite_token, panel_entry_key
+from app.annotation.identities import invite_token
+from app.crowd.platforms.prolific.entry import entry_key
 from app.main import create_app
 from app.models import Annotator, Assignment, HitPosition, Judgment
 from app.results.schemas import ResultQuery
@@ -50,13 +51,13 @@ def _counts(session):
 def _panel(session, study, **extra):
     study.channels = {
         **study.channels,
-        "panel": {"enabled": True, "study_id": PANEL_STUDY, "completion_code": "C0DE", **extra},
+        "prolific": {"enabled": True, "study_id": PANEL_STUDY, "completion_code": "C0DE", **extra},
     }
     session.flush()
 
 
 def _entry(settings, study, pid=PID, panel_study=PANEL_STUDY, session_id="sess1", key=None):
-    key = panel_entry_key(settings.secret_key, study.slug) if key is None else key
+    key = entry_key(settings.secret_key, study.slug) if key is None else key
     return (
         f"/p/{study.slug}?key={key}&PROLIFIC_PID={pid}&STUDY_ID={panel_study}"
         f"&SESSION_ID={session_id}"
@@ -132,7 +133,7 @@ def test_the_panel_key_belongs_to_one_study(client, session, settings, study):
     other = make_study(session, slug="s2", per_cell=5, lengths=(10,))
     _panel(session, study)
     _panel(session, other)
-    wrong = panel_entry_key(settings.secret_key, other.slug)
+    wrong = entry_key(settings.secret_key, other.slug)
     assert client.get(_entry(settings, study, key=wrong)).status_code == 403
     r = client.get(_entry(settings, other), follow_redirects=False)
     assert r.status_code == 303
@@ -156,12 +157,12 @@ def test_new_identities_are_rate_limited_per_address_and_per_study(
         strict.get(_entry(settings, study, pid=pids[0]), follow_redirects=False).status_code == 303
     )
     # The address is kept only as a keyed hash.
-    stored = session.scalars(select(Annotator.enrolled_from).where(Annotator.channel == "panel"))
+    stored = session.scalars(select(Annotator.enrolled_from).where(Annotator.channel == "prolific"))
     assert {len(h) for h in stored} == {64} and "testclient" not in str(stored)
     # The per-study ceiling counts every address: make it the one that binds.
     session.execute(
         Annotator.__table__.update()
-        .where(Annotator.channel == "panel")
+        .where(Annotator.channel == "prolific")
         .values(enrolled_from="elsewhere")
     )
     session.flush()

@@ -7,7 +7,8 @@ from html import unescape
 import pytest
 from sqlalchemy import func, select
 
-from app.annotation.identities import invite_token, panel_entry_key
+from app.annotation.identities import invite_token
+from app.crowd.platforms.prolific.entry import entry_key
 from app.models import Assignment, AssignmentStatus, Hit, HitPosition, Item, Rating
 from tests.hits.factory import annotator
 from tests.hits.ratings_factory import PREFIX_WORDS, PROMPT_WORDS, make_ratings_study
@@ -218,7 +219,7 @@ def test_mturk_preview_steps_and_external_submit(client, session, study):
 
 def test_a_panel_participant_ends_with_the_completion_code(client, session, settings, study):
     study.channels = {
-        "panel": {
+        "prolific": {
             "enabled": True,
             "participant_param": "PID",
             "study_param": "SID",
@@ -228,7 +229,7 @@ def test_a_panel_participant_ends_with_the_completion_code(client, session, sett
         }
     }
     session.flush()
-    key = panel_entry_key(settings.secret_key, study.slug)
+    key = entry_key(settings.secret_key, study.slug)
     r = client.get(f"/p/{study.slug}?key={key}&PID=p-1&SID=s&SESS=sess-9", follow_redirects=False)
     link = r.headers["location"]
     page = client.get(link)

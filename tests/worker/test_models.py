@@ -42,6 +42,7 @@ from worker.models import (
     memory_budget,
     row_bytes,
 )
+from worker.opcount import OpCounter
 
 
 def full_logprobs(lm, seqs):
@@ -150,6 +151,56 @@ def test_slots_score_like_plain_forwards(bpe_lm):
         out, full_logprobs(bpe_lm, [texts[3] + [*deep, 7]]), atol=1e-4, rtol=1e-4
     )
     assert bpe_lm.slot_bytes(slots) == slots.capacity * bpe_lm.kv_bytes_per_token
+
+
+def _filled_slots(lm, rows: int, texts: list[list[int]]):
+    """``rows`` slots, slot i holding ``texts[i]`` (fed token by token; an empty text leaves
+    its slot empty)."""
+    slots = lm.open_slots(rows, 8)
+    for step in range(max(len(t) for t in texts)):
+        fed = [i for i, t in enumerate(texts) if step < len(t)]
+        toks = [texts[i][step] for i in fed]
+        lm.feed(slots, fed, toks, [APPEND] * len(fed), [False] * len(fed))
+    return slots
+
+
+def test_a_steps_slot_moves_are_one_copy_a_buffer_whatever_the_rows(bpe_lm):
+    """Slots moved within a step (a three-cycle, a move into an empty slot, a swap undone)
+    hold their texts at the next forward, and the moves cost the same operations for one moved
+    slot as for five: one gather and one scatter per buffer and layer."""
+    start, enc = bpe_lm.start_token_id, bpe_lm.encode
+    texts = [[start, *enc(t)] for t in ["the cat", "a dog", "the dog at the", "th", "cat"]]
+    texts.append([])  # slot 5 is empty
+    layers = bpe_lm.model.config.n_layer
+
+    def moved_ops(swaps: list[tuple[int, int]]) -> tuple[list[list[int]], OpCounter]:
+        slots = _filled_slots(bpe_lm, 6, texts)
+        order = list(range(6))
+        for a, b in swaps:
+            bpe_lm.swap_slots(slots, a, b)
+            order[a], order[b] = order[b], order[a]
+        with OpCounter() as ops:
+            slots.settle()
+        now = [texts[i] for i in order]
+        live = [s for s in range(6) if now[s]]
+        out, _ = bpe_lm.feed(slots, live, [7] * len(live), [APPEND] * len(live), [True] * len(live))
+        ref = full_logprobs(bpe_lm, [now[s] + [7] for s in live])
+        torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)
+        return now, ops
+
+    one, ops_one = moved_ops([(0, 5)])  # into the empty slot
+    assert one[5] == texts[0] and not one[0]
+    many, ops_many = moved_ops([(0, 1), (1, 2), (3, 5), (4, 0), (2, 4), (2, 4)])
+    assert many != texts
+    assert ops_one.counts["index_select"] == ops_one.counts["index_copy_"] == 2 * layers
+    assert ops_many.counts == ops_one.counts
+    # Nothing moved: nothing copied.
+    slots = _filled_slots(bpe_lm, 6, texts)
+    bpe_lm.swap_slots(slots, 1, 2)
+    bpe_lm.swap_slots(slots, 1, 2)
+    with OpCounter() as ops:
+        slots.settle()
+    assert ops.total == 0
 
 
 @pytest.mark.parametrize("views", [True, False], ids=["row-views", "copies"])

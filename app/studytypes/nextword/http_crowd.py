@@ -20,7 +20,7 @@ import httpx
 import numpy as np
 from sqlalchemy.orm import Session
 
-from app.models import StudyType
+from app.models import Channel, StudyType
 from app.simulate.crowd import Crowd, deliver
 from app.simulate.godview import ItemTruth, SimulationError, StudyView
 from app.simulate.http import (
@@ -100,7 +100,7 @@ class HttpRun:
             annotator_blocked=np.zeros(len(people), bool),
             annotator_exclude_past=np.zeros(len(people), bool),
             annotator_labels=[r.label for r in people],
-            annotator_channels=["local"] * len(people),
+            annotator_channels=[Channel.local.value] * len(people),
         )
 
     def summary(self) -> str:

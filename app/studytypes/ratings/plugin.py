@@ -49,7 +49,7 @@ REFUSALS = {
     "planner": "{slug} is a ratings study: it has no planner (a next-word figure).",
     "batch": (
         "Study {slug} collects ratings: the MTurk-format batch is for next-word studies. Use "
-        "the MTurk ExternalQuestion (ebc crowd publish), a panel or invite links."
+        "the MTurk ExternalQuestion (ebc crowd publish), Prolific or invite links."
     ),
 }
 

@@ -16,10 +16,10 @@ from app.annotation import admin
 from app.annotation.identities import annotator_for_invite, read_invite_token
 from app.annotation.leases import next_assignment
 from app.annotation.schemas import WorkStatus
-from app.crowd import common, ledger, overview, payments, publishing, sync
+from app.crowd import common, ledger, overview, payments, publishing, registry, sync
 from app.crowd.base import CrowdProvider
 from app.crowd.common import PublishOptions
-from app.crowd.local import NO_FEE, LocalProvider
+from app.crowd.platforms.local.provider import NO_FEE, LocalProvider
 from app.db import make_sessionmaker, unit_of_work
 from app.models import (
     Annotator,
@@ -111,7 +111,7 @@ def test_the_local_provider_is_one_of_the_providers_with_one_environment(setting
     made = common.provider_for(settings, "local", sessions=make_session)
     assert isinstance(made, LocalProvider) and isinstance(made, CrowdProvider)
     assert (made.name, made.environment, made.balance_cents()) == ("local", "local", None)
-    assert common.CHANNEL_OF["local"].value == "local"
+    assert registry.platform("local").channel.value == "local"
     for environment in ("sandbox", "production"):
         with pytest.raises(common.CrowdServiceError, match="one environment") as refused:
             common.provider_for(settings, "local", environment, sessions=make_session)

@@ -16,27 +16,28 @@ from botocore.stub import ANY, Stubber
 from lxml import etree
 
 from app.crowd.base import AlreadyDone, CrowdError, PostingSpec, Qualifications, UnitToPublish
-from app.crowd.mturk import (
-    EXTERNAL_QUESTION_NS,
-    PAST,
+from app.crowd.platforms.mturk.client import (
     PRODUCTION_ENDPOINT,
+    SANDBOX_ENDPOINT,
+    _RateExceededRetry,
+    make_client,
+    moves_real_money,
+)
+from app.crowd.platforms.mturk.formats import (
+    EXTERNAL_QUESTION_NS,
     QUAL_APPROVAL_RATE,
     QUAL_LOCALE,
     QUAL_MASTERS,
     QUAL_NUMBER_APPROVED,
     REWARD_PATTERN,
-    SANDBOX_ENDPOINT,
-    MTurkProvider,
-    _RateExceededRetry,
     external_question,
-    make_client,
-    moves_real_money,
     parse_answers,
     reward_string,
 )
+from app.crowd.platforms.mturk.provider import PAST, MTurkProvider
 from tests.crowd.mturk_standin import answer_xml
 
-XSD = Path(__file__).parent / "data" / "ExternalQuestion.xsd"
+XSD = Path(__file__).parents[2] / "data" / "ExternalQuestion.xsd"
 HIT_ID = "3AQN9REUTFGXCRWFDAS9NS2ZWBXYD8"
 
 
@@ -386,7 +387,7 @@ def test_tokens_longer_than_64_characters_are_refused(stubbed, token):
 def test_ten_or_more_assignments_warn_about_the_fee(stubbed, caplog):
     provider, stub = stubbed
     stub.add_response("create_hit_with_hit_type", {"HIT": {"HITId": HIT_ID}})
-    with caplog.at_level(logging.WARNING, logger="app.crowd.mturk"):
+    with caplog.at_level(logging.WARNING, logger="app.crowd.platforms.mturk.provider"):
         provider.publish("TYPE1", spec(), unit(max_assignments=10))
     assert "40%" in caplog.text
 

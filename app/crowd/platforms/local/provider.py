@@ -56,7 +56,7 @@ NO_FEE = "lab annotators are paid off-platform: no platform fee"
 
 def price(spec: PostingSpec, assignments: int, *, bonus_cents: int = 0) -> CostEstimate:
     """What the lab pays its annotators for `assignments` assignments: the spec's reward
-    each, and the bonuses; no platform fee (as `mturk.price` and `prolific.price`, with no
+    each, and the bonuses; no platform fee (as the platforms' `fees.price`, with no
     client)."""
     return CostEstimate(spec.reward_cents * assignments, 0, bonus_cents, (NO_FEE,))
 
@@ -64,10 +64,8 @@ def price(spec: PostingSpec, assignments: int, *, bonus_cents: int = 0) -> CostE
 class LocalProvider:
     """The `CrowdProvider` of the local channel. See the module docstring."""
 
-    # Not `common.LOCAL`: `common.provider_for` imports this module (no import cycle).
     name = "local"
     environment = "local"
-    paced = False  # its calls reach no platform (`common.pacing`)
 
     def __init__(self, sessions: Callable[[], Session]) -> None:
         self._sessions = sessions
@@ -129,15 +127,7 @@ class LocalProvider:
     def reject(self, external_assignment_id: str, *, feedback: str) -> None:
         pass
 
-    def bonus(
-        self,
-        external_worker_id: str,
-        external_assignment_id: str,
-        amount_cents: int,
-        *,
-        reason: str,
-        request_token: str,
-    ) -> None:
+    def bonus(self, worker: str, work: str, cents: int, *, reason: str, request_token: str) -> None:
         pass
 
     def block(self, external_worker_id: str, *, reason: str) -> None:

@@ -10,7 +10,6 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from app.annotation.identities import panel_entry_url
 from app.config import Settings
 from app.crowd.base import (
     AlreadyDone,
@@ -21,13 +20,10 @@ from app.crowd.base import (
     Unsupported,
 )
 from app.crowd.base import UnitToPublish as Unit
-from app.crowd.prolific import (
-    PLACEHOLDERS,
-    ProlificError,
-    ProlificProvider,
-    completion_url,
-    places_for,
-)
+from app.crowd.platforms.prolific.api import ProlificError
+from app.crowd.platforms.prolific.entry import PLACEHOLDERS, completion_url, entry_url
+from app.crowd.platforms.prolific.fees import places_for
+from app.crowd.platforms.prolific.provider import ProlificProvider
 from tests.crowd.prolific_standin import BASE, LONG_MESSAGE, TOKEN, FakeProlific, prolific_error
 
 
@@ -37,7 +33,7 @@ def fake() -> FakeProlific:
 
 
 def spec(**fields) -> PostingSpec:
-    study = SimpleNamespace(slug="wiki-eb", channels={"panel": {"enabled": True}})
+    study = SimpleNamespace(slug="wiki-eb", channels={"prolific": {"enabled": True}})
     values = {
         "study_slug": "wiki-eb",
         "title": "Guess the next word",
@@ -47,7 +43,7 @@ def spec(**fields) -> PostingSpec:
         "lifetime_seconds": 7 * 86400,
         "auto_approve_seconds": 3 * 86400,
         # The URL the dashboard gives the panel: our /p/{slug} with the study's entry key.
-        "entry_url": panel_entry_url("https://ebc.example.org", "k" * 40, study),
+        "entry_url": entry_url("https://ebc.example.org", "k" * 40, study),
         "completion_code": "C1A2B3C4",
         "places": 12,
         "minutes_estimate": 6,
@@ -362,7 +358,7 @@ def test_a_lost_connection_is_retried_for_reads(fake):
             raise httpx.ReadTimeout("timed out", request=request)
         return original(request)
 
-    provider._http._transport = httpx.MockTransport(flaky)
+    provider._api._http._transport = httpx.MockTransport(flaky)
     assert provider.publish(study_id, spec(), unit()) == study_id
     assert fake.sleeps == [0.5, 1.0]
 

@@ -1,369 +1,49 @@
 """Mechanical Turk through boto3: the `mturk` crowd provider (DESIGN.md §2, issue 13).
 
-One `boto3.client("mturk", region_name="us-east-1", endpoint_url=...)` per provider: the
-sandbox requester endpoint by default, production only when the caller says so, or any
-endpoint that speaks the MTurk requester API (a stand-in in the tests). Never
-`region_name="sandbox"`: it signs with the wrong scope. Credentials come from the usual
-AWS chain (environment, shared files, instance role), never from our settings.
-
 A study is one HIT type (`CreateHITType`) and one MTurk HIT per HIT of ours
 (`CreateHITWithHITType`, an ExternalQuestion pointing at `/mturk/{study}`), each with a
-deterministic `UniqueRequestToken`. Throttling is retried by botocore (standard or
-adaptive mode; `RateExceeded`, which botocore does not know, by a handler of our own).
-Every failure is a `CrowdError`; "this exact call was already made" is `AlreadyDone`.
+deterministic `UniqueRequestToken`. The client (`client`: endpoints, retries, errors), the
+XML and money formats (`formats`) and the fees (`fees`) are modules of their own. Every
+failure is a `CrowdError`; "this exact call was already made" is `AlreadyDone`.
 
 MTurk closed to new requesters on 30 July 2026 and closes on 30 September 2026: this
-serves the sandbox, MTurk-compatible endpoints and reproductions (README "Crowd
-channels").
+serves the sandbox, MTurk-compatible endpoints and reproductions (docs/crowd.md,
+"Mechanical Turk").
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import re
-import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal, InvalidOperation
-from typing import Any
-from urllib.parse import urlsplit
-from xml.sax.saxutils import escape
+from typing import TYPE_CHECKING, Any
 
-from app.crowd.base import (
-    AlreadyDone,
-    CostEstimate,
-    CrowdError,
-    PlatformSubmission,
-    PostingSpec,
-    Qualifications,
-    UnitToPublish,
+from app.crowd.base import AlreadyDone, CrowdError, PlatformSubmission
+from app.crowd.platforms.mturk.client import ENDPOINTS, THROTTLE_CODES, crowd_error, make_client
+from app.crowd.platforms.mturk.fees import price
+from app.crowd.platforms.mturk.formats import (
+    REWARD_PATTERN,
+    cents_of,
+    external_question,
+    parse_answers,
+    qualification_requirements,
+    reward_string,
 )
+
+if TYPE_CHECKING:
+    from app.crowd.base import CostEstimate, PostingSpec, UnitToPublish
 
 log = logging.getLogger(__name__)
 
-REGION = "us-east-1"
-SANDBOX_ENDPOINT = "https://mturk-requester-sandbox.us-east-1.amazonaws.com"
-PRODUCTION_ENDPOINT = "https://mturk-requester.us-east-1.amazonaws.com"
-ENDPOINTS = {"sandbox": SANDBOX_ENDPOINT, "production": PRODUCTION_ENDPOINT}
-
-EXTERNAL_QUESTION_NS = (
-    "http://mechanicalturk.amazonaws.com/AWSMechanicalTurkDataSchemas/2006-07-14/"
-    "ExternalQuestion.xsd"
-)
-# System qualification types (the same ids in the sandbox and in production).
-QUAL_APPROVAL_RATE = "000000000000000000L0"  # PercentAssignmentsApproved
-QUAL_NUMBER_APPROVED = "00000000000000000040"  # NumberHITsApproved
-QUAL_LOCALE = "00000000000000000071"  # Worker_Locale
-# Masters differs between the two environments.
-QUAL_MASTERS = {
-    "sandbox": "2ARFPLSP75KLA8M8DH1HTEQVJT3SY6",
-    "production": "2F1QJWKUDD8XADTFD2Q0G6UTO95ALH",
-}
 # What sync asks for: every status we act on, named (the default omits some).
 REVIEWABLE_STATUSES = ("Submitted", "Approved", "Rejected")
-# MTurk appends these to the ExternalURL itself; a URL that carries one is refused.
-RESERVED_PARAMS = ("assignmentId", "hitId", "turkSubmitTo", "workerId")
 # An UpdateExpirationForHIT to a time in the past expires the HIT at once.
 PAST = datetime(2015, 1, 1, tzinfo=UTC)
 
 MAX_TOKEN = 64
-REWARD_PATTERN = re.compile(r"^\d+\.\d{2}$")
-THROTTLE_CODES = frozenset({"RateExceeded", "ThrottlingException", "Throttling"})
 # An MTurk HIT id: 30 upper-case letters and digits (HitAlreadyExists names it).
 _HIT_ID = re.compile(r"\b([A-Z0-9]{30})\b")
-_MAX_ANSWER_XML = 1_000_000
-
-# Fees (percent of rewards and bonuses), as MTurk's pricing page states them.
-FEE_PERCENT = 20
-FEE_PERCENT_TEN_OR_MORE = 40  # MaxAssignments >= 10
-MASTERS_EXTRA_PERCENT = 5
-MIN_FEE_CENTS = 1  # per assignment and per bonus
-
-
-def price(
-    spec: PostingSpec,
-    assignments: int,
-    *,
-    bonus_cents: int = 0,
-    max_assignments: int | None = None,
-) -> CostEstimate:
-    """What MTurk charges for `assignments` assignments at the spec's reward: its fee
-    rules alone, so an estimate needs no client, credentials or network.
-
-    Fee per assignment: 20% of the reward, 40% when the HIT has 10 or more
-    assignments (`max_assignments`), plus 5% for Masters; bonuses carry 20%. Each fee
-    is rounded to the cent (half up) with a minimum of 1 cent per assignment, and
-    `bonus_cents` is priced as one payment (the 1-cent minimum applies per payment,
-    so many small bonuses cost slightly more). The sandbox charges nothing; these are
-    production's prices for the same HITs.
-    """
-    if assignments < 0 or bonus_cents < 0:
-        raise CrowdError("assignments and bonuses cannot be negative")
-    notes: list[str] = []
-    percent = FEE_PERCENT
-    if max_assignments is not None and max_assignments >= 10:
-        percent = FEE_PERCENT_TEN_OR_MORE
-        notes.append("10 or more assignments per HIT: MTurk's fee is 40%, not 20%")
-    if spec.qualifications.masters:
-        percent += MASTERS_EXTRA_PERCENT
-        notes.append("Masters workers: MTurk adds 5%")
-    reward = spec.reward_cents
-    fee = max(MIN_FEE_CENTS, _percent_of(reward, percent)) if reward > 0 else 0
-    bonus_fee = max(MIN_FEE_CENTS, _percent_of(bonus_cents, FEE_PERCENT)) if bonus_cents else 0
-    return CostEstimate(
-        rewards_cents=reward * assignments,
-        fees_cents=fee * assignments + bonus_fee,
-        bonuses_cents=bonus_cents,
-        notes=tuple(notes),
-    )
-
-
-def reward_string(cents: int) -> str:
-    """Integer cents -> MTurk's decimal string ("0.50"); refuses what MTurk would."""
-    if isinstance(cents, bool) or not isinstance(cents, int) or cents < 1:
-        raise CrowdError(f"an MTurk amount must be at least 1 cent, not {cents!r}")
-    return f"{cents // 100}.{cents % 100:02d}"
-
-
-def cents_of(amount: str) -> int:
-    """MTurk's decimal string ("10000.00") -> integer cents."""
-    try:
-        value = Decimal(amount)
-    except (InvalidOperation, TypeError):
-        raise CrowdError(f"MTurk sent an amount that is not a number: {amount!r}") from None
-    return int((value * 100).to_integral_value())
-
-
-def external_question(url: str, frame_height: int) -> str:
-    """The ExternalQuestion XML (2006-07-14 schema) that frames `url` on MTurk.
-
-    The URL must be HTTPS (MTurk frames nothing else) and must not carry the parameters
-    MTurk appends itself; `&` and the other XML specials are escaped.
-    """
-    if not url.lower().startswith("https://"):
-        raise CrowdError(
-            f"MTurk frames only HTTPS pages; the study's URL is {url!r} "
-            "(set EBC_BASE_URL to the public https:// address)"
-        )
-    query = url.partition("?")[2]
-    names = {part.partition("=")[0] for part in query.split("&") if part}
-    clash = sorted(names & set(RESERVED_PARAMS))
-    if clash:
-        raise CrowdError(f"the study's URL may not carry {clash}: MTurk appends them itself")
-    if not 0 <= frame_height <= 10_000:
-        raise CrowdError(f"frame height {frame_height} is not between 0 and 10000 pixels")
-    return (
-        f'<ExternalQuestion xmlns="{EXTERNAL_QUESTION_NS}">'
-        f"<ExternalURL>{escape(url)}</ExternalURL>"
-        f"<FrameHeight>{int(frame_height)}</FrameHeight>"
-        "</ExternalQuestion>"
-    )
-
-
-def parse_answers(xml: str | None) -> dict[str, str] | None:
-    """An assignment's answer XML (QuestionFormAnswers) -> {QuestionIdentifier: value}.
-
-    For an ExternalQuestion every form field the worker's browser posted to
-    `externalSubmit` (but `assignmentId`) is one `<Answer>` with a `<FreeText>`. The text
-    comes from the worker's browser: untrusted, so a document type declaration (entity
-    expansion) or an oversized document is refused (None), as is XML that does not parse.
-    None: no answer to read.
-    """
-    if not xml:
-        return None
-    if len(xml) > _MAX_ANSWER_XML or "<!DOCTYPE" in xml.upper() or "<!ENTITY" in xml.upper():
-        log.warning("MTurk answer XML refused (too large or declares a document type)")
-        return None
-    try:
-        root = ET.fromstring(xml)
-    except ET.ParseError as exc:
-        log.warning("MTurk answer XML does not parse: %s", exc)
-        return None
-    answers: dict[str, str] = {}
-    for answer in root.iter():
-        if _local(answer.tag) != "Answer":
-            continue
-        name, values = None, []
-        for child in answer:
-            tag = _local(child.tag)
-            if tag == "QuestionIdentifier":
-                name = (child.text or "").strip()
-            elif tag in ("FreeText", "SelectionIdentifier", "OtherSelectionText"):
-                values.append(child.text or "")
-        if name:
-            answers[name] = "|".join(values)
-    return answers
-
-
-def _local(tag: str) -> str:
-    return tag.rpartition("}")[2]
-
-
-def qualification_requirements(q: Qualifications, environment: str) -> list[dict[str, Any]]:
-    """The study's requirements as MTurk's `QualificationRequirements`.
-
-    Each hides the HITs from workers who do not meet it (`DiscoverPreviewAndAccept`).
-    The cap qualification is required *not* to exist: a worker who reached the cap is
-    granted it (`grant_cap`) and stops seeing the study's HITs.
-    """
-    guarded = "DiscoverPreviewAndAccept"
-    out: list[dict[str, Any]] = []
-    if q.min_approval_rate is not None:
-        if not 0 <= q.min_approval_rate <= 100:
-            raise CrowdError("the approval rate must be a percentage (0 to 100)")
-        out.append(
-            {
-                "QualificationTypeId": QUAL_APPROVAL_RATE,
-                "Comparator": "GreaterThanOrEqualTo",
-                "IntegerValues": [int(q.min_approval_rate)],
-                "ActionsGuarded": guarded,
-            }
-        )
-    if q.min_approved is not None:
-        if q.min_approved < 0:
-            raise CrowdError("the number of approved HITs cannot be negative")
-        out.append(
-            {
-                "QualificationTypeId": QUAL_NUMBER_APPROVED,
-                "Comparator": "GreaterThanOrEqualTo",
-                "IntegerValues": [int(q.min_approved)],
-                "ActionsGuarded": guarded,
-            }
-        )
-    if q.locales:
-        bad = [c for c in q.locales if not re.fullmatch(r"[A-Z]{2}", c)]
-        if bad:
-            raise CrowdError(f"locales are ISO 3166 country codes such as US or GB, not {bad}")
-        out.append(
-            {
-                "QualificationTypeId": QUAL_LOCALE,
-                "Comparator": "In",
-                "LocaleValues": [{"Country": c} for c in q.locales],
-                "ActionsGuarded": guarded,
-            }
-        )
-    if q.masters:
-        out.append(
-            {
-                "QualificationTypeId": QUAL_MASTERS[environment],
-                "Comparator": "Exists",
-                "ActionsGuarded": guarded,
-            }
-        )
-    if q.cap_qualification_id:
-        out.append(
-            {
-                "QualificationTypeId": q.cap_qualification_id,
-                "Comparator": "DoesNotExist",
-                "ActionsGuarded": guarded,
-            }
-        )
-    return out
-
-
-def moves_real_money(endpoint_url: str | None) -> bool:
-    """Whether an endpoint URL is MTurk production: any AWS host but the sandbox's."""
-    if not endpoint_url:
-        return False
-    host = (urlsplit(endpoint_url.strip()).hostname or "").lower().rstrip(".")
-    sandbox = urlsplit(SANDBOX_ENDPOINT).hostname
-    return host != sandbox and (host == "amazonaws.com" or host.endswith(".amazonaws.com"))
-
-
-def make_client(
-    environment: str = "sandbox",
-    *,
-    endpoint_url: str | None = None,
-    max_attempts: int = 5,
-    retry_mode: str = "standard",
-    timeout_s: float = 30,
-):
-    """A boto3 MTurk client for `environment`, or for `endpoint_url` when given.
-
-    botocore retries throttling (`ThrottlingException`) and transient errors in
-    `retry_mode` ("standard" or "adaptive", which also paces requests client-side);
-    `RateExceeded`, an MTurk code botocore does not list, gets the same treatment from
-    `_retry_rate_exceeded`.
-    """
-    import boto3
-    from botocore.config import Config
-
-    if environment not in ENDPOINTS:
-        raise CrowdError(f"unknown MTurk environment {environment!r}: sandbox or production")
-    if retry_mode not in ("standard", "adaptive"):
-        raise CrowdError(f"retry mode {retry_mode!r}: standard or adaptive")
-    config = Config(
-        retries={"mode": retry_mode, "total_max_attempts": max_attempts},
-        connect_timeout=timeout_s,
-        read_timeout=timeout_s,
-    )
-    # A session of its own: the default session caches the credentials it found first.
-    client = boto3.session.Session().client(
-        "mturk",
-        region_name=REGION,
-        endpoint_url=endpoint_url or ENDPOINTS[environment],
-        config=config,
-    )
-    client.meta.events.register("needs-retry.mturk", _RateExceededRetry(max_attempts).needs_retry)
-    return client
-
-
-class _RateExceededRetry:
-    """Retry MTurk's `RateExceeded` like botocore retries `ThrottlingException`:
-    exponential backoff with full jitter, up to `max_attempts` attempts in all."""
-
-    def __init__(self, max_attempts: int, base_s: float = 1.0, cap_s: float = 20.0) -> None:
-        self.max_attempts = max_attempts
-        self.base_s = base_s
-        self.cap_s = cap_s
-
-    def needs_retry(self, response=None, attempts: int = 1, **_: Any) -> float | None:
-        if response is None or attempts >= self.max_attempts:
-            return None
-        error = (response[1] or {}).get("Error", {})
-        code = error.get("Code", "")
-        turk = str((response[1] or {}).get("TurkErrorCode", ""))
-        if code == "RateExceeded" or turk.endswith("RateExceeded"):
-            return random.random() * min(self.cap_s, self.base_s * 2 ** (attempts - 1))
-        return None
-
-
-def _error(exc: Exception, operation: str) -> CrowdError:
-    """botocore's exception -> our CrowdError, with MTurk's own error code when it gave one.
-
-    MTurk's refusal (a `ClientError` with a 4xx) did nothing. Anything else may have taken
-    effect (`maybe_done`): a read timeout or a dropped connection after MTurk did the work,
-    or a server fault (5xx), possibly after botocore's own retries; the ledger then treats
-    the call's outcome as unknown (a bonus is checked with `ListBonusPayments` before it is
-    made again). Only what never left this process (no credentials, bad parameters) is not.
-    """
-    from botocore.exceptions import ClientError, NoCredentialsError, ParamValidationError
-
-    if isinstance(exc, NoCredentialsError):
-        return CrowdError(
-            "no AWS credentials: give them through the usual AWS chain "
-            "(AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE or ~/.aws/credentials)"
-        )
-    if isinstance(exc, ParamValidationError):
-        return CrowdError(f"MTurk {operation}: {exc}")
-    if isinstance(exc, ClientError):
-        body = exc.response or {}
-        error = body.get("Error", {})
-        code = body.get("TurkErrorCode") or error.get("TurkErrorCode") or error.get("Code")
-        message = error.get("Message") or str(exc)
-        status = int((body.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 400)
-        return CrowdError(
-            f"MTurk {operation}: {message}",
-            code=code,
-            retryable=code in THROTTLE_CODES,
-            maybe_done=status >= 500,
-        )
-    return CrowdError(
-        f"MTurk {operation}: {exc} (the call may have reached MTurk)",
-        retryable=True,
-        maybe_done=True,
-    )
 
 
 class MTurkProvider:
@@ -404,7 +84,7 @@ class MTurkProvider:
         try:
             return method(**params)
         except (ClientError, BotoCoreError) as exc:
-            raise _error(exc, operation) from exc
+            raise crowd_error(exc, operation) from exc
 
     # -- money: estimate and balance --------------------------------------------------
 
@@ -671,15 +351,7 @@ class MTurkProvider:
             return None
         return got.get("Assignment", {}).get("AssignmentStatus")
 
-    def bonus(
-        self,
-        external_worker_id: str,
-        external_assignment_id: str,
-        amount_cents: int,
-        *,
-        reason: str,
-        request_token: str,
-    ) -> None:
+    def bonus(self, worker: str, work: str, cents: int, *, reason: str, request_token: str) -> None:
         """`SendBonus` (amount as a decimal string, the reason the worker reads) with its
         own `UniqueRequestToken`: MTurk refuses a repeated token, which is `AlreadyDone`
         (the bonus was paid once). MTurk remembers a token for 24 hours only: the ledger
@@ -691,9 +363,9 @@ class MTurkProvider:
         try:
             self._call(
                 "SendBonus",
-                WorkerId=external_worker_id,
-                AssignmentId=external_assignment_id,
-                BonusAmount=reward_string(amount_cents),
+                WorkerId=worker,
+                AssignmentId=work,
+                BonusAmount=reward_string(cents),
                 Reason=reason.strip()[:1024],
                 UniqueRequestToken=request_token,
             )
@@ -734,11 +406,6 @@ class MTurkProvider:
         until = datetime.now(UTC) + timedelta(seconds=lifetime_seconds)
         for hit_id in unit_external_ids:
             self._call("UpdateExpirationForHIT", HITId=hit_id, ExpireAt=until)
-
-
-def _percent_of(cents: int, percent: int) -> int:
-    """`percent`% of `cents`, rounded to the cent, halves up (integer arithmetic)."""
-    return (cents * percent + 50) // 100
 
 
 def _hit_already_exists(exc: CrowdError) -> bool:
