@@ -46,7 +46,8 @@ DEFAULT_RULES = {
     "blocked": True,
     "attention_min_accuracy": 0.5,
     "too_fast": True,
-    # Kept-but-flagged work (app.annotation.service.submit); not settable in a study file.
+    # Kept-but-flagged work (app.annotation.submissions.submission_flags); not settable in
+    # a study file.
     "over_cap": True,
     "extra_replica": True,
 }

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -21,6 +22,26 @@ from app.simulate.crowd import Heterogeneity
 
 # The two variants of every simulated result: the study's exclusions applied, or not.
 VARIANTS = ("with exclusions", "without exclusions")
+
+T = TypeVar("T")
+
+
+def by_variant(
+    keep: np.ndarray, attention: np.ndarray, figures: Callable[[np.ndarray], T], empty: T
+) -> dict[str, T]:
+    """A replication's figures for each variant (:data:`VARIANTS`: the answers `keep`
+    selects, then all of them): ``figures(mask)``; the first variant's again when the
+    exclusions left everything, and `empty` where only attention items are left."""
+    out: dict[str, T] = {}
+    for variant, mask in zip(VARIANTS, (keep, np.ones(keep.size, bool)), strict=True):
+        if variant == VARIANTS[1] and keep.all():
+            out[variant] = out[VARIANTS[0]]
+        elif not (mask & ~attention).any():
+            out[variant] = empty
+        else:
+            out[variant] = figures(mask)
+    return out
+
 
 DEFAULT_MIX = {"data": 5, "model": 5}
 

@@ -32,7 +32,7 @@ import numpy as np
 from app.results.exclusions import exclusion_mask
 from app.results.stats import DATA_KIND, EBCResults, PlanTarget, estimate_ebc
 from app.simulate.crowd import Crowd, StandIn, answer
-from app.simulate.design import VARIANTS, Design, Slots, assign_slots, hit_layout
+from app.simulate.design import VARIANTS, Design, Slots, assign_slots, by_variant, hit_layout
 from app.simulate.preview import until
 from app.studytypes.nextword.queries import Judgments
 
@@ -170,27 +170,24 @@ def run_replication(
     rng = np.random.default_rng([seed, r])
     j = simulate_judgments(design, crowd, stand_in, rng)
     keep, _report = exclusion_mask(j, design.exclusions)
-    rows: dict[str, dict[int, tuple]] = {}
-    pooled: dict[str, float] = {}
-    n_eff = math.nan
-    for variant, mask in zip(VARIANTS, (keep, np.ones(len(j), bool)), strict=True):
-        if variant == VARIANTS[1] and keep.all():
-            rows[variant], pooled[variant] = rows[VARIANTS[0]], pooled[VARIANTS[0]]
-            continue
-        if not (mask & ~j.attention).any():
-            rows[variant], pooled[variant] = {}, math.nan
-            continue
+
+    def figures(mask: np.ndarray) -> tuple[dict[int, tuple], float, float]:
+        """Per length the EB-C and its interval and p, the pooled p, G_eff."""
         res = estimate(j, mask, b=b, seed=seed + r, level=level)
-        rows[variant] = {}
+        per_length = {}
         for ln in design.lengths:
             try:
                 q = res.ebc(ln)
             except KeyError:
                 continue
-            rows[variant][ln] = (q.estimate, q.se, q.low, q.high, q.p_value)
-        pooled[variant] = next((t.p_value for t in res.tests if t.length is None), math.nan)
-        if variant == VARIANTS[0]:
-            n_eff = res.n_effective
+            per_length[ln] = (q.estimate, q.se, q.low, q.high, q.p_value)
+        pooled = next((t.p_value for t in res.tests if t.length is None), math.nan)
+        return per_length, pooled, res.n_effective
+
+    got = by_variant(keep, j.attention, figures, ({}, math.nan, math.nan))
+    rows = {variant: g[0] for variant, g in got.items()}
+    pooled = {variant: g[1] for variant, g in got.items()}
+    n_eff = got[VARIANTS[0]][2]
     return Replica(
         rows=rows,
         pooled_p=pooled,

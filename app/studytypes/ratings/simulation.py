@@ -47,7 +47,7 @@ from app.results.stats import DATA_KIND, MODEL_KIND
 from app.results.stats.ratings import STEPS, mean_ratings
 from app.results.stats.ratings_columns import RatingColumns
 from app.simulate.crowd import Heterogeneity
-from app.simulate.design import VARIANTS, Design
+from app.simulate.design import VARIANTS, Design, by_variant
 from app.simulate.preview import until
 from app.simulate.workload import FAST_NS, SLOW_NS, expected_annotators
 from app.studytypes.ratings.queries import Ratings
@@ -162,17 +162,12 @@ def run_ratings_replication(
     rng = np.random.default_rng([seed, r])
     ratings = simulate_study_ratings(design, raters, rng, fast=fast)
     keep, _report = exclusion_mask(ratings, design.exclusions)
-    rows: dict[str, dict[tuple[int, str], Got]] = {}
-    for variant, mask in zip(VARIANTS, (keep, np.ones(ratings.n, bool)), strict=True):
-        if variant == VARIANTS[1] and keep.all():
-            rows[variant] = rows[VARIANTS[0]]
-            continue
-        if not (mask & ~ratings.attention).any():
-            rows[variant] = {}
-            continue
+
+    def figures(mask: np.ndarray) -> dict[tuple[int, str], Got]:
+        """Per (length, step) the gap and ratio with their intervals, and G_eff."""
         res = mean_ratings(ratings.subset(mask), b=b, seed=seed + r, level=level)
         boot = {(c.length, c.step): c for c in res.secondary}
-        rows[variant] = {
+        return {
             (c.length, c.step): Got(
                 c.gap,
                 c.gap_low,
@@ -186,6 +181,8 @@ def run_ratings_replication(
             )
             for c in res.contrasts
         }
+
+    rows = by_variant(keep, ratings.attention, figures, {})
     return RatingsReplica(
         rows=rows,
         n_ratings=ratings.n,
