@@ -143,13 +143,15 @@ def run_demo_crowd(
     *,
     seed: int = 0,
 ):
-    """The demo's simulated crowd over HTTP (app.simulate.http) on most of the study's
+    """The demo's simulated crowd over HTTP (a next-word study's: the demo study is one) on
+    most of the study's
     open assignments: a tenth of them (at least one) is left, so the newcomer's annotator
     link still has work. None when the study has simulated annotators already (a second
     run of the demo leaves what the first one did)."""
     from app.simulate.crowd import Crowd, Heterogeneity
-    from app.simulate.http import run_http_crowd
-    from app.simulate.judges import GodView, StandInJudge
+    from app.simulate.godview import GodView
+    from app.studytypes.nextword.http_crowd import run_http_crowd
+    from app.studytypes.nextword.judges import StandInJudge
 
     with make_session() as session:
         done_before = session.scalar(

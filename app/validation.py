@@ -13,7 +13,7 @@ import re
 from functools import partial
 from typing import Annotated
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 # INTEGER columns (ids, caps, counts) on PostgreSQL; BIGINT ones (seeds) hold 2^63 - 1.
 INT32_MAX = 2**31 - 1
@@ -87,3 +87,11 @@ def Text(max_length: int):
         Field(max_length=max_length),
         AfterValidator(partial(_pydantic_text, multiline=True)),
     ]
+
+
+class Section(BaseModel):
+    """A section of a study file (``app.studies.schemas``, and a study type's own, e.g.
+    ``app.studytypes.ratings.config``): unknown keys are refused, and so are infinity and
+    NaN (valid TOML floats; no setting means anything with them)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)

@@ -1,6 +1,6 @@
 """Coverage of a ratings study's gap and ratio intervals on simulated raters (issue 15).
 
-R simulated studies per scenario (`app.simulate.raters.simulate_ratings`: 3 lengths x
+R simulated studies per scenario (`app.studytypes.ratings.raters.simulate_ratings`: 3 lengths x
 `--pairs` pairs per kind, 5 raters per pair, heavy-tailed rater activity, rater leniency,
 rater x kind, pair effects and noise, rounded to the half-point scale) are each scored by
 `app.results.stats.ratings.mean_ratings`; the share of intervals that hold the exact
@@ -21,8 +21,8 @@ import time
 import numpy as np
 
 from app.results.stats.ratings import mean_ratings
-from app.simulate.raters import RaterHeterogeneity, Raters, simulate_ratings
-from app.simulate.study import Design
+from app.simulate.design import Design
+from app.studytypes.ratings.raters import RaterHeterogeneity, Raters, simulate_ratings
 
 SCENARIOS = {
     "default heterogeneity": (RaterHeterogeneity(), 200),

@@ -50,12 +50,12 @@ from sqlalchemy.engine import make_url
 from app.config import Settings
 from app.db import build_engine, make_sessionmaker
 from app.migrate import upgrade
-from app.results.queries import clear_item_cache, load_judgments
 from app.results.schemas import ResultQuery
-from app.results.service import compute_results, study_results
 from app.results.stats import estimate_ebc, permutation_test
 from app.studies.schemas import DatasetSection, ModelSection, StudyConfig
 from app.studies.service import create_study
+from app.studytypes.nextword.queries import clear_item_cache, load_judgments
+from app.studytypes.nextword.results import compute_results, study_results
 
 ADMIN_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 K = 5

@@ -8,7 +8,7 @@ a stand-in P_D with CGD(data) 0.73 and a true EB-C of 1.02 at every length.
 
 Per replication and length, the EB-C interval two ways on the same judgments:
 
-- ebc-judge's default: ``app.simulate.study.estimate`` = the results' main estimate
+- ebc-judge's default: ``app.studytypes.nextword.simulation.estimate`` = the results' main estimate
   (exclusions applied, annotator clusters, wild cluster bootstrap-t inverted, B draws);
 - ``scipy.stats.bootstrap`` over the same annotators: its observations are the
   annotators' (sum of d, count) for the data and the model cell of that length, passed
@@ -36,7 +36,8 @@ from scipy import stats
 
 from app.results.exclusions import exclusion_mask
 from app.simulate.crowd import Crowd, StandIn
-from app.simulate.study import Design, estimate, simulate_judgments
+from app.simulate.design import Design
+from app.studytypes.nextword.simulation import estimate, simulate_judgments
 
 
 def scipy_interval(j, keep, length: int, b: int, seed: int) -> tuple[float, float]:

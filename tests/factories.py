@@ -19,7 +19,6 @@ from datetime import timedelta
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
-from app.hits.service import NONE_SLOT
 from app.models import (
     Annotator,
     Assignment,
@@ -40,6 +39,7 @@ from app.studies.schemas import (
     StudyConfig,
 )
 from app.studies.service import create_study
+from app.studytypes.nextword.hits import NONE_SLOT
 
 
 def choice_order(position: int, k: int) -> list[int | str]:
@@ -431,7 +431,7 @@ def answered_study(session: Session, slug: str = "rt", *, seed: int = 5) -> Stud
     import random
 
     from app.annotation.leases import next_assignment
-    from app.annotation.submissions import submit
+    from app.studytypes.nextword.annotation import submit
     from tests.hits.factory import annotator, make_study
 
     study = make_study(

@@ -1,9 +1,12 @@
 """The architecture's import rules (DESIGN.md §3), checked on the source and at run time."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from app.config import ROOT
 
@@ -84,39 +87,41 @@ def test_the_app_loads_no_torch_even_indirectly():
     assert _loads_none_of(("app",), ("torch", "transformers", "worker")) == []
 
 
-def _import_graph() -> dict[str, set[str]]:
-    """Module -> the project's modules it imports (at the top or inside a function; not
-    under `if TYPE_CHECKING:`, which never runs)."""
-    modules = {**_modules("app"), **_modules("worker")}
-
+def _resolver(modules: dict[str, Path]):
     def resolve(name: str) -> str | None:
         while name and name not in modules:
             name = name.rpartition(".")[0]
         return name or None
 
+    return resolve
+
+
+def _imported(module: str, path: Path, node: ast.AST) -> list[tuple[str, str]]:
+    """(module, name) pairs an import statement of `module` binds: ``from m import a`` gives
+    ``(m, a)``, ``import m.n`` gives ``(m.n, "")``; relative imports resolved."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    if isinstance(node, ast.Import):
+        return [(alias.name, "") for alias in node.names]
+    if isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:
+            anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+            base = f"{anchor}.{base}".rstrip(".")
+        return [(base, alias.name) for alias in node.names]
+    return []
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the project's modules it imports: at the top, inside a function, and under
+    `if TYPE_CHECKING:` (an import only a type checker runs still ties the two modules)."""
+    modules = {**_modules("app"), **_modules("worker")}
+    resolve = _resolver(modules)
     graph: dict[str, set[str]] = {}
     for module, path in modules.items():
-        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
         targets: set[str | None] = set()
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        typing_only = {
-            id(inner)
-            for node in ast.walk(tree)
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-            for stmt in node.body
-            for inner in ast.walk(stmt)
-        }
-        for node in ast.walk(tree):
-            if id(node) in typing_only:
-                continue
-            if isinstance(node, ast.Import):
-                targets.update(resolve(alias.name) for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                    base = f"{anchor}.{base}".rstrip(".")
-                targets.update(resolve(f"{base}.{alias.name}") for alias in node.names)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            for base, name in _imported(module, path, node):
+                targets.add(resolve(f"{base}.{name}" if name else base))
         graph[module] = {t for t in targets if t and t != module}
     return graph
 
@@ -143,13 +148,83 @@ def _cycle(graph: dict[str, set[str]]) -> list[str]:
     return []
 
 
-def test_the_import_graph_has_no_cycle():
-    assert _cycle(_import_graph()) == []
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import circle of `graph`: its strongly connected components of more than one
+    module (each sorted), so that a failure names them all at once."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(start: str) -> None:
+        work = [(start, iter(sorted(graph.get(start, ()))))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, targets = work[-1]
+            nxt = next(targets, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph.get(nxt, ())))))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+
+    for start in sorted(graph):
+        if start not in index:
+            visit(start)
+    return sorted(found)
+
+
+@pytest.mark.parametrize("package", ["app", "worker"])
+def test_the_import_graph_has_no_cycle(package):
+    """No import circle among the modules of `package` (one through the other package
+    would show under both)."""
+    touching = [c for c in _cycles(_import_graph()) if any(m.split(".")[0] == package for m in c)]
+    assert touching == []
 
 
 def test_the_cycle_check_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == []
+    graph = {"a": {"b"}, "b": {"a", "c"}, "c": {"d"}, "d": {"c"}, "e": {"a"}}
+    assert _cycles(graph) == [["a", "b"], ["c", "d"]]
+    assert _cycles({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_the_graph_counts_imports_only_a_type_checker_runs(tmp_path, monkeypatch):
+    """A circle through `if TYPE_CHECKING:` is a circle: the two modules still depend on
+    each other, and the next runtime import between them closes it."""
+    import tests.test_boundaries as me
+
+    pkg = tmp_path / "app"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from app.b import B\n")
+    (pkg / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from app.a import A\nB = 1\n"
+    )
+    (tmp_path / "worker").mkdir()
+    monkeypatch.setattr(me, "ROOT", tmp_path)
+    assert _cycles(_import_graph()) == [["app.a", "app.b"]]
 
 
 def _wait_policy(env: dict[str, str]) -> str:
@@ -177,3 +252,172 @@ def test_the_worker_s_torch_loads_with_sleeping_openmp_threads():
     wins."""
     assert _wait_policy({}) == "PASSIVE"
     assert _wait_policy({"OMP_WAIT_POLICY": "ACTIVE"}) == "ACTIVE"
+
+
+# -- private names stay in their module ----------------------------------------------------
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+FIRST_PARTY = ("app", "worker")
+
+
+def _private_imports(package: str) -> list[str]:
+    """Where a module of `package` takes another module's private name: ``from m import _x``,
+    ``import m._x``, or ``m._x`` on a module it imported, `m` one of ours (app, worker).
+    What two modules share is public."""
+    modules = {**_modules("app"), **_modules("worker")}
+    found = []
+    for module, path in sorted(_modules(package).items()):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        aliases: dict[str, str] = {}
+        for node in ast.walk(tree):
+            for base, name in _imported(module, path, node):
+                full = f"{base}.{name}" if name else base
+                if full.split(".")[0] not in FIRST_PARTY:
+                    continue  # a library's private module is its own business (torch's)
+                if (name and _private(name)) or any(_private(p) for p in full.split(".")):
+                    found.append(f"{module} imports {full}")
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname and alias.name in modules:
+                        aliases[alias.asname] = alias.name
+            elif isinstance(node, ast.ImportFrom):
+                for base, name in _imported(module, path, node):
+                    as_module = f"{base}.{name}"
+                    if as_module in modules:
+                        alias = next(a for a in node.names if a.name == name)
+                        aliases[alias.asname or name] = as_module
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in aliases
+                and _private(node.attr)
+            ):
+                found.append(f"{module} uses {aliases[node.value.id]}.{node.attr}")
+    return sorted(set(found))
+
+
+@pytest.mark.parametrize("package", ["app", "worker"])
+def test_no_module_takes_another_module_s_private_name(package):
+    assert _private_imports(package) == []
+
+
+def test_the_private_name_rule_catches_each_form(tmp_path, monkeypatch):
+    import tests.test_boundaries as me
+
+    pkg = tmp_path / "app"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("_x = 1\ny = 2\n")
+    (pkg / "b.py").write_text(
+        "from app.a import _x, y as _y\nfrom app import a\nfrom . import a as alias\n"
+        "from torch.utils._python_dispatch import TorchDispatchMode\n"  # a library's: its own
+        "print(a._x, alias._x, a.y, a.__name__)\n"
+    )
+    (tmp_path / "worker").mkdir()
+    monkeypatch.setattr(me, "ROOT", tmp_path)
+    assert _private_imports("app") == [
+        "app.b imports app.a._x",
+        "app.b uses app.a._x",
+    ]
+
+
+# -- the study type is asked of the registry -------------------------------------------------
+
+# Where a study's type may be named: the registry and the types' own packages.
+TYPES_HOME = ("app.studytypes",)
+TYPE_NAMES = ("nextword", "ratings")
+_TYPE_WORDS = re.compile(r"\bis_ratings\b|\bis_nextword\b|\b_rates\b|\bStudyType\.\w+")
+
+
+def _mentions_type(node: ast.AST) -> bool:
+    """Does the expression name a study type, or read a study's type?"""
+    for inner in ast.walk(node):
+        if isinstance(inner, ast.Attribute) and inner.attr in ("study_type",):
+            return True
+        if isinstance(inner, ast.Attribute) and (
+            isinstance(inner.value, ast.Name) and inner.value.id == "StudyType"
+        ):
+            return inner.attr in TYPE_NAMES
+        if isinstance(inner, ast.Name) and _TYPE_WORDS.fullmatch(inner.id):
+            return True
+        if isinstance(inner, ast.Attribute) and _TYPE_WORDS.fullmatch(inner.attr):
+            return True
+    return False
+
+
+def _names_a_type(node: ast.expr | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value in TYPE_NAMES
+
+
+def _branches(node: ast.AST) -> bool:
+    """Does `node` branch on a study type (see `_type_branches_in`)?"""
+    if isinstance(node, ast.Compare):
+        operands = [node.left, *node.comparators]
+        if any(_mentions_type(o) for o in operands):
+            return True
+        return any(_names_a_type(o) for o in operands) and any(
+            "type" in ast.unparse(o) for o in operands
+        )
+    if isinstance(node, ast.If | ast.IfExp | ast.While):
+        return _mentions_type(node.test)
+    if isinstance(node, ast.Match):
+        return _mentions_type(node.subject)
+    if isinstance(node, ast.Call):
+        return bool(_TYPE_WORDS.search(ast.unparse(node.func)))
+    if isinstance(node, ast.Dict):
+        return any(k is not None and (_mentions_type(k) or _names_a_type(k)) for k in node.keys)
+    return False
+
+
+def _type_branches_in(tree: ast.AST) -> list[int]:
+    """Lines that branch on a study type: a comparison with a study's type or with a type's
+    name, a test (`if`, a conditional expression, `match`) that reads one, a call of an
+    `is_ratings`-like predicate, a mapping keyed by a type."""
+    return sorted({node.lineno for node in ast.walk(tree) if _branches(node)})
+
+
+TEMPLATE_TYPE = re.compile(r"study_type|\bis_ratings\b|[\"'](?:ratings|nextword)[\"']")
+
+
+def _type_branches(package: str) -> list[str]:
+    found = []
+    for module, path in sorted(_modules(package).items()):
+        if module.startswith(TYPES_HOME):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        found += [f"{module}:{line}" for line in _type_branches_in(tree)]
+    if package == "app":
+        for path in sorted((ROOT / "app").rglob("*.html")):
+            rel = path.relative_to(ROOT)
+            if rel.parts[:2] == ("app", "studytypes"):
+                continue
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if TEMPLATE_TYPE.search(line):
+                    found.append(f"{rel}:{n}")
+    return found
+
+
+@pytest.mark.parametrize("package", ["app", "worker"])
+def test_only_the_registry_and_the_types_branch_on_a_study_type(package):
+    """Code outside `app.studytypes` asks the registry (`STUDY_TYPES[study.study_type]`) for
+    what varies, and never names a type (templates included)."""
+    assert _type_branches(package) == []
+
+
+def test_the_type_branch_rule_catches_each_form():
+    code = """
+if study.study_type is StudyType.ratings: pass
+x = a if is_ratings(study) else b
+ok = view.study_type == "ratings"
+{StudyType.nextword: 1}
+match study.study_type:
+    case _: pass
+default = StudyType.nextword
+plugin = STUDY_TYPES[study.study_type]
+"""
+    assert _type_branches_in(ast.parse(code)) == [2, 3, 4, 5, 6]

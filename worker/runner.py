@@ -296,10 +296,10 @@ class Worker:
 
     def _score_when_done(self, study: Study, job_id: int) -> None:
         """A ratings study's EB-M scores, once its precompute job is done: the results job
-        (`app.results.ebm`) run here, where the dataset is. Its failure is logged and leaves
-        the items as they are; `ebc results score STUDY` computes the scores again."""
-        from app.results.ebm import NAME, score_study
+        (`app.studytypes.ratings.ebm`) run here, where the dataset is. Its failure is logged
+        and leaves the items as they are; `ebc results score STUDY` computes them again."""
         from app.results.queries import latest_score
+        from app.studytypes.ratings.ebm import NAME, score_study
 
         try:
             with unit_of_work(self.sessionmaker) as session:

@@ -18,9 +18,25 @@ class AnnotationError(Exception):
         self.retry_after = retry_after  # seconds, sent as Retry-After (429, 503)
 
 
-class InvalidAnswers(AnnotationError):
+class FormRefused(AnnotationError):
+    """A posted page the server will not store as it is (incomplete, a bad option, a rating
+    off the scale or out of order): the page is shown again with the message, under this
+    4xx. Each study type's refusals are of this kind."""
+
+
+class InvalidAnswers(FormRefused):
     """The form is incomplete or holds an impossible option: show it again."""
 
     def __init__(self, message: str, answers: dict[int, int]) -> None:
         super().__init__(message, 400)
         self.answers = answers
+
+
+def given_back(consequence: str) -> AnnotationError:
+    """The refusal of a post to a HIT the annotator gave back (a 409), `consequence` saying
+    what that means for the post, e.g. "its answers can no longer be sent"."""
+    return AnnotationError(
+        f"You gave this HIT back (\u201cSkip this HIT\u201d), so {consequence}. "
+        "Nothing was saved; reload the page for your next HIT.",
+        409,
+    )

@@ -48,6 +48,7 @@ from app.annotation.queries import (
     PLAIN,
     RECOUNT,
     RETURN,
+    SERVED,
     SLOTS_BY_LENGTH,
     STATE,
     TIME,
@@ -165,6 +166,13 @@ def next_assignment(
     )
     work.status, work.assignment = WorkStatus.assigned, lease
     return work
+
+
+def record_served(session: Session, lease: Lease, now: datetime) -> None:
+    """Record when the HIT's page was first shown (the time check without JavaScript)."""
+    if lease.page_served_at is None:
+        lease.page_served_at = now
+        session.execute(SERVED, {"assignment_id": lease.id, "now": now})
 
 
 def leave_slot(session: Session, hit_id: int, *, was_leased: bool, submitted: bool) -> None:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy.orm import Session
 
-from app.annotation.content import hit_content
-from app.annotation.errors import AnnotationError, InvalidAnswers
+from app.annotation.errors import AnnotationError, FormRefused
 from app.annotation.identities import (
     PREVIEW_ASSIGNMENT,
     Enrolment,
@@ -28,31 +28,18 @@ from app.annotation.identities import (
     study_by_slug,
 )
 from app.annotation.leases import next_assignment, return_assignment, study_for
-from app.annotation.queries import SERVED, STORED_ANSWERS
-from app.annotation.ratings import (
-    RatingRefused,
-    point,
-    rate,
-    rating_from_form,
-    rating_step,
-    stored_ratings,
-)
 from app.annotation.schemas import (
     AnnotatorRef,
-    HitPage,
     InviteRef,
     Lease,
     MturkDone,
     PageData,
-    Rated,
     Sent,
-    StudyRef,
-    Submission,
     Work,
     WorkStatus,
 )
-from app.annotation.submissions import answers_from_form, submit
-from app.models import Channel, Study, StudyType, utcnow
+from app.models import Channel, Study, utcnow
+from app.studytypes.registry import study_type_of
 
 # -- invite and Prolific links -------------------------------------------------------------
 
@@ -67,18 +54,11 @@ def open_invite(session: Session, ref: InviteRef) -> PageData:
     return _page(session, annotator, work, now)
 
 
-def send_invite(
-    session: Session, ref: InviteRef, form: Mapping[str, str]
-) -> Sent | Rated | PageData:
-    """A posted HIT of an invite link: stored, or (incomplete, a bad option) shown again.
-    Ratings studies: one step's rating, stored (`Rated`) or refused with its step again."""
+def send_invite(session: Session, ref: InviteRef, form: Mapping[str, str]) -> Sent | PageData:
+    """A posted page of an invite link (a next-word HIT, or one step of a ratings HIT):
+    stored, or (incomplete, a bad option, a step out of order) shown again."""
     annotator = annotator_for_invite(session, ref)
-    if _rates(annotator):
-        return _rate(session, annotator, form, external_session_id=ref.session_id)
-    result = _submit(session, annotator, form, external_session_id=ref.session_id)
-    if isinstance(result, PageData):
-        return result
-    return Sent(result, _kept_page(session, result))
+    return _send(session, annotator, form, external_session_id=ref.session_id)
 
 
 def return_invite(session: Session, ref: InviteRef, public_id: str) -> None:
@@ -138,84 +118,45 @@ def open_mturk(
     return data
 
 
-def send_mturk(
-    session: Session, slug: str, form: Mapping[str, str]
-) -> MturkDone | Rated | PageData:
-    """A posted MTurk HIT: stored (then posted on to MTurk by the browser), or shown again.
-    Ratings studies: one step's rating (`Rated`); the last one's assignment is done."""
+def send_mturk(session: Session, slug: str, form: Mapping[str, str]) -> MturkDone | Sent | PageData:
+    """A posted MTurk page: stored (the HIT's last step: then posted on to MTurk by the
+    browser; an earlier step of a ratings HIT: `Sent`, not completed), or shown again."""
     study = study_by_slug(session, slug)
     channel_settings(study, Channel.mturk)
     external = platform_id(form.get("assignmentId"), "assignment id")
     annotator = crowd_annotator(session, study, Channel.mturk, form.get("workerId", ""))
-    if _rates(annotator):
-        rated = _rate(session, annotator, form, mturk=study, external_assignment_id=external)
-        if isinstance(rated, PageData):
-            return rated
-        if rated.assignment.external_assignment_id != external:
-            raise AnnotationError("The MTurk assignment does not match this HIT.", 400)
-        return _mturk_done(session, study, rated.assignment) if rated.completed else rated
-    result = _submit(session, annotator, form, mturk=study, external_assignment_id=external)
-    if isinstance(result, PageData):
-        return result
-    if result.assignment.external_assignment_id != external:
+    sent = _send(session, annotator, form, mturk=study, external_assignment_id=external)
+    if isinstance(sent, PageData):
+        return sent
+    if sent.assignment.external_assignment_id != external:
         raise AnnotationError("The MTurk assignment does not match this HIT.", 400)
-    return _mturk_done(session, study, result.assignment, _kept_page(session, result))
+    return _mturk_done(session, study, sent.assignment, sent.kept) if sent.completed else sent
 
 
-def _mturk_done(
-    session: Session, study: Study, assignment: Lease, kept: HitPage | None = None
-) -> MturkDone:
+def _mturk_done(session: Session, study: Study, assignment: Lease, kept: Any = None) -> MturkDone:
     origin = check_submit_to(study, assignment.submit_to or "")
-    if study.study_type is StudyType.ratings:
-        ratings = {
-            position: (point(r.quality), None if r.consistency is None else point(r.consistency))
-            for position, r in stored_ratings(session, assignment.id).items()
-        }
-        return MturkDone(assignment, origin, ratings=ratings)
     # Read back, not taken from the form: after a repeat that differed, the kept ones.
-    slots = dict(session.execute(STORED_ANSWERS, {"assignment_id": assignment.id}).all())
-    return MturkDone(assignment, origin, kept, slots)
+    fields = study_type_of(study).pages.mturk_fields(session, assignment)
+    return MturkDone(assignment, origin, kept, fields)
 
 
 # -- the HIT as shown -------------------------------------------------------------------
 
 
-def _rates(annotator: AnnotatorRef) -> bool:
-    """Does the annotator's study collect ratings (read with the annotator's lock)?"""
-    return annotator.study.study_type is StudyType.ratings
-
-
-def _rate(
+def _send(
     session: Session,
     annotator: AnnotatorRef,
     form: Mapping[str, str],
     *,
     mturk: Study | None = None,
     **lease,
-) -> Rated | PageData:
-    """Store a posted step of a ratings HIT; a refused one gets the annotator's page again,
-    with the reason, under the refusal's 4xx (`lease`: as `next_assignment` finds it)."""
-    post = rating_from_form(form)
+) -> Sent | PageData:
+    """Store a posted page through its study type (`StudyTypePlugin.send`); a refused form
+    gets the annotator's page again, with the reason, under the refusal's 4xx (`lease`: as
+    `next_assignment` finds it)."""
     try:
-        return rate(session, annotator, post)
-    except RatingRefused as exc:
-        return _refused(session, annotator, exc, form, mturk, lease)
-
-
-def _submit(
-    session: Session,
-    annotator: AnnotatorRef,
-    form: Mapping[str, str],
-    *,
-    mturk: Study | None = None,
-    **lease,
-) -> Submission | PageData:
-    """Store the form's answers; an incomplete form (or one with a bad option) gets the
-    annotator's page again instead (`lease`: as `next_assignment` finds it)."""
-    answers, times = answers_from_form(form)
-    try:
-        return submit(session, annotator, form.get("assignment", ""), answers, times)
-    except InvalidAnswers as exc:
+        return study_type_of(annotator.study).pages.send(session, annotator, form)
+    except FormRefused as exc:
         return _refused(session, annotator, exc, form, mturk, lease)
 
 
@@ -248,59 +189,17 @@ def _page(
     *,
     refused: tuple[AnnotationError, Mapping[str, str]] | None = None,
 ) -> PageData:
-    """`work`'s page: its HIT, recorded as served, when one is assigned. `refused`: the
-    refused form, whose answers are shown again on the HIT they were given for only (a
-    lapsed lease may have been replaced by another HIT, whose texts they do not belong to).
-    """
+    """`work`'s page: its HIT as its study type shows it (recorded as served), when one is
+    assigned. `refused`: the refused form and why (the type may show its answers again)."""
     data = PageData(annotator, work)
     lease = work.assignment
     if work.status is WorkStatus.assigned and lease is not None:
         study = study_for(session, annotator)
-        if study.study_type is StudyType.ratings:
-            _served(session, lease, now)
-            data.rating = rating_step(session, lease, study, first_hit=work.done == 0)
-        else:
-            data.page = _hit_page(session, lease, study, now)
+        data.page = study_type_of(study).pages.page(
+            session, lease, study, now, first_hit=work.done == 0, refused=refused
+        )
     if refused is not None:
-        exc, form = refused
+        exc, _ = refused
         data.error = exc.message
         data.status_code = exc.status_code
-        if (
-            isinstance(exc, InvalidAnswers)
-            and data.page is not None
-            and lease.public_id == form.get("assignment")
-        ):
-            data.page.answers = exc.answers
     return data
-
-
-def _served(session: Session, lease: Lease, now: datetime) -> None:
-    """Record when the HIT's page was first shown (the time check without JavaScript)."""
-    if lease.page_served_at is None:
-        lease.page_served_at = now
-        session.execute(SERVED, {"assignment_id": lease.id, "now": now})
-
-
-def _hit_page(session: Session, lease: Lease, study: StudyRef, now: datetime) -> HitPage:
-    """The HIT as shown: contexts and their words in the stored screen order."""
-    _served(session, lease, now)
-    return HitPage(
-        public_id=lease.public_id,
-        positions=list(hit_content(session, lease.hit_id).positions),
-        task=str(study.task),
-        expires_at_iso=lease.expires_at.isoformat(timespec="seconds"),
-    )
-
-
-def _kept_page(session: Session, result: Submission) -> HitPage | None:
-    """A submitted HIT with the answers that were kept, after a repeat that differed."""
-    if not result.kept:
-        return None
-    lease = result.assignment
-    return HitPage(
-        public_id=lease.public_id,
-        positions=list(hit_content(session, lease.hit_id).positions),
-        task="",
-        expires_at_iso=lease.expires_at.isoformat(timespec="seconds"),
-        answers=dict(result.kept),
-    )

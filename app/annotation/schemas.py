@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 from app.models import AssignmentStatus, Channel, StudyStatus, StudyType, Task
 
@@ -98,26 +98,6 @@ class PositionView:
     continuation: str | None = None  # ratings studies: the text to rate
 
 
-@dataclass
-class HitPage:
-    public_id: str
-    positions: list[PositionView]
-    task: str  # "lm" or "seq2seq": decides the page's wording only
-    expires_at_iso: str
-    answers: dict[int, int] = field(default_factory=dict)  # to refill a rejected form
-
-
-@dataclass
-class Submission:
-    assignment: Lease
-    late: bool
-    repeated: bool  # the same assignment was already submitted: nothing was written
-    too_fast: int  # judgments flagged as faster than the study's minimum
-    # A repeat whose answers differ from the stored ones (a second tab, a re-click after a
-    # change): the stored answers by position, to show what was kept. Empty otherwise.
-    kept: dict[int, int] = field(default_factory=dict)
-
-
 @dataclass(frozen=True)
 class InviteRef:
     """What a signed link names: an annotator's link nonce, and the Prolific session if any.
@@ -131,26 +111,39 @@ class InviteRef:
     annotator_id: int | None = None
 
 
+class PageView(Protocol):
+    """A HIT's page as its study type shows it (a next-word HIT's texts and options, a
+    ratings HIT's step): the template that renders it (``page`` in its context) and,
+    optionally, a part rendered from the HIT alone that the web layer may keep per HIT
+    (``fragment``: its template, ``fragment_context()``, ``cacheable``)."""
+
+    public_id: str
+    template: ClassVar[str]
+    fragment: ClassVar[str | None]
+
+
 @dataclass(slots=True)
 class PageData:
     """One annotator page, from one call of app.annotation.pages: who asks, what they work
-    on now (or why nothing) and, when it is a HIT, that HIT as shown."""
+    on now (or why nothing) and, when it is a HIT, that HIT as its type shows it."""
 
     annotator: AnnotatorRef
     work: Work
-    page: HitPage | None = None  # the HIT as shown, when `work` is assigned
+    page: Any = None  # the HIT as shown (a PageView), when `work` is assigned
     error: str | None = None  # why a posted form was refused (its HIT is shown again)
     origin: str | None = None  # MTurk: the checked turkSubmitTo's origin, where forms post
-    rating: RatingStep | None = None  # ratings studies: the step shown instead of `page`
-    status_code: int = 200  # a refused rating's 4xx (its step is shown again)
+    status_code: int = 200  # a refused form's 4xx (its page is shown again)
 
 
 @dataclass(slots=True)
 class Sent:
-    """A stored (or repeated) submission of an invite or Prolific link."""
+    """A stored (or repeated) post of a HIT's page: the whole HIT (next-word), or one step
+    of it (ratings: `completed` once the last step submitted the assignment)."""
 
-    submission: Submission
-    kept: HitPage | None = None  # a repeat with other answers: the ones that were kept
+    assignment: Lease
+    late: bool  # as the submission's (a step's, until the HIT is completed)
+    completed: bool = True
+    kept: Any = None  # a repeat with other answers: the ones that were kept (a PageView)
 
 
 @dataclass(slots=True)
@@ -159,43 +152,8 @@ class MturkDone:
 
     assignment: Lease
     origin: str  # the checked origin of the assignment's turkSubmitTo
-    kept: HitPage | None = None  # a repeat with other answers: the ones that were kept
-    # The stored answers (position -> screen slot; the kept ones after a repeat that
-    # differed), posted on to MTurk so that its answer XML can restore ours.
-    slots: dict[int, int] = field(default_factory=dict)
-    # Ratings studies: position -> (quality, consistency) as scale points, posted on likewise.
-    ratings: dict[int, tuple[str, str | None]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class RatingStep:
-    """One step of a ratings HIT as shown: the pair at `number`, rated for `step`.
-
-    At the quality step it holds the continuation only: the context (`prompt`, `words`) is
-    filled in only at the consistency step, once the quality is stored, so a page cannot
-    show what its step does not hold. No item id, no kind.
-    """
-
-    public_id: str
-    number: int  # 0-based position in the HIT: the form's `position`
-    total: int  # pairs in the HIT
-    step: str  # "quality" or "consistency"
-    continuation: str
-    values: tuple[str, ...]  # the scale's points, as posted ("0", "0.5", ..., "5")
-    scale_max: int
-    expires_at_iso: str
-    first: bool  # the first step of the annotator's first HIT: instructions open
-    prompt: str | None = None  # consistency step only
-    words: str | None = None  # consistency step only
-    quality: str | None = None  # consistency step: the stored (locked) quality
-
-
-@dataclass(slots=True)
-class Rated:
-    """A stored (or repeated) rating; `completed`: it was the HIT's last, so the assignment
-    is submitted (`late` as a submission's)."""
-
-    assignment: Lease
-    completed: bool
-    late: bool
-    repeated: bool  # the same rating was already stored: nothing was written
+    kept: Any = None  # a repeat with other answers: the ones that were kept (a PageView)
+    # What was stored, as form fields posted on to MTurk so that its answer XML can restore
+    # ours: a next-word HIT's screen slot per position (o{pos}; the kept ones after a repeat
+    # that differed), a ratings HIT's quality and consistency per pair (q{pos}, c{pos}).
+    fields: list[tuple[str, str]] = field(default_factory=list)

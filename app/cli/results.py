@@ -92,36 +92,26 @@ def results(
     gap and ratio with intervals; csv and latex as ratings_table.csv and .tex; the
     next-word options --estimator, --unit and --ci are refused there)."""
     from app.cli.common import fail, load_settings, session_scope, study_named
-    from app.results import exports, ratings_exports
-    from app.results.catalog import task_label
-    from app.results.ratings import NextWordOption
+    from app.results.exports import task_label
     from app.results.service import study_results
+    from app.studytypes.base import OptionNotForThisType
+    from app.studytypes.registry import study_type_of
 
     if format_ not in FORMATS:
         fail(f"unknown format {format_!r}: use {', '.join(FORMATS)}")
     query = _query(estimator=estimator, unit=unit, b=b, ci=ci, seed=seed, exclusions=exclusions)
     with session_scope(load_settings()) as session:
         found = study_named(session, study)
+        plugin = study_type_of(found)
         try:
             res = study_results(session, found, query)
-        except NextWordOption as exc:
-            fail(f"{study} is a ratings study: {exc.message}")
+        except OptionNotForThisType as exc:
+            fail(f"{study} is {plugin.noun} study: {exc.message}")
         label = task_label(found)
     if format_ == "json":
         typer.echo(res.model_dump_json(indent=2))
-    elif res.ratings is not None:  # a ratings study
-        if format_ == "csv":
-            typer.echo(ratings_exports.ratings_table_csv(res), nl=False)
-        elif format_ == "latex":
-            typer.echo(ratings_exports.ratings_latex(res, label, paper=paper), nl=False)
-        else:
-            typer.echo(ratings_exports.ratings_table(res), nl=False)
-    elif format_ == "csv":
-        typer.echo(exports.results_csv(res), nl=False)
-    elif format_ == "latex":
-        typer.echo(exports.results_latex(res, label, paper=paper), nl=False)
     else:
-        typer.echo(exports.results_table(res), nl=False)
+        typer.echo(plugin.results.text(res, format_, label, paper=paper), nl=False)
 
 
 @results_cli.command("diagnostics")
@@ -139,40 +129,32 @@ def diagnostics(
     reference model, with the self-recovery gaps (the same table as
     GET /api/v1/studies/{slug}/results/diagnostics; next-word studies)."""
     from app.cli.common import fail, load_settings, session_scope, study_named
-    from app.results.diagnostics import diagnostics_csv, diagnostics_table, study_diagnostics
-    from app.results.ratings import NextWordOnly
+    from app.studytypes.registry import study_type_of
 
     if format_ not in DIAGNOSTICS_FORMATS:
         fail(f"unknown format {format_!r}: use {', '.join(DIAGNOSTICS_FORMATS)}")
     query = _query(estimator=estimator, unit=unit, b=b, ci=ci, seed=seed, exclusions=exclusions)
     with session_scope(load_settings()) as session:
-        try:
-            diag = study_diagnostics(session, study_named(session, study), query)
-        except NextWordOnly as exc:
-            fail(exc.message)
+        found = study_named(session, study)
+        table = study_type_of(found).diagnostics
+        if table is None:
+            fail(study_type_of(found).refusal(found, "diagnostics"))
+        diag = table.compute(session, found, query)
     if format_ == "json":
         typer.echo(diag.model_dump_json(indent=2))
-    elif format_ == "csv":
-        typer.echo(diagnostics_csv(diag), nl=False)
     else:
-        typer.echo(diagnostics_table(diag), nl=False)
+        typer.echo(table.text(diag, format_), nl=False)
 
 
 EBM_FORMATS = ("table", "csv", "json", "latex")
 EbmFormat = Annotated[str, typer.Option("--format", "-f", help="table | csv | json | latex")]
 
 
-def _print_ebm(slug: str, stored, label: str, format_: str) -> None:
-    from app.results import ebm_exports
-
+def _print_ebm(plugin, slug: str, stored, label: str, format_: str) -> None:
     if format_ == "json":
         typer.echo(stored.model_dump_json(indent=2) if stored else "null")
-    elif format_ == "csv":
-        typer.echo(ebm_exports.ebm_csv(slug, stored), nl=False)
-    elif format_ == "latex":
-        typer.echo(ebm_exports.ebm_latex(slug, stored, label), nl=False)
     else:
-        typer.echo(ebm_exports.ebm_table(slug, stored), nl=False)
+        typer.echo(plugin.scores.text(slug, stored, label, format_), nl=False)
 
 
 @results_cli.command("score")
@@ -187,19 +169,22 @@ def score(
     scores, and print them. The worker runs this when a ratings study's precompute ends."""
     from app.audit.service import CLI
     from app.cli.common import fail, load_settings, session_scope, study_named
-    from app.results.catalog import task_label
-    from app.results.ebm import ScoreError, score_study, stored_ebm
+    from app.results.exports import task_label
+    from app.studytypes.registry import study_type_of
 
     if format_ not in EBM_FORMATS:
         fail(f"unknown format {format_!r}: use {', '.join(EBM_FORMATS)}")
     with session_scope(load_settings()) as session:
         found = study_named(session, study)
+        plugin = study_type_of(found)
+        if plugin.scores is None:
+            fail(plugin.refusal(found, "EB-M"))
         try:
-            score_study(session, found, b=b, seed=seed, by=CLI)
-        except ScoreError as exc:
+            plugin.scores.score(session, found, b=b, seed=seed, by=CLI)
+        except plugin.scores.error as exc:
             fail(str(exc))
-        stored, label = stored_ebm(session, found), task_label(found)
-    _print_ebm(study, stored, label, format_)
+        stored, label = plugin.scores.stored(session, found), task_label(found)
+    _print_ebm(plugin, study, stored, label, format_)
 
 
 @results_cli.command("ebm")
@@ -210,14 +195,15 @@ def ebm(
     """Print a ratings study's stored EB-M scores (as the last `ebc results score` or the
     worker computed them; the same as the `ebm` of GET /api/v1/studies/{slug}/results)."""
     from app.cli.common import fail, load_settings, session_scope, study_named
-    from app.results.catalog import task_label
-    from app.results.ebm import is_ratings, stored_ebm
+    from app.results.exports import task_label
+    from app.studytypes.registry import study_type_of
 
     if format_ not in EBM_FORMATS:
         fail(f"unknown format {format_!r}: use {', '.join(EBM_FORMATS)}")
     with session_scope(load_settings()) as session:
         found = study_named(session, study)
-        if not is_ratings(found):
-            fail(f"{study} is a next-word study: EB-M scores ratings studies")
-        stored, label = stored_ebm(session, found), task_label(found)
-    _print_ebm(study, stored, label, format_)
+        plugin = study_type_of(found)
+        if plugin.scores is None:
+            fail(plugin.refusal(found, "EB-M"))
+        stored, label = plugin.scores.stored(session, found), task_label(found)
+    _print_ebm(plugin, study, stored, label, format_)

@@ -4,11 +4,11 @@ A simulated crowd does the study as designed (lengths, items per cell, HIT mix,
 attention items, replicas, overlap, cap, cell share, exclusions) R times against a
 stand-in P_D with a known EB-C; the table says what the results would recover, how
 often their interval covers the truth, the power to detect the target EB-C, and what
-each crowd channel charges for the design (`app.simulate.preview`, as the study page).
-On a ratings study simulated raters with chosen true mean quality and consistency per
-kind rate it instead (`app.simulate.ratings_preview`): the gap and ratio data/model per
-length and step against the truth, their coverage, the power to find the gap, the pairs
-the design needs, and the same costs.
+each crowd channel charges for the design (as the study page). On a ratings study
+simulated raters with chosen true mean quality and consistency per kind rate it instead:
+the gap and ratio data/model per length and step against the truth, their coverage, the
+power to find the gap, the pairs the design needs, and the same costs. Each is its study
+type's preview (``StudyTypePlugin.preview``).
 """
 
 from __future__ import annotations
@@ -106,17 +106,9 @@ def simulate(
     ratings study: simulated raters, the recovered gap and ratio data/model per length
     and step, their coverage, the power to find the gap and the pairs the design needs."""
     from app.cli.common import fail, load_settings, session_scope, study_named
-    from app.simulate.preview import (
-        CHANNELS,
-        PreviewError,
-        PreviewOptions,
-        simulate_before_paying,
-    )
-    from app.simulate.ratings_preview import (
-        RatingsPreviewOptions,
-        is_ratings,
-        simulate_ratings_before_paying,
-    )
+    from app.simulate.costs import channel_costs
+    from app.simulate.preview import CHANNELS, NO_LIMITS, PreviewError
+    from app.studytypes.registry import study_type_of
 
     if provider is not None and provider not in CHANNELS:
         fail(f"unknown provider {provider!r}: one of {', '.join(CHANNELS)}")
@@ -126,8 +118,11 @@ def simulate(
         "seed": seed,
         "providers": CHANNELS if provider is None else (provider,),
     } | ({} if b is None else {"b": b})
-    nextword = {"target_ebc": target_ebc, "true_ebc": true_ebc, "cgd_data": cgd_data}
-    ratings = {
+    # Each type's own options: its preview's (the others do not apply to it).
+    specific = {
+        "target_ebc": target_ebc,
+        "true_ebc": true_ebc,
+        "cgd_data": cgd_data,
         "quality": quality,
         "consistency": consistency,
         "sd_rater": sd_rater,
@@ -139,23 +134,20 @@ def simulate(
     settings = load_settings()
     with session_scope(settings) as session:
         found = study_named(session, study)
-        rated = is_ratings(found)
-        mine, others = (ratings, nextword) if rated else (nextword, ratings)
-        given = [_flag(k) for k, v in others.items() if v is not None]
+        plugin = study_type_of(found)
+        fields = plugin.preview.OPTIONS.model_fields
+        given = [_flag(k) for k, v in specific.items() if v is not None and k not in fields]
         if given:
-            kind = "a ratings study" if rated else "a next-word study"
-            fail(f"{study} is {kind}: {', '.join(given)} does not apply to it")
-        chosen = common | {k: v for k, v in mine.items() if v is not None}
+            fail(f"{study} is {plugin.noun} study: {', '.join(given)} does not apply to it")
+        chosen = common | {k: v for k, v in specific.items() if v is not None}
         try:
-            if rated:
-                preview = simulate_ratings_before_paying(
-                    found, settings, _options(RatingsPreviewOptions, chosen)
-                )
-            else:
-                preview = simulate_before_paying(found, settings, _options(PreviewOptions, chosen))
+            options = _options(plugin.preview.OPTIONS, chosen)
+            preview = plugin.preview.run(
+                found, settings, options, limits=NO_LIMITS, price=channel_costs
+            )
         except PreviewError as exc:
             fail(exc.message)
-    typer.echo((render_ratings if rated else render)(preview), nl=False)
+    typer.echo(plugin.preview.text(preview), nl=False)
 
 
 def _flag(name: str) -> str:
@@ -172,143 +164,3 @@ def _options(model, chosen: dict):
         return model(**chosen)
     except ValidationError as exc:
         fail("; ".join(f"--{'-'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
-
-
-def render(preview) -> str:
-    """The table of `ebc simulate` (plain text)."""
-    summary, size, design = preview.summary, preview.size, preview.design
-    reject = preview.rejection
-    lines = [
-        f"SIMULATED crowd ({summary.crowd}), {summary.replications} replications of this "
-        f"study's design: {len(design.lengths)} lengths x {design.hits_per_length} HITs, "
-        f"{size.assignments} assignments, {size.judgments:,} judgments, cap {design.cap} HITs "
-        "per annotator",
-        f"stand-in P_D: population CGD(data) {_fmt(summary.cgd_data)}, true EB-C "
-        f"{_fmt(summary.true_ebc)}; per study on average {summary.mean_judgments:,.0f} "
-        f"judgments, {summary.mean_annotators:.0f} annotators (effective "
-        f"{summary.mean_effective:.1f}), {summary.mean_excluded:.0f} judgments excluded",
-        f"interval: the results' default {summary.level:.0%} (wild cluster by annotator); "
-        f"{reject}: share rejecting EB-C = 1 at alpha {summary.alpha:g}"
-        + (f" (target EB-C {preview.options.target_ebc:g})" if reject == "power" else ""),
-        "",
-        f"{'variant':<20} {'l':>4} {'truth':>7} {'mean est':>9} {'sd est':>7} {'mean SE':>8} "
-        f"{'coverage':>15} {reject:>15}",
-    ]
-    for x in summary.rows:
-        lines.append(
-            f"{x.variant:<20} {x.length:>4} {x.truth:>7.4f} {x.mean_estimate:>9.4f} "
-            f"{x.sd_estimate:>7.4f} {x.mean_se:>8.4f} "
-            f"{x.coverage:>8.3f} ± {x.coverage_mc:.3f} {x.reject:>8.3f} ± {x.reject_mc:.3f}"
-        )
-    for variant, share in summary.pooled_reject.items():
-        lines.append(f"pooled over lengths, {variant}: {reject} {share:.3f}")
-    lines.append("(± : Monte Carlo standard error over the replications)")
-    one = [r for r in preview.rows if r.variant == "with exclusions"]
-    lines.append(
-        "one simulated study (replication 1, with exclusions): "
-        + "; ".join(
-            f"l={r.length} {r.estimate:.4f} ± {r.se:.4f} (truth {r.truth:.4g})" for r in one
-        )
-    )
-    lines.append("")
-    lines += cost_lines(preview.costs)
-    lines.append(f"{summary.seconds_per_replication * 1000:.0f} ms per replication")
-    return "\n".join(lines) + "\n"
-
-
-def cost_lines(costs) -> list[str]:
-    """What each channel charges for the design, by its own fee rules (no platform asked)."""
-    lines = ["cost of this design per channel (each platform's fee rules; no platform asked):"]
-    for c in costs:
-        where = f"{c.provider} ({c.environment})" + ("" if c.enabled else ", channel off")
-        if c.estimate is None:
-            lines.append(f"  {where}: {c.problem}")
-            continue
-        e = c.estimate
-        lines.append(
-            f"  {where}: {c.assignments} assignments, rewards {_usd(e.rewards_cents)} + fees "
-            f"{_usd(e.fees_cents)} = {_usd(e.total_cents)}"
-        )
-        lines += [f"    {note}" for note in c.notes]
-    return lines
-
-
-def _usd(cents: int) -> str:
-    return f"${cents / 100:,.2f}"
-
-
-def _fmt(values: dict[int, float]) -> str:
-    distinct = {round(v, 6) for v in values.values()}
-    if len(distinct) == 1:
-        return f"{next(iter(values.values())):.4g}"
-    return ", ".join(f"l={ln}: {v:.4g}" for ln, v in values.items())
-
-
-def render_ratings(preview) -> str:
-    """The table of `ebc simulate` on a ratings study (plain text)."""
-    summary, size, design, raters = preview.summary, preview.size, preview.design, preview.raters
-    (qd, qm), (cd, cm) = preview.options.quality, preview.options.consistency
-    mix = " + ".join(f"{n} {design.kinds[k]}" for k, n in sorted(design.mix.items()))
-    lines = [
-        f"SIMULATED raters ({preview.crowd}), {summary.replications} replications of this "
-        f"study's design: {len(design.lengths)} lengths x {design.hits_per_length} HITs of "
-        f"{mix} pairs and {design.attention} attention, {design.replicas} ratings per pair, "
-        f"{size.assignments} assignments, {size.judgments:,} ratings, cap {design.cap} HITs "
-        "per rater",
-        f"true means on 0-{raters.scale_max} in steps of {raters.step:g}: quality {qd:g} "
-        f"(data) {qm:g} (model), consistency {cd:g} (data) {cm:g} (model), at every length; "
-        f"per study on average {summary.mean_ratings:,.0f} ratings, "
-        f"{summary.mean_annotators:.0f} raters, {summary.mean_excluded:.0f} ratings excluded",
-        f"interval: the ratings results' headline {summary.level:.0%} (two-way, rater x "
-        "pair); power: share whose gap interval excludes 0 (size where the true gap is 0); "
-        "boot: the secondary annotator-bootstrap interval's coverage of the true gap",
-        "",
-        f"{'variant':<20} {'l':>4} {'step':<11} {'true gap':>8} {'mean':>7} {'sd':>6} "
-        f"{'coverage':>15} {'true ratio':>10} {'mean':>6} {'coverage':>15} "
-        f"{'power/size':>15} {'half-w':>6} {'boot':>15}",
-    ]
-    for x in summary.rows:
-        lines.append(
-            f"{x.variant:<20} {x.length:>4} {x.step:<11} {x.true_gap:>8.4f} {x.mean_gap:>7.4f} "
-            f"{x.sd_gap:>6.4f} {x.gap_coverage:>7.3f} ± {x.gap_coverage_mc:.3f} "
-            f"{x.true_ratio:>10.4f} {x.mean_ratio:>6.4f} "
-            f"{x.ratio_coverage:>7.3f} ± {x.ratio_coverage_mc:.3f} "
-            f"{x.reject:>7.3f} ± {x.reject_mc:.3f} {x.half_width:>6.3f} "
-            f"{x.boot_coverage:>7.3f} ± {x.boot_coverage_mc:.3f}"
-        )
-    lines.append("(gap: data - model, ratio: data / model, true and mean over the replications;")
-    lines.append(" ± : Monte Carlo standard error over the replications)")
-    one = [r for r in summary.rows if r.variant == "with exclusions"]
-    lines.append(
-        "one simulated study (replication 1, with exclusions): "
-        + "; ".join(
-            f"l={r.length} {r.step} gap {r.first_gap:.3f} [{r.first_low:.3f}, "
-            f"{r.first_high:.3f}] (truth {r.true_gap:.3g})"
-            for r in one
-        )
-    )
-    lines.append("")
-    if preview.needs:
-        lines.append(
-            f"what the design needs ({preview.needs[0].pairs_now} pairs per cell now; the "
-            "simulated interval carried through the raters' variance components):"
-        )
-    for n in preview.needs:
-        power = (
-            f"{n.pairs_for_power:,} for power {n.power:g} at every length"
-            if n.pairs_for_power is not None
-            else "no power figure (the true gap is 0, or out of reach)"
-        )
-        width = (
-            f"{n.pairs_for_half_width:,} pairs per cell"
-            if n.pairs_for_half_width is not None
-            else "more pairs per cell than it computes"
-        )
-        lines.append(
-            f"  {n.step}: gap half-width {n.half_width_now:.3f} now; {width} for "
-            f"{n.target_half_width:g}; {power}"
-        )
-    lines.append("")
-    lines += cost_lines(preview.costs)
-    lines.append(f"{summary.seconds_per_replication * 1000:.0f} ms per replication")
-    return "\n".join(lines) + "\n"

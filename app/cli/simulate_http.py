@@ -2,9 +2,9 @@
 
 Simulated annotators (marked simulated, labelled ``simulated-<n>``) follow invite links to
 the server at BASE_URL and do HITs as people do: on a next-word study they pick words
-(`app.simulate.http`, P_D a stand-in or the study's reference model); on a ratings study
-they rate each pair's quality, then its consistency once the page reveals the context
-(`app.simulate.http_ratings`, raters with chosen true means per kind and step). Their
+(P_D a stand-in or the study's reference model); on a ratings study they rate each pair's
+quality, then its consistency once the page reveals the context (raters with chosen true
+means per kind and step): the study type's crowd (``StudyTypePlugin.http_crowd``). Their
 answers are stored like anyone's. The command reads and writes the server's database
 (this process's settings: the same DATABASE_URL and SECRET_KEY as the server), to make the
 annotators and for the simulator's god-view.
@@ -18,7 +18,6 @@ import typer
 
 from app.cli.simulate import (
     CROWD_HELP,
-    RATERS,
     SD_HELP,
     CgdDataOption,
     ConsistencyOption,
@@ -28,27 +27,6 @@ from app.cli.simulate import (
 
 def register(cli: typer.Typer) -> None:
     cli.command("simulate-http")(simulate_http)
-
-
-def _means(text: str | None, option: str, default: tuple[float, float]) -> tuple[float, float]:
-    """``"3.4,3.1"``: the true means after data and after model prefixes."""
-    from app.cli.common import fail
-
-    if text is None:
-        return default
-    parts = [p.strip() for p in text.split(",")]
-    try:
-        data, model = (float(p) for p in parts)
-    except ValueError:
-        fail(f"{option} takes two numbers, the data's and the model's mean: e.g. 3.4,3.1")
-    return data, model
-
-
-ALL_SDS_ZERO = (
-    "--sd-rater, --sd-rater-kind, --sd-pair and --sd-noise are all 0: every rating of a kind "
-    "would be the same scale point, so the raters cannot be calibrated to a true mean between "
-    "two points; give one of them a positive value"
-)
 
 
 def simulate_http(
@@ -96,11 +74,8 @@ def simulate_http(
     from app.cli.common import command_engine, fail, load_settings, session_scope, study_named
     from app.db import make_sessionmaker
     from app.simulate.crowd import Crowd, CrowdSpecError
-    from app.simulate.http import run_http_crowd
-    from app.simulate.http_ratings import run_http_raters
-    from app.simulate.judges import GodView, ModelJudge, SimulationError, StandInJudge
-    from app.simulate.rater_judges import PAPER_CONSISTENCY, PAPER_QUALITY, RaterJudge
-    from app.simulate.raters import RaterHeterogeneity
+    from app.simulate.godview import GodView, SimulationError
+    from app.studytypes.registry import STUDY_TYPES
 
     try:
         made = Crowd.parse(crowd)
@@ -110,98 +85,34 @@ def simulate_http(
     with session_scope(settings) as session:
         study_id = study_named(session, study).id
     make_session = make_sessionmaker(command_engine(settings))
-    rater_options = {
-        "--quality": quality,
-        "--consistency": consistency,
-        "--sd-rater": sd_rater,
-        "--sd-rater-kind": sd_rater_kind,
-        "--sd-pair": sd_pair,
-        "--sd-noise": sd_noise,
-    }
-    sds = {
+    # What each type's crowd takes (the other type's options are refused by it).
+    given = {
+        "judge": judge,
+        "true_ebc": true_ebc,
+        "cgd_data": cgd_data,
+        "quality": quality,
+        "consistency": consistency,
         "sd_rater": sd_rater,
         "sd_rater_kind": sd_rater_kind,
         "sd_pair": sd_pair,
         "sd_noise": sd_noise,
     }
+    common = {
+        "seed": seed,
+        "max_hits": max_hits,
+        "parallel": parallel,
+        "resend_share": resend_share,
+    }
     try:
         view = GodView(make_session, study_id).study()
-        common = {
-            "seed": seed,
-            "max_hits": max_hits,
-            "parallel": parallel,
-            "resend_share": resend_share,
-        }
-        if view.study_type == "ratings":
-            wrong = [
-                name
-                for name, given in (
-                    ("--judge reference", judge == "reference"),
-                    ("--true-ebc", true_ebc is not None),
-                    ("--cgd-data", cgd_data is not None),
-                    ("an oracle crowd", made.base == "oracle"),
-                    ("position:SHARE", made.position > 0),
-                )
-                if given
-            ]
-            if wrong:
-                fail(
-                    f"{study} is a ratings study, rated by simulated raters; these options are "
-                    f"for next-word studies only: {', '.join(wrong)} (raters take --quality, "
-                    "--consistency, --sd-*)"
-                )
-            hetero = RaterHeterogeneity(**{k: v for k, v in sds.items() if v is not None})
-            try:
-                hetero.check()
-            except ValueError as exc:  # typer keeps each sd >= 0: left is all four at 0
-                fail(ALL_SDS_ZERO if hetero.sd_total == 0.0 else str(exc))
-            raters = RaterJudge.calibrated(
-                view,
-                quality=_means(quality, "--quality", PAPER_QUALITY),
-                consistency=_means(consistency, "--consistency", PAPER_CONSISTENCY),
-                hetero=hetero,
-                noisy=made.noisy,
-                fast=made.fast,
-                spammers=made.spammers,
-                seed=seed,
-            )
-            run = run_http_raters(
-                base_url.rstrip("/"), make_session, study_id, settings.secret_key, raters,
-                **common,
-            )  # fmt: skip
-        else:
-            given = [name for name, value in rater_options.items() if value is not None]
-            if given:
-                fail(
-                    f"{study} is a next-word study; these options are for {RATERS}: "
-                    + ", ".join(given)
-                )
-            if judge == "reference":
-                p_d = ModelJudge()
-            else:
-                p_d = StandInJudge.calibrated(
-                    view,
-                    made,
-                    true_ebc=1.0 if true_ebc is None else true_ebc,
-                    cgd_data=0.73 if cgd_data is None else cgd_data,
-                    seed=seed,
-                )
-            run = run_http_crowd(
-                base_url.rstrip("/"), make_session, study_id, settings.secret_key, made, p_d,
-                **common,
-            )  # fmt: skip
+        crowd_of_type = STUDY_TYPES[view.study_type].http_crowd
+        run = crowd_of_type.run_crowd(
+            base_url.rstrip("/"), make_session, study_id, settings.secret_key, view, made, given,
+            **common,
+        )  # fmt: skip
     except (SimulationError, ValueError) as exc:
         fail(str(exc))
     except httpx.HTTPError as exc:
         fail(f"the server at {base_url} did not answer: {exc}")
     typer.echo(run.summary())
-    if view.study_type == "ratings":
-        typer.echo(
-            f"their {run.steps} ratings are stored like anyone's, marked as a simulated crowd's; "
-            "their links are revoked"
-        )
-    else:
-        typer.echo(
-            f"their {len(run.answers)} judgments are stored like anyone's; the results of "
-            f"{study} say that they include a simulated crowd's"
-        )
+    typer.echo(crowd_of_type.done(run, study))

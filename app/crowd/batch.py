@@ -41,8 +41,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.config import PACKAGE
-from app.models import Hit, HitPosition, Item, Study, StudyType, Task
+from app.models import Hit, HitPosition, Item, Study, Task
 from app.results.exports import FORMULA_START, csv_text
+from app.studytypes.registry import study_type_of
 
 NONE_TEXT = "None of the above is plausible"
 TEMPLATE_FILE = "hit_template.html"
@@ -144,14 +145,9 @@ def _hits(session: Session, study: Study) -> list[_Hit]:
 
 
 def _layout(study: Study, hits: list[_Hit]) -> Layout:
-    if study.study_type is StudyType.ratings:
-        # Its quality must be stored before the context is shown: a static template
-        # cannot hold that, the service's own pages do (ExternalQuestion, Prolific, invite).
-        raise BatchError(
-            f"Study {study.slug} collects ratings: the MTurk-format batch is for next-word "
-            "studies. Use the MTurk ExternalQuestion (ebc crowd publish), Prolific or "
-            "invite links."
-        )
+    plugin = study_type_of(study)
+    if not plugin.offline_batch:  # its type's answers need the service's own pages
+        raise BatchError(plugin.refusal(study, "batch"))
     if not hits:
         raise BatchError(f"Study {study.slug} has no HITs yet: build them first.")
     for hit in hits:

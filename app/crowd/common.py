@@ -33,25 +33,17 @@ from app.models import (
     CrowdHit,
     CrowdPosting,
     Study,
-    StudyType,
     User,
     utcnow,
 )
+from app.studytypes.registry import study_type_of
 
 __all__ = ["CrowdServiceError", "wanted_assignments"]  # re-exported: the services' names
 
 CALL_KINDS = ("approve", "reject", "bonus", "block", "unblock", "qualify", "expire", "reopen")
-DEFAULT_DESCRIPTION = (
-    "Read the start of a short text and pick the word you think comes next. "
-    "About 10 texts per HIT; a research study on language models."
-)
+# The publish options' keywords when none are given: the study type's (its plug-in's
+# `crowd_keywords`, as its `crowd_description` is the posting's default description).
 DEFAULT_KEYWORDS = ("language", "next word", "guess", "research")
-# A ratings study's defaults (the later paper's protocol): what its workers do instead.
-RATINGS_DESCRIPTION = (
-    "Rate short texts: first how well written each one is, then how well it fits the text "
-    "before it. About 10 texts per HIT; a research study on language models."
-)
-RATINGS_KEYWORDS = ("language", "rating", "text quality", "research")
 # Publish options that default from the study file's channel section, on a platform that
 # takes them from there (`Capabilities.qualifications_from_study`).
 STUDY_QUALIFICATIONS = QUALIFICATIONS
@@ -272,11 +264,10 @@ def resolved_options(
         raise CrowdServiceError(
             f"study {study.slug!r} has no reward: set payment.reward_cents or give a reward"
         )
-    default_description, keywords = DEFAULT_DESCRIPTION, options.keywords
-    if study.study_type is StudyType.ratings:
-        default_description = RATINGS_DESCRIPTION
-        if keywords == DEFAULT_KEYWORDS:
-            keywords = RATINGS_KEYWORDS
+    plugin = study_type_of(study)
+    default_description, keywords = plugin.crowd_description, options.keywords
+    if keywords == DEFAULT_KEYWORDS:
+        keywords = plugin.crowd_keywords
     out = asdict(options)
     out.update(
         # "At least 0" asks nothing: no requirement (how an option drops the study's).

@@ -4,7 +4,7 @@ or another MTurk-compatible tool) of a study's batch (app.crowd.batch; DESIGN.md
 Every row is stored through the annotator pages' own submission code: the row's worker is
 found or made (`identities.crowd_annotator`, which locks them), a lease is taken on exactly
 the row's HIT (`leases.lease_hit`: the claim's lock order, slot counters, cap and "never
-the same HIT twice"), and the answers are submitted (`submissions.submit`: d from the HIT's
+the same HIT twice"), and the answers are submitted (the next-word `submit`: d from the HIT's
 stored screen order, the time checks, a repeat stores nothing twice). The same path as
 `recovery.store_recovered_submission` of an MTurk sync, with a lease that names its HIT.
 
@@ -43,6 +43,7 @@ import csv
 import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -50,11 +51,10 @@ from sqlalchemy.orm import Session
 from app.annotation.errors import AnnotationError
 from app.annotation.identities import PLATFORM_ID, crowd_annotator
 from app.annotation.leases import lease_hit
-from app.annotation.schemas import Submission
-from app.annotation.submissions import submit
 from app.audit.service import Actor, record_by
 from app.crowd.batch import BatchError, ResultRow, RowError, parse_results
 from app.models import Assignment, Channel, Study, StudyStatus, utcnow
+from app.studytypes.registry import study_type_of
 
 _KEY_LENGTH = 255  # Assignment.external_assignment_id
 
@@ -131,8 +131,12 @@ def import_results(session: Session, study: Study, text: str, *, by: Actor | Non
     return report
 
 
-def _store(session: Session, study: Study, row: ResultRow, now: datetime) -> Submission:
+def _store(session: Session, study: Study, row: ResultRow, now: datetime) -> Any:
     """One row, through the submission service (AnnotationError: refused, roll it back)."""
+    plugin = study_type_of(study)
+    store = plugin.offline_batch  # the type's submission service
+    if store is None:
+        raise AnnotationError(plugin.refusal(study, "batch"))
     if not PLATFORM_ID.fullmatch(row.worker_id):
         raise AnnotationError(
             f"WorkerId {row.worker_id[:40]!r} is not a worker id this service takes "
@@ -168,4 +172,4 @@ def _store(session: Session, study: Study, row: ResultRow, now: datetime) -> Sub
         )
     else:
         public_id = found.public_id
-    return submit(session, annotator, public_id, row.answers, row.times, now=now)
+    return store(session, annotator, public_id, row.answers, row.times, now=now)

@@ -44,7 +44,6 @@ from app.models import (
     Hit,
     ReviewStatus,
     Study,
-    StudyType,
 )
 
 
@@ -340,8 +339,8 @@ def review_plan(
 
 def _excluded_annotators(session: Session, study: Study) -> dict[int, list[str]]:
     from app.results.exclusions import DEFAULT_RULES, attention_accuracy
-    from app.results.queries import FLAG_UNVERIFIED, load_judgments
-    from app.results.queries_ratings import load_ratings
+    from app.results.queries import FLAG_UNVERIFIED
+    from app.studytypes.registry import study_type_of
 
     rules = {**DEFAULT_RULES, **(study.exclusions or {})}
     out: dict[int, list[str]] = {}
@@ -356,10 +355,9 @@ def _excluded_annotators(session: Session, study: Study) -> dict[int, list[str]]
             out.setdefault(annotator_id, []).append("blocked, past work excluded")
     threshold = rules.get("attention_min_accuracy")
     if threshold is not None:
-        # A ratings study's attention pairs are its ratings (passed at a quality of at
-        # most scale_max / 5).
-        ratings = study.study_type is StudyType.ratings
-        j = load_ratings(session, study) if ratings else load_judgments(session, study)
+        # Its type's answers: judgments, or ratings (an attention pair passed at a quality
+        # of at most scale_max / 5).
+        j = study_type_of(study).results.answers(session, study)
         ids, accuracy = attention_accuracy(j, among=~j.flagged(FLAG_UNVERIFIED))
         for annotator_id, acc in zip(ids.tolist(), accuracy.tolist(), strict=True):
             if acc < float(threshold):

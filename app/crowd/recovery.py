@@ -8,34 +8,30 @@ points (`q{pos}`, `c{pos}`). Positions and slots only: never a rank, a kind or a
 
 A sync (`app.crowd.sync.reconcile`) reads that copy strictly (`recovered_answers`: it
 comes from the worker's browser) and stores it through the annotation services, by the
-rules of a live submission (`store_recovered_submission`): the next-word answers through
-`submissions.submit`, the ratings through `ratings.rate`, quality first, then consistency,
-in position order. One savepoint per assignment: a copy that does not fit the HIT, names
-another worker's assignment or conflicts with a stored rating stores nothing, and the
-reason is reported.
+rules of a live submission (`store_recovered_submission`), its study type's
+(`StudyTypePlugin.store_copy`: a next-word HIT's answers at once, a ratings HIT's quality
+first, then consistency, in position order). One savepoint per assignment: a copy that
+does not fit the HIT, names another worker's assignment or conflicts with a stored rating
+stores nothing, and the reason is reported.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from datetime import UTC, datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.crowd.base import PlatformSubmission
-from app.models import Assignment, AssignmentStatus, Channel, Study, StudyType, utcnow
-
-if TYPE_CHECKING:
-    from app.annotation.schemas import AnnotatorRef
+from app.models import Assignment, AssignmentStatus, Channel, Study, utcnow
 
 _ANSWER_FIELD = re.compile(r"([oqc])(0|[1-9][0-9]{0,2})")
 _PUBLIC_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _SLOT = re.compile(r"[0-9]{1,2}", re.ASCII)
 # A rating as a scale point (0, 0.5, ..., 99.5); whether it is one of the study's scale is
-# for `ratings.Scale.parse` to say when it is stored.
+# for the ratings' `Scale.parse` to say when it is stored.
 _POINT = re.compile(r"(?:0|[1-9][0-9]?)(?:\.[05])?", re.ASCII)
 
 
@@ -123,9 +119,9 @@ def store_recovered_submission(
     study, a rating that conflicts with the one stored).
 
     The one place the crowd service stores answers. It needs from the annotation code:
-    the worker's annotator, locked (`crowd_annotator`); `submissions.submit` for a
-    next-word HIT (d from the stored screen order, late and cap flags, a repeat stores
-    nothing twice); `ratings.rate` step by step for a ratings HIT (see `_store_ratings`).
+    the worker's annotator, locked (`crowd_annotator`); its study type's `store_copy` (a
+    next-word HIT: d from the stored screen order, late and cap flags, a repeat stores
+    nothing twice; a ratings HIT: step by step, as a live rater's).
     It is submitted as of the time the platform took it (`submitted_at`, never later than
     now), so `late` and `too_fast` are judged as if it had reached us then; a platform
     time not after the page was served (the two clocks differ) says nothing of how long
@@ -146,7 +142,7 @@ def store_recovered_submission(
 
 def _store(session: Session, study: Study, recovered: RecoveredSubmission) -> Recovery:
     from app.annotation.identities import crowd_annotator
-    from app.annotation.submissions import submit
+    from app.studytypes.registry import study_type_of
 
     annotator = crowd_annotator(session, study, Channel.mturk, recovered.external_worker_id)
     # Read anew under the worker's lock: the sync read the lease before, and a live
@@ -165,92 +161,10 @@ def _store(session: Session, study: Study, recovered: RecoveredSubmission) -> Re
         raise NotRecovered("it names our assignment of another MTurk assignment")
     if lease.status is AssignmentStatus.submitted:
         return Recovery(lease, already=True)
-    rates = study.study_type is StudyType.ratings
-    if rates != bool(recovered.ratings):
-        what = "next-word answers" if rates else "ratings"
-        raise NotRecovered(f"it carries {what}, which this study does not collect")
     now = utcnow()
     when = min(recovered.submitted_at, now) if recovered.submitted_at else now
-    if rates:
-        _store_ratings(session, study, annotator, lease, recovered.ratings, when)
-    else:
-        served = lease.page_served_at or lease.leased_at
-        timed = when > served  # else MTurk's clock is behind ours: the time is unknown
-        submit(
-            session,
-            annotator,
-            lease.public_id,
-            recovered.answers,
-            {},
-            now=max(when, served),
-            timed=timed,
-        )
+    # Its type's answers, through its services (a next-word HIT's `submit`, a ratings HIT's
+    # `rate` step by step); a copy of the other type's answers is refused.
+    study_type_of(study).pages.store_copy(session, study, annotator, lease, recovered, when)
     # The services write with Core statements: reload the lease read above.
     return Recovery(session.get(Assignment, lease.id, populate_existing=True))
-
-
-def _store_ratings(
-    session: Session,
-    study: Study,
-    annotator: AnnotatorRef,
-    lease: Assignment,
-    ratings: dict[int, tuple[str, str]],
-    when: datetime,
-) -> None:
-    """Store the ratings of MTurk's copy that we do not hold, through `ratings.rate`: for
-    each pair in position order its quality, then its consistency; the last one submits
-    the assignment (`submissions.mark_submitted`: late, cap and replica flags).
-
-    A rating we hold with the same value is left as it is (a repeat); one we hold with
-    another value is a conflict: ours is kept (a stored rating is never changed) and
-    nothing is stored. The copy must rate every pair of the HIT on the study's scale.
-
-    The copy carries no times, so the steps not stored are spread evenly between the last
-    step we hold (or the page's first showing) and the platform's submit time: each step
-    is judged too fast by the time per step, as a next-word HIT without JavaScript is by
-    the time per item. A submit time not after that last step (MTurk's clock behind ours)
-    says nothing of how long the steps took: they are stored at that step's time and none
-    is judged too fast.
-    """
-    from app.annotation.content import hit_content
-    from app.annotation.ratings import (
-        STEPS,
-        RatingPost,
-        Scale,
-        point,
-        rate,
-        stored_ratings,
-    )
-
-    positions = sorted(hit_content(session, lease.hit_id).slots)
-    if sorted(ratings) != positions:
-        raise NotRecovered(
-            f"MTurk's copy rates {len(ratings)} texts at other positions than the HIT's "
-            f"{len(positions)}"
-        )
-    scale = Scale.of(study.ratings)
-    stored = stored_ratings(session, lease.id)
-    todo: list[RatingPost] = []
-    for position in positions:
-        row = stored.get(position)
-        ours = (row.quality, row.consistency) if row is not None else (None, None)
-        for step, text, have in zip(STEPS, ratings[position], ours, strict=True):
-            value = scale.parse(text)
-            if have is None:
-                todo.append(RatingPost(lease.public_id, position, step, text, None))
-            elif have != value:
-                raise NotRecovered(
-                    f"conflict: the {step} of text {position + 1} is {point(have)} here and "
-                    f"{point(value)} in MTurk's copy; ours is kept (a stored rating is never "
-                    "changed) and nothing was recovered"
-                )
-    if not todo:
-        raise NotRecovered("every rating is stored, yet the assignment was never submitted")
-    times = [t for r in stored.values() for t in (r.quality_at, r.consistency_at) if t]
-    since = max(times, default=lease.page_served_at or lease.leased_at)
-    timed = when > since
-    span = when - since if timed else timedelta(0)
-    for k, post in enumerate(todo, 1):
-        rated = rate(session, annotator, post, now=since + span * k / len(todo), timed=timed)
-    if not rated.completed:
-        raise NotRecovered("MTurk's copy does not complete the HIT")

@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+class HitBuildError(ValueError):
+    """The study cannot be turned into HITs (readable message)."""
+
+
 @dataclass
 class LengthReport:
     """One prefix length: HITs made and what was left over.

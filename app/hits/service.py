@@ -7,11 +7,11 @@ into at most one HIT; what does not fill a whole HIT is reported, not dropped.
 Everything is drawn from generators seeded by the study's seed, so the same
 items give the same HITs.
 
-Ratings studies (`type = "ratings"`) are built the same way from their pairs (items with
-a continuation): the mix of prefix kinds, the attention pairs the worker made
-(`is_attention`), replicas, the overlap subset; a position has no choices, so no screen
-order (`choice_order = []`), and no data item is promoted to an attention pair (an
-attention pair is made to be rated low, not picked from the data).
+What depends on the study's type comes from its plug-in (``app.studytypes``): which items
+may go into a HIT (a ratings study's: those with a continuation), which may be attention
+items (a next-word study's: an unambiguous next word, or a researcher's attention file; a
+ratings study's: the worker's attention pairs, none promoted from the data), a position's
+screen order (a ratings pair has no choices: ``[]``), and the researcher's attention files.
 """
 
 from __future__ import annotations
@@ -24,17 +24,13 @@ from dataclasses import dataclass
 from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session
 
-from app.hits.schemas import BuildReport, LengthReport
-from app.models import Hit, HitPosition, Item, Study, StudyType
+from app.hits.schemas import BuildReport, HitBuildError, LengthReport
+from app.models import Hit, HitPosition, Item, Study
+from app.studytypes.registry import study_type_of
 
-NONE_SLOT = "none"
 # An attention item must have an unambiguous next word: the true next word is
 # the model's top-1 with at least this probability.
 ATTENTION_MIN_PROB = 0.9
-
-
-class HitBuildError(ValueError):
-    """The study cannot be turned into HITs (readable message)."""
 
 
 @dataclass(frozen=True)
@@ -152,7 +148,7 @@ def _insert_hits(
     session.add_all(hits)
     session.flush()
     values = []
-    ratings = study.study_type is StudyType.ratings
+    plugin = study_type_of(study)
     for hit, p in zip(hits, order, strict=True):
         rng = random.Random(f"{study.seed}:positions:{hit.index}")
         positions = list(planned[p][2])
@@ -165,7 +161,7 @@ def _insert_hits(
                     "hit_id": hit.id,
                     "position": pos,
                     "item_id": row.id,
-                    "choice_order": [] if ratings else [*screen, NONE_SLOT],
+                    "choice_order": plugin.hits.screen_order(screen),
                 }
             )
     for start in range(0, len(values), 5000):
@@ -174,6 +170,7 @@ def _insert_hits(
 
 
 def _unplaced_items(session: Session, study: Study, min_prob: float) -> dict[int, list[_Row]]:
+    plugin = study_type_of(study)
     placed = select(HitPosition.item_id)
     query = (
         select(
@@ -191,84 +188,20 @@ def _unplaced_items(session: Session, study: Study, min_prob: float) -> dict[int
     )
     # Prefixes the worker marked as not to be shown (e.g. a special token was
     # the top-1 under the "skip" policy) never go into a HIT.
-    query = query.where(Item.skip_reason.is_(None))
-    ratings = study.study_type is StudyType.ratings
-    if ratings:  # a pair is rated for its continuation: none yet, nothing to rate
-        query = query.where(Item.continuation.is_not(None))
+    query = plugin.hits.placeable(query.where(Item.skip_reason.is_(None)))
     out: dict[int, list[_Row]] = defaultdict(list)
     for r in session.execute(query):
-        if ratings:  # the worker's attention pairs qualify; nothing else is promoted
-            clear = bool(r.is_attention)
-        else:
-            clear = (r.provenance or {}).get("source") == "attention_file" or is_clear_next_word(
-                r.choices, r.true_next_word, min_prob
-            )
+        clear = plugin.hits.attention_ready(r, min_prob)
         out[r.length].append(
             _Row(r.id, r.length, r.kind, r.index, r.is_attention, len(r.choices), clear)
         )
     return out
 
 
-def is_clear_next_word(choices: list, true_next_word: str | None, min_prob: float) -> bool:
-    """The model's top-1 is the true next word, with probability >= `min_prob`."""
-    if not choices or true_next_word is None:
-        return False
-    top = choices[0]
-    return top.get("word") == true_next_word and float(top.get("prob") or 0) >= min_prob
-
-
 def load_attention_items(
     session: Session, study: Study, rows: Iterable[Mapping[str, object]]
 ) -> int:
-    """Add researcher-supplied attention items; returns how many.
-
-    Each row: `words` (the context, whose word count must be one of the
-    study's prefix lengths), `answer` (the unambiguous next word) and
-    `distractors` (top_k - 1 other words). The answer is stored as the top-1
-    choice, so "chose the top-1" means "answered the attention item right".
-    Next-word studies only: a ratings study's attention pairs are made by the worker.
-    """
-    if study.study_type is StudyType.ratings:
-        raise HitBuildError(
-            "attention files are for next-word studies; a ratings study's attention pairs "
-            "(shuffled continuations) are made by the worker"
-        )
-    start = session.scalar(
-        select(func.max(Item.index)).where(
-            Item.study_id == study.id, Item.is_attention.is_(True), Item.kind == "attention"
-        )
-    )
-    index = -1 if start is None else start
-    n = 0
-    for line, row in enumerate(rows, 1):
-        words = str(row.get("words", "")).split()
-        answer = str(row.get("answer", "")).strip()
-        distractors = [str(w).strip() for w in row.get("distractors", [])]  # type: ignore[union-attr]
-        if len(words) not in study.prefix_lengths:
-            raise HitBuildError(
-                f"attention row {line}: {len(words)} words; the study's lengths are "
-                f"{study.prefix_lengths}"
-            )
-        if not answer or len(distractors) != study.top_k - 1 or answer in distractors:
-            raise HitBuildError(
-                f"attention row {line}: needs an answer and {study.top_k - 1} other distractors"
-            )
-        index += 1
-        session.add(
-            Item(
-                study_id=study.id,
-                length=len(words),
-                kind="attention",
-                index=index,
-                is_attention=True,
-                words=" ".join(words),
-                source=str(row["source"]) if row.get("source") else None,
-                true_next_word=answer,
-                choices=[{"word": answer, "prob": None}]
-                + [{"word": w, "prob": None} for w in distractors],
-                provenance={"source": "attention_file"},
-            )
-        )
-        n += 1
-    session.flush()
-    return n
+    """A researcher's attention file (JSON lines), as the study's type takes it (a
+    next-word study: items with an unambiguous next word; a ratings study has none:
+    `HitBuildError`); how many items were added."""
+    return study_type_of(study).hits.load_attention_items(session, study, rows)

@@ -29,11 +29,10 @@ from app.models import (
     ShardStatus,
     Study,
     StudyStatus,
-    StudyType,
     utcnow,
 )
 from app.precompute.datasets import check_dataset, load_dataset
-from app.studies.schemas import config_from_columns
+from app.studytypes.registry import study_type_of
 
 # Items per shard: the worker's default batch (256 rows, GPU and CPU), so that one shard fills
 # a batch.  Four shards of 64 made 256 items 10-25 % slower on the 2-core CPU (each shard ends
@@ -98,12 +97,10 @@ def is_attention_shard(study: Study, shard: PrecomputeShard) -> bool:
 
 
 def words_after_prefix(study: Study) -> int:
-    """Words a data prefix's dataset line must hold after it: the true next word (1), or a
-    ratings study's real continuation (l_gen words: EB-M's references and the attention
-    pairs' words)."""
-    if study.study_type is StudyType.ratings:
-        return config_from_columns(study).ratings.continuation_words
-    return 1
+    """Words a data prefix's dataset line must hold after it, as the study's type needs
+    them: the true next word (1), or a ratings study's real continuation (l_gen words:
+    EB-M's references and the attention pairs' words)."""
+    return study_type_of(study).hits.words_after_prefix(study)
 
 
 def active_job(session: Session, study: Study) -> PrecomputeJob | None:

@@ -1,6 +1,7 @@
 """The studies as the API and the downloads describe them: a summary per study, the
 detail (configuration and counts), the provenance manifest of its figures, and the label
-of its row in a results table. Services read; they never commit."""
+of its row in a results table (:func:`app.results.exports.task_label`). Services read; they
+never commit."""
 
 from __future__ import annotations
 
@@ -22,12 +23,6 @@ from app.results.schemas import (
 )
 from app.software import software
 from app.studies.service import config_of
-
-
-def task_label(study: Study) -> str:
-    """The first column of the paper's Table 4, e.g. "LM, gpt2" or "NMT, my-model"."""
-    task = "LM" if str(study.task.value) == "lm" else "NMT"
-    return f"{task}, {study.model_name}"
 
 
 def study_summary(study: Study) -> StudySummaryOut:

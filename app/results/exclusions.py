@@ -1,13 +1,13 @@
 """The study's pre-declared exclusion rules (DESIGN.md §1, "Random clicking"): which
 judgments (of a ratings study: ratings) they keep, and what they dropped and why.
 
-Every result is computed with and without them (``app.results.service``); MTurk work not
+Every result is computed with and without them (each type's results); MTurk work not
 yet confirmed through the MTurk API counts in neither.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -16,24 +16,44 @@ from app.results.queries import (
     FLAG_EXTRA_REPLICA,
     FLAG_OVER_CAP,
     FLAG_UNVERIFIED,
-    Judgments,
 )
-from app.results.queries_ratings import Ratings
 from app.results.schemas import ExclusionReport
+
+
+class Answers(Protocol):
+    """What the rules read of a study's answers (a next-word study's judgments, a ratings
+    study's ratings): per answer its annotator, attention flag, whether it answered an
+    attention item as expected, too-fast flag and its assignment's flags (``flagged``); per
+    annotator (indexed like ``annotator_ids``) blocked, exclude_past and label."""
+
+    annotator: np.ndarray
+    attention: np.ndarray
+    too_fast: np.ndarray
+    annotator_ids: np.ndarray
+    annotator_blocked: np.ndarray
+    annotator_exclude_past: np.ndarray
+    annotator_labels: list[str]
+
+    def __len__(self) -> int: ...
+
+    @property
+    def attention_correct(self) -> np.ndarray: ...
+
+    def flagged(self, flag: int) -> np.ndarray: ...
+
 
 DEFAULT_RULES = {
     "blocked": True,
     "attention_min_accuracy": 0.5,
     "too_fast": True,
-    # Kept-but-flagged work (app.annotation.service.submit); not settable in a study file.
+    # Kept-but-flagged work (app.annotation.submissions.submission_flags); not settable in
+    # a study file.
     "over_cap": True,
     "extra_replica": True,
 }
 
 
-def exclusion_mask(
-    j: Judgments | Ratings, rules: dict[str, Any] | None
-) -> tuple[np.ndarray, ExclusionReport]:
+def exclusion_mask(j: Answers, rules: dict[str, Any] | None) -> tuple[np.ndarray, ExclusionReport]:
     """Which judgments the pre-declared rules keep (of a ratings study: which ratings of its
     submitted HITs, by the same rules; an attention pair is answered right when its
     quality is at most ``scale_max / 5``, 1 on the paper's 0-5 scale).
@@ -101,7 +121,7 @@ def exclusion_mask(
     return keep, report
 
 
-def counted(j: Judgments | Ratings) -> np.ndarray | None:
+def counted(j: Answers) -> np.ndarray | None:
     """The judgments any figure may count, exclusions or not: all but unconfirmed MTurk
     work (None: all of them)."""
     unverified = j.flagged(FLAG_UNVERIFIED)
@@ -109,7 +129,7 @@ def counted(j: Judgments | Ratings) -> np.ndarray | None:
 
 
 def attention_accuracy(
-    j: Judgments | Ratings, among: np.ndarray | None = None
+    j: Answers, among: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per annotator with attention judgments (of those in `among`, if given): ``(ids,
     share of them answered as expected)`` (`attention_correct`: a judgment choosing the

@@ -1,29 +1,14 @@
-"""Downloads: results as CSV and as a LaTeX table (the paper's Table 4), judgments and
-items as CSV or JSON lines, streamed in constant memory.
+"""What every download shares: CSV cells and streamed CSV and JSON lines, LaTeX escapes,
+and the items' export (every study type's). Each type's own downloads are in its package
+(``app.studytypes.nextword.exports``: results, judgments; ``app.studytypes.ratings``:
+ratings, EB-M, samples).
 
-Judgment export columns (one row per judgment, judgment-id order):
-
-- ``study``, ``judgment_id``, ``hit_id``, ``hit_index``, ``hit_is_overlap``,
-  ``position`` (of the item in its HIT), ``item_id``, ``kind``, ``length``,
-  ``is_attention``;
-- ``displayed_ranks``: the model rank (0-based) of the word at each screen slot, in
-  screen order, then ``"none"`` (slot k, "None of the above is plausible");
-  ``displayed_words``: the same as words (null at the "none" slot);
-  ``choices``: the words in model rank order (top-1 first); ``top1_word``;
-  ``true_next_word`` (data prefixes; never shown);
-- ``option`` (screen slot chosen; k = none), ``chosen_rank`` (0-based model rank, empty
-  for none), ``chosen_word``, ``is_none``, ``d`` (0: the top-1 was chosen);
-- ``annotator_id``, ``annotator_label``, ``channel``, ``worker_id`` (the platform's
-  id), ``annotator_blocked``, ``annotator_exclude_past``, ``simulated`` (true: the
-  annotator is a simulated crowd's, not a person); ``assignment`` (public id),
-  ``external_assignment_id``, ``external_hit_id``, ``external_session_id``,
-  ``assignment_status``, ``review_status``;
-- timings: ``leased_at``, ``page_served_at``, ``submitted_at``, ``judged_at`` (UTC, ISO
-  8601), ``client_ms``; flags ``too_fast``, ``late``;
-- the assignment's flags on kept work that may not count (the results' exclusion rules):
-  ``over_cap``, ``extra_replica`` (late answers past the annotator's cap or the HIT's
-  replicas), ``after_block`` (sent after the annotator was blocked), ``unverified`` (MTurk
-  work not yet confirmed through the MTurk API).
+Item export columns (one row per item, item-id order): ``study``, ``item_id``, ``kind``,
+``length``, ``index``, ``is_attention``, ``skip_reason``, ``prompt``, ``source``,
+``words``, ``true_next_word`` (data prefixes; never shown), ``true_rank``, ``top1_word``,
+``choices`` (the words in model rank order), ``choice_probs``, where it is shown
+(``hit_id``, ``hit_index``, ``position``, ``displayed_ranks`` and ``displayed_words`` in
+screen order, the "none" slot last) and its ``provenance``.
 
 In CSV, lists are JSON arrays and empty cells are nulls; JSON lines keep the types. A CSV
 text cell that a spreadsheet would run as a formula (it begins with ``=``, ``+``, ``-``,
@@ -42,7 +27,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -50,19 +36,7 @@ from sqlalchemy.orm import Session
 
 from app.models import Study
 from app.results import queries
-from app.results.schemas import ResultSet, ResultsOut, simulated_label
-from app.results.stats import Quantity, finite_or_none, jsonable
-
-JUDGMENT_FIELDS = [
-    "study", "judgment_id", "hit_id", "hit_index", "hit_is_overlap", "position", "item_id",
-    "kind", "length", "is_attention", "displayed_ranks", "displayed_words", "choices",
-    "top1_word", "true_next_word", "option", "chosen_rank", "chosen_word", "is_none", "d",
-    "annotator_id", "annotator_label", "channel", "worker_id", "annotator_blocked",
-    "annotator_exclude_past", "simulated", "assignment", "external_assignment_id",
-    "external_hit_id", "external_session_id", "assignment_status", "review_status",
-    "leased_at", "page_served_at", "submitted_at", "judged_at", "client_ms", "too_fast",
-    "late", "over_cap", "extra_replica", "after_block", "unverified",
-]  # fmt: skip
+from app.results.stats import finite_or_none
 
 ITEM_FIELDS = [
     "study", "item_id", "kind", "length", "index", "is_attention", "skip_reason", "prompt",
@@ -80,23 +54,6 @@ def csv_text(v: str) -> str:
     return "'" + v if v.startswith(FORMULA_START) else v
 
 
-RESULT_FIELDS = [
-    "study", "exclusions", "estimator", "unit", "name", "length", "kind", "reference_kind",
-    "estimate", "se", "low", "high", "method", "level", "delta_se", "delta_low",
-    "delta_high", "iid_se", "design_effect", "n_judgments", "n_items", "n_annotators",
-    "n_clusters", "few_annotators", "n_effective", "p_value", "p_greater", "test",
-    "permutation_p_value", "permutation_p_greater", "paper_mean", "paper_std",
-    "n_simulated", "simulated",
-]  # fmt: skip
-"""Results CSV columns. ``p_value``/``p_greater`` are the headline test's (for EB-C and
-diagnostic ratios: wild cluster bootstrap by annotator, H0: population ratio = 1; for
-the trend under the default interval: jackknife t, H0: slope = 0), named in ``test``;
-until issue 11 they held the within-HIT permutation test's, now in ``permutation_*``
-(secondary). ``n_effective``: effective number of annotators. ``n_simulated``: of the
-variant's judgments, those from a simulated crowd, and ``simulated`` says so in words
-("includes N judgments from a simulated crowd"; empty: people only)."""
-
-
 def _json(v: Any) -> Any:
     return json.loads(v) if isinstance(v, str) else v
 
@@ -105,7 +62,7 @@ def _bool(v: Any) -> bool | None:
     return None if v is None else bool(v)
 
 
-def _time(v: Any) -> str | None:
+def iso_time(v: Any) -> str | None:
     """ISO 8601 in UTC from the driver's value: SQLite's stored text (naive UTC) or
     PostgreSQL's aware datetime."""
     if v is None:
@@ -130,14 +87,14 @@ _CONVERT = {
     "extra_replica": _bool,
     "after_block": _bool,
     "unverified": _bool,
-    "leased_at": _time,
-    "page_served_at": _time,
-    "submitted_at": _time,
-    "judged_at": _time,
+    "leased_at": iso_time,
+    "page_served_at": iso_time,
+    "submitted_at": iso_time,
+    "judged_at": iso_time,
 }
 
 
-def _records(keys: list[str], rows: list[tuple]) -> Iterator[dict[str, Any]]:
+def records(keys: list[str], rows: list[tuple]) -> Iterator[dict[str, Any]]:
     convert = [(k, _CONVERT.get(k)) for k in keys]
     for row in rows:
         yield {
@@ -145,23 +102,12 @@ def _records(keys: list[str], rows: list[tuple]) -> Iterator[dict[str, Any]]:
         }
 
 
-def _shown(words: list[str], order: list[int | str] | None) -> list[str | None] | None:
+def shown_words(words: list[str], order: list[int | str] | None) -> list[str | None] | None:
     """The words in screen order; the "none" slot (and a rank with no word) is null."""
     if order is None:
         return None
     n = len(words)
     return [words[i] if type(i) is int and 0 <= i < n else None for i in order]
-
-
-def judgment_record(study: str, r: dict[str, Any]) -> dict[str, Any]:
-    words = [c.get("word") for c in r["choices"] or []]
-    r["study"] = study
-    r["displayed_ranks"] = r.pop("choice_order")
-    r["displayed_words"] = _shown(words, r["displayed_ranks"])
-    r["choices"] = words
-    r["top1_word"] = words[0] if words else None
-    r["is_none"] = r["chosen_rank"] is None
-    return r
 
 
 def item_record(study: str, r: dict[str, Any]) -> dict[str, Any]:
@@ -174,7 +120,7 @@ def item_record(study: str, r: dict[str, Any]) -> dict[str, Any]:
     r["choices"] = words
     r["choice_probs"] = [c.get("prob") for c in choices]
     r["displayed_ranks"] = r.pop("choice_order")
-    r["displayed_words"] = _shown(words, r["displayed_ranks"])
+    r["displayed_words"] = shown_words(words, r["displayed_ranks"])
     return r
 
 
@@ -186,7 +132,7 @@ def _csv_json(v: Any) -> str:
     return "" if v is None else json.dumps(v, ensure_ascii=False)
 
 
-def _csv_cell(v: Any) -> Any:
+def csv_cell(v: Any) -> Any:
     if isinstance(v, bool):
         return _csv_bool(v)
     if isinstance(v, list | dict):
@@ -210,7 +156,7 @@ def _failure(rows: int, exc: Exception) -> str:
     )
 
 
-def _csv_chunks(fields: list[str], batches: Iterable[list[dict[str, Any]]]) -> Iterator[str]:
+def csv_chunks(fields: list[str], batches: Iterable[list[dict[str, Any]]]) -> Iterator[str]:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(fields)
@@ -246,7 +192,7 @@ def _csv_chunks(fields: list[str], batches: Iterable[list[dict[str, Any]]]) -> I
         yield buf.getvalue()
 
 
-def _jsonl_chunks(fields: list[str], batches: Iterable[list[dict[str, Any]]]) -> Iterator[str]:
+def jsonl_chunks(fields: list[str], batches: Iterable[list[dict[str, Any]]]) -> Iterator[str]:
     rows = 0
     try:
         for batch in batches:
@@ -260,84 +206,18 @@ def _jsonl_chunks(fields: list[str], batches: Iterable[list[dict[str, Any]]]) ->
         raise
 
 
-def _judgment_batches(session: Session, study: Study) -> Iterator[list[dict[str, Any]]]:
-    slug = study.slug
-    for keys, rows in queries.iter_judgment_rows(session, study):
-        yield [judgment_record(slug, r) for r in _records(keys, rows)]
-
-
 def _item_batches(session: Session, study: Study) -> Iterator[list[dict[str, Any]]]:
     slug = study.slug
     for keys, rows in queries.iter_item_rows(session, study):
-        yield [item_record(slug, r) for r in _records(keys, rows)]
-
-
-def judgments_csv(session: Session, study: Study) -> Iterator[str]:
-    """The study's judgments as CSV text chunks (one per fetched batch)."""
-    return _csv_chunks(JUDGMENT_FIELDS, _judgment_batches(session, study))
-
-
-def judgments_jsonl(session: Session, study: Study) -> Iterator[str]:
-    return _jsonl_chunks(JUDGMENT_FIELDS, _judgment_batches(session, study))
+        yield [item_record(slug, r) for r in records(keys, rows)]
 
 
 def items_csv(session: Session, study: Study) -> Iterator[str]:
-    return _csv_chunks(ITEM_FIELDS, _item_batches(session, study))
+    return csv_chunks(ITEM_FIELDS, _item_batches(session, study))
 
 
 def items_jsonl(session: Session, study: Study) -> Iterator[str]:
-    return _jsonl_chunks(ITEM_FIELDS, _item_batches(session, study))
-
-
-# --------------------------------------------------------------------------- results
-
-
-def _result_rows(results: ResultsOut, rs: ResultSet) -> Iterator[dict[str, Any]]:
-    perm = {p.length: p for p in rs.permutation}
-    tests = {t.length: t for t in rs.tests}
-    paper = {(f.name, f.length, f.kind): f for f in rs.paper_comparable}
-    qs: list[Quantity] = [*rs.cgd, *rs.ratios, *([rs.trend] if rs.trend else [])]
-    for q in qs:
-        row = jsonable(q)
-        p = perm.get(q.length) if q.name == "ebc" else None
-        t = tests.get(q.length) if q.name == "ebc" else None
-        f = paper.get((q.name, q.length, q.kind)) if q.name in ("cgd", "ebc") else None
-        test = None
-        if row["p_value"] is not None:
-            test = (
-                "jackknife t, H0: slope = 0"
-                if q.name == "trend"
-                else f"{t.method if t else 'wild cluster bootstrap-t by annotator'}; H0: "
-                f"{t.null if t else 'population ratio = 1, annotators as the sampled unit'}"
-            )
-        row |= {
-            "study": results.study,
-            "exclusions": "on" if rs.exclusions_applied else "off",
-            "estimator": rs.estimator,
-            "unit": rs.unit,
-            "p_greater": finite_or_none(t.p_greater) if t else None,
-            "test": test,
-            "permutation_p_value": p.p_value if p else None,
-            "permutation_p_greater": p.p_greater if p else None,
-            "paper_mean": finite_or_none(f.mean) if f else None,
-            "paper_std": finite_or_none(f.std) if f else None,
-            "n_simulated": rs.n_simulated,
-            "simulated": simulated_label(rs.n_simulated) or "",
-        }
-        yield row
-
-
-def results_csv(results: ResultsOut) -> str:
-    """Every figure, one row per quantity, main variant first, then the other."""
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, RESULT_FIELDS, lineterminator="\n", extrasaction="ignore")
-    writer.writeheader()
-    for rs in (results.results, results.other):
-        if rs is None:
-            continue
-        for row in _result_rows(results, rs):
-            writer.writerow({k: _csv_cell(v) for k, v in row.items()})
-    return buf.getvalue()
+    return jsonl_chunks(ITEM_FIELDS, _item_batches(session, study))
 
 
 _TEX_ESCAPES = {
@@ -358,7 +238,32 @@ def tex_escape(text: str) -> str:
     return "".join(_TEX_ESCAPES.get(c, c) for c in text)
 
 
-def _pm(mean: float | None, spread: float | None, digits: int = 3) -> str:
+def variant_head(
+    study: str, applied: bool, what: str, simulated: str | None, header: str
+) -> list[str]:
+    """The head of one variant's block in a terminal table: the study, with or without the
+    exclusions (`applied`) and then `what` it counts, a SIMULATED line when a simulated
+    crowd's answers count (`simulated`: what they are), and the columns' `header`."""
+    excl = "with" if applied else "without"
+    lines = [f"{study}: {excl} exclusions{what}"]
+    if simulated:
+        lines.append(f"SIMULATED: {simulated}, not people")
+    lines.append(header)
+    return lines
+
+
+def interval_text(est: float, low: float, high: float, digits: int = 3) -> str:
+    """A figure and its interval for the terminal: ``0.812 [0.700, 0.901]``; ``--`` when
+    the figure is not finite, the figure alone when the interval is not."""
+    e, lo, hi = finite_or_none(est), finite_or_none(low), finite_or_none(high)
+    if e is None:
+        return "--"
+    if lo is None or hi is None:
+        return f"{e:.{digits}f}"
+    return f"{e:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def plus_minus(mean: float | None, spread: float | None, digits: int = 3) -> str:
     mean, spread = finite_or_none(mean), finite_or_none(spread)
     if mean is None:
         return "--"
@@ -367,116 +272,25 @@ def _pm(mean: float | None, spread: float | None, digits: int = 3) -> str:
     return f"${mean:.{digits}f} \\pm {spread:.{digits}f}$"
 
 
-def results_latex(results: ResultsOut, task_label: str, *, paper: bool = False) -> str:
-    """A LaTeX table shaped like the paper's Table 4: task, l, CGD(M|D), CGD(M|M), EB-C.
-
-    ``±`` is the standard error of the main figures (jackknife under the default
-    interval, bootstrap under percentile/BCa; resampling unit as chosen), or with
-    ``paper=True`` the paper-comparable std over 5 random parts. Needs
-    the ``booktabs`` package.
-    """
-    rs = results.results
-    if paper:
-        what = "mean $\\pm$ std over 5 random disjoint parts of the judgments (paper-comparable)"
-    else:
-        unit = rs.unit if rs else results.options.unit
-        se_kind = {"wild": "jackknife", "cgm": "two-way cluster-robust"}.get(
-            rs.ci if rs else "", "bootstrap"
-        )
-        what = f"estimate $\\pm$ {se_kind} standard error (resampling unit: {tex_escape(unit)})"
-    lines = [
-        "\\begin{table}[t]",
-        "\\centering",
-        "\\begin{tabular}{llccc}",
-        "\\toprule",
-        "Task & $l$ & CGD($M|D$) & CGD($M|M$) & EB-C \\\\",
-        "\\midrule",
-    ]
-    for row in rs.table if rs else []:
-        if paper:
-            cells = [row.paper.get(k) for k in ("cgd_data", "cgd_model", "ebc")]
-            vals = [_pm(f.mean, f.std) if f else "--" for f in cells]
-        else:
-            vals = [
-                _pm(q.estimate, q.se) if q else "--" for q in (row.cgd_data, row.cgd_model, row.ebc)
-            ]
-        lines.append(f"{tex_escape(task_label)} & {row.length} & " + " & ".join(vals) + " \\\\")
-    excl = "with" if rs and rs.exclusions_applied else "without"
-    n = f"{rs.n_judgments:,} judgments by {rs.n_annotators} annotators" if rs else "no judgments"
-    simulated = simulated_label(rs.n_simulated) if rs else None
-    who = "Human"
-    if simulated:
-        n += f"; {tex_escape(simulated)}, not people"
-        who = "Simulated-crowd" if rs.n_simulated >= rs.n_judgments else "Human and simulated"
-    lines += [
-        "\\bottomrule",
-        "\\end{tabular}",
-        f"\\caption{{{who} EB-C ($d_{{GD}}$) of {tex_escape(results.study)}, "
-        f"{tex_escape(rs.estimator if rs else results.options.estimator)} estimator, "
-        f"{excl} the pre-declared exclusions; {what}; {n}.}}",
-        f"\\label{{tab:ebc-{tex_escape(results.study).replace(chr(92), '')}}}",
-        "\\end{table}",
-        "",
-    ]
-    return "\n".join(lines)
+def task_label(study: Study) -> str:
+    """The first column of the paper's Table 4, e.g. "LM, gpt2" or "NMT, my-model"."""
+    task = "LM" if str(study.task.value) == "lm" else "NMT"
+    return f"{task}, {study.model_name}"
 
 
-def results_table(results: ResultsOut) -> str:
-    """A plain-text table for the terminal: both variants, one line per length."""
-    out = []
-    for rs in (results.results, results.other):
-        if rs is None:
-            continue
-        excl = "with" if rs.exclusions_applied else "without"
-        out.append(
-            f"{results.study}: {excl} exclusions, {rs.estimator} estimator, unit={rs.unit}, "
-            f"{rs.ci} {rs.level:.0%} intervals, B={rs.b}; "
-            f"{rs.n_judgments} judgments, {rs.n_annotators} annotators"
-        )
-        if rs.n_simulated:
-            out.append(f"SIMULATED: {simulated_label(rs.n_simulated)}, not people")
-        out.append(
-            f"{'l':>4}  {'CGD(M|D)':>24}  {'CGD(M|M)':>24}  {'EB-C':>24}  {'p':>7}  "
-            f"{'perm p':>7}  {'n ann':>5}  {'eff':>5}"
-        )
-        for row in rs.table:
-            cells = []
-            for q in (row.cgd_data, row.cgd_model, row.ebc):
-                est = finite_or_none(q.estimate) if q else None
-                if est is None:
-                    cells.append(f"{'--':>24}")
-                else:
-                    low, high = finite_or_none(q.low), finite_or_none(q.high)
-                    lo = "?" if low is None else f"{low:.3f}"
-                    hi = "inf" if high is None else f"{high:.3f}"
-                    cells.append(f"{est:.3f} [{lo}, {hi}]".rjust(24))
-            p = finite_or_none(row.test.p_value) if row.test else None
-            perm = row.permutation.p_value if row.permutation else None
-            n_ann = row.ebc.n_annotators if row.ebc else 0
-            eff = finite_or_none(row.ebc.n_effective) if row.ebc else None
-            warn = " (few effective annotators)" if row.ebc and row.ebc.few_annotators else ""
-            p_txt = "--" if p is None else f"{p:.4f}"
-            perm_txt = "--" if perm is None else f"{perm:.4f}"
-            eff_txt = "--" if eff is None else f"{eff:.1f}"
-            out.append(
-                f"{row.length:>4}  " + "  ".join(cells) + f"  {p_txt:>7}  {perm_txt:>7}  "
-                f"{n_ann:>5}  {eff_txt:>5}{warn}"
-            )
-        t = rs.trend
-        est = finite_or_none(t.estimate) if t else None
-        if est is not None:
-            low, high = finite_or_none(t.low), finite_or_none(t.high)
-            out.append(
-                f"trend of ln EB-C per word: {est:+.5f} [{low:+.5f}, {high:+.5f}]"
-                if low is not None and high is not None
-                else f"trend of ln EB-C per word: {est:+.5f}"
-            )
-        t0 = next(iter(rs.tests), None)
-        if t0 is not None:
-            out.append(f"p: {t0.method}; H0: {t0.null}")
-        if rs.permutation:
-            out.append(f"perm p: within-HIT permutation test, {rs.permutation[0].label}")
-        out.extend(f"warning: {w}" for w in rs.warnings)
-        out.append("")
-    out.extend(f"note: {m}" for m in results.messages)
-    return "\n".join(out).rstrip() + "\n"
+@dataclass(frozen=True)
+class DocumentText:
+    """A type's results document as ``ebc results -f FMT`` prints it, by the type's
+    functions: ``csv``, ``latex`` (`label`: the table's row label; `paper`: the
+    paper-comparable mean +- std) or else a plain-text ``table`` for the terminal."""
+
+    csv: Callable[[Any], str]
+    latex: Callable[..., str]
+    table: Callable[[Any], str]
+
+    def __call__(self, res: Any, fmt: str, label: str, *, paper: bool) -> str:
+        if fmt == "csv":
+            return self.csv(res)
+        if fmt == "latex":
+            return self.latex(res, label, paper=paper)
+        return self.table(res)

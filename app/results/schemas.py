@@ -10,12 +10,13 @@ provenance manifest) need no statistics.
 
 from __future__ import annotations
 
-from datetime import datetime
+import time
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.results.ratings_schemas import RatingsOut
+from app import __version__
 from app.results.stats import (
     Agreement,
     ClusterTest,
@@ -31,6 +32,7 @@ from app.results.stats import (
 )
 from app.results.stats.ebc import CiMethod, Estimator, Unit
 from app.results.stats.ebm import EBMScores
+from app.studytypes.ratings.schemas import RatingsOut
 
 OnOff = Literal["on", "off"]
 
@@ -285,6 +287,16 @@ class ResultsOut(_Out):
         "and results, other, quality and plan are empty",
     )
     messages: list[str]
+
+    @staticmethod
+    def stamp(started: float) -> dict[str, Any]:
+        """The fields that say who computed a document, when, and in how many seconds
+        since `started` (a ``time.perf_counter()`` value): now, when this is called."""
+        return {
+            "service_version": __version__,
+            "computed_at": datetime.now(UTC),
+            "seconds": time.perf_counter() - started,
+        }
 
     @property
     def simulated_label(self) -> str | None:

@@ -14,11 +14,12 @@ annotators' invite links are revoked: nobody works as a simulated annotator afte
 
 What an annotator sees comes from the page only; what P_D needs beyond it (the model's
 rank of a shown word, an item's kind, ``items.reference``) comes from the simulator's
-god-view of the database (:mod:`app.simulate.judges`), never from the page, and is never
-sent. Honest answers come from a :class:`~app.simulate.judges.Judge`; inattention (random
+god-view of the database (:mod:`app.simulate.godview`), never from the page, and is never
+sent. Honest answers come from a :class:`~app.studytypes.nextword.judges.Judge`; inattention (random
 clicks, first-slot clicks, too-fast clicks, spammers, attention items) from
 :func:`app.simulate.crowd.deliver`. Too-fast answers report a time under the study's
-minimum per item; the others a log-normal time around 4 s (as :mod:`app.simulate.study`).
+minimum per item; the others a log-normal time around 4 s (as a next-word study's
+simulation, :mod:`app.studytypes.nextword.simulation`).
 
 The run keeps its own record of every answer the server acknowledged (a 303 to the next
 page): assignment, HIT, position, the shown words, the option posted, the word and its
@@ -29,8 +30,9 @@ second time on purpose (a double click). Seeded: annotator ``n`` draws from
 server state repeats itself; with ``parallel > 1`` annotators work at once (leases and
 caps under concurrency), and which HITs each gets, hence its answers, depends on timing.
 
-:class:`CrowdOverHttp` is the run shared with the simulated raters of a ratings study
-(:mod:`app.simulate.http_ratings`); :class:`HttpCrowd` is the next-word crowd.
+:class:`CrowdOverHttp` is the run every study type's simulated crowd shares (a
+next-word study's: ``app.studytypes.nextword.http_crowd``; a ratings study's raters:
+``app.studytypes.ratings.http_crowd``).
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Self
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple, Self
 
 import httpx
 import numpy as np
@@ -52,14 +54,12 @@ from app.annotation.admin import invite, revoke_invite
 from app.annotation.identities import invite_token
 from app.audit.service import CLI
 from app.db import begin_write, unit_of_work
-from app.models import Annotator, Channel, Study, StudyStatus
-from app.results.queries import Judgments
-from app.simulate.crowd import Crowd, Heterogeneity, deliver
-from app.simulate.judges import GodView, ItemTruth, Judge, SimulationError, StudyView
+from app.models import Annotator, Study, StudyStatus
+from app.simulate.crowd import Heterogeneity
+from app.simulate.godview import GodView, ItemTruth, SimulationError, StudyView
 from app.simulate.page import HIT_PAGE, Page, read_page
 
 RETRIES = 5  # sends of one request that failed in transit or with a 503
-
 
 # -- the record -------------------------------------------------------------------------
 
@@ -98,25 +98,6 @@ class Acknowledged:
         )
 
 
-@dataclass(frozen=True)
-class Answered(Acknowledged):
-    """One answer the server acknowledged, as the simulator recorded it (page values,
-    and the god-view's item, kind, length and model rank)."""
-
-    shown: tuple[str, ...]
-    option: int
-    word: str | None  # None: "None of the above is plausible"
-    rank: int  # model rank of the chosen word, 0 for none
-    true_rank: int  # model rank of the item's true next word among the shown, else 0
-    client_ms: int
-    too_fast: bool
-    late: bool
-
-    @property
-    def d(self) -> float:
-        return 0.0 if self.rank == 1 else 1.0
-
-
 @dataclass
 class AnnotatorRun:
     label: str
@@ -126,63 +107,6 @@ class AnnotatorRun:
     abandoned: int = 0  # HITs whose lease ran out before they were submitted
     stopped: str = ""  # activity, budget, or the server's message kind (cap_reached, ...)
     spammer: bool = False
-
-
-@dataclass
-class HttpRun:
-    """A run's record (module docstring)."""
-
-    study: str
-    crowd: str
-    judge: str
-    answers: list[Answered] = field(default_factory=list)
-    annotators: list[AnnotatorRun] = field(default_factory=list)
-    resent: int = 0  # acknowledged posts sent again on purpose
-    retried: int = 0  # requests sent again after a transport error or a 503
-    seconds: float = 0.0
-
-    @property
-    def hits(self) -> int:
-        return len({a.assignment for a in self.answers})
-
-    def judgments(self, kinds: list[str]) -> Judgments:
-        """The record as the results functions' columns (annotators by their ids)."""
-        a = self.answers
-        codes = {k: i for i, k in enumerate(kinds)}
-        people = sorted(self.annotators, key=lambda r: r.annotator_id)
-
-        def col(name: str, dtype=np.int64) -> np.ndarray:
-            return np.array([getattr(x, name) for x in a], dtype=dtype)
-
-        return Judgments(
-            kinds=list(kinds),
-            d=np.array([x.d for x in a], float),
-            length=col("length"),
-            kind=np.array([codes.get(x.kind, -1) for x in a], np.int64),
-            annotator=col("annotator_id"),
-            hit=col("hit_id"),
-            item=col("item_id"),
-            option=col("option"),
-            choice=col("rank"),
-            client_ms=col("client_ms", float),
-            too_fast=col("too_fast", bool),
-            attention=col("attention", bool),
-            true_rank=col("true_rank"),
-            annotator_ids=np.array([r.annotator_id for r in people], np.int64),
-            annotator_blocked=np.zeros(len(people), bool),
-            annotator_exclude_past=np.zeros(len(people), bool),
-            annotator_labels=[r.label for r in people],
-            annotator_channels=[Channel.local.value] * len(people),
-        )
-
-    def summary(self) -> str:
-        why = stopped_by(self.annotators)
-        return (
-            f"SIMULATED crowd ({self.crowd}) over HTTP on {self.study}: "
-            f"{len(self.annotators)} simulated annotators did {self.hits} HITs, "
-            f"{len(self.answers)} judgments acknowledged ({self.resent} posts resent on "
-            f"purpose, {self.retried} retried); stopped: {why or 'none'}; {self.judge}"
-        )
 
 
 def stopped_by(annotators: list[AnnotatorRun]) -> str:
@@ -244,13 +168,26 @@ class _Budget:
             return self.left is not None and self.left <= 0
 
 
+class Turn(NamedTuple):
+    """An annotator at work on one HIT: the HTTP client, the HIT's first page, who, their
+    run's record, their judge's state and their random draws."""
+
+    client: httpx.Client
+    page: Page
+    who: Recruit
+    run: AnnotatorRun
+    state: object
+    rng: np.random.Generator
+
+
 @dataclass(kw_only=True)
 class CrowdOverHttp:
     """What every simulated crowd over HTTP shares (module docstring): recruiting simulated
     annotators, the budget of assignments, requests sent again after a transport error or a
     503, and their links closed when the run ends. A subclass does one HIT
     (:meth:`_do_hit`) on the page it expects (``work_page``) and keeps its own record
-    (``self.run``: ``annotators``, ``resent``, ``retried``, ``seconds``)."""
+    (``self.run``: ``annotators``, ``resent``, ``retried``, ``seconds``, and its answers'
+    records in the list named ``records``, kept in a fixed order)."""
 
     base_url: str
     make_session: Callable[[], Session]
@@ -265,20 +202,12 @@ class CrowdOverHttp:
     transport: httpx.BaseTransport | None = None  # httpx's default (tests: a lossy one)
 
     work_page: ClassVar[str] = HIT_PAGE
-    study_type: ClassVar[str] = "nextword"
+    records: ClassVar[str] = "answers"  # the run's list of acknowledged answers
 
     def __post_init__(self) -> None:
         self.god = GodView(self.make_session, self.study_id)
         self.view: StudyView = self.god.study()
-        if self.view.study_type != self.study_type:
-            raise SimulationError(
-                f"study {self.view.slug!r} is a {self.view.study_type} study: "
-                + (
-                    "simulate raters (a RaterJudge) on it"
-                    if self.view.study_type == "ratings"
-                    else "simulate next-word annotators (a Judge) on it"
-                )
-            )
+        self._check(self.view)
         self.budget = _Budget(self.max_hits)
         self.stop = threading.Event()
         self.lock = threading.Lock()
@@ -288,6 +217,10 @@ class CrowdOverHttp:
 
     # -- what a subclass says -----------------------------------------------------------
 
+    def _check(self, view: StudyView) -> None:
+        """Refuse a study this crowd does not fit (another type's: `SimulationError`)."""
+        raise NotImplementedError
+
     def _new_run(self) -> Any:
         raise NotImplementedError
 
@@ -296,22 +229,16 @@ class CrowdOverHttp:
         spammer, and its judge's state."""
         raise NotImplementedError
 
-    def _do_hit(
-        self,
-        client: httpx.Client,
-        page: Page,
-        who: Recruit,
-        run: AnnotatorRun,
-        state: object,
-        rng: np.random.Generator,
-    ) -> bool:
-        """Do the HIT whose first page is `page`, recording what the server acknowledged;
-        whether it was submitted (False: its lease ran out midway and the server moved
-        on, the HIT abandoned)."""
+    def _do_hit(self, turn: Turn) -> bool:
+        """Do the HIT whose first page is ``turn.page``, recording what the server
+        acknowledged; whether it was submitted (False: its lease ran out midway and the
+        server moved on, the HIT abandoned)."""
         raise NotImplementedError
 
     def _sort(self) -> None:
-        """Put the run's record in a fixed order."""
+        """Put the run's records in a fixed order: by annotator, assignment, position."""
+        key = lambda x: (x.annotator_id, x.assignment, x.position)  # noqa: E731
+        getattr(self.run, self.records).sort(key=key)
 
     # -- the run ------------------------------------------------------------------------
 
@@ -403,7 +330,7 @@ class CrowdOverHttp:
                     raise SimulationError(f"{who.path}: {page.status} {page.text}")
                 run.stopped = page.kind
                 break
-            if self._do_hit(client, page, who, run, state, rng):
+            if self._do_hit(Turn(client, page, who, run, state, rng)):
                 run.done += 1
             else:
                 run.abandoned += 1
@@ -440,106 +367,6 @@ class CrowdOverHttp:
         raise AssertionError("unreachable")
 
 
-@dataclass(kw_only=True)
-class HttpCrowd(CrowdOverHttp):
-    """A simulated crowd of next-word annotators for one study (see :func:`run_http_crowd`)."""
-
-    crowd: Crowd
-    judge: Judge
-
-    def _new_run(self) -> HttpRun:
-        return HttpRun(self.view.slug, self.crowd.describe(), self.judge.describe())
-
-    def _newcomer(self, rng: np.random.Generator) -> tuple[int, bool, object]:
-        wanted = self._wanted(rng, self.crowd.hetero)
-        spammer = bool(rng.random() < self.crowd.spammers)
-        return wanted, spammer, self.judge.annotator(rng)
-
-    def _sort(self) -> None:
-        self.run.answers.sort(key=lambda x: (x.annotator_id, x.assignment, x.position))
-
-    def _do_hit(
-        self,
-        client: httpx.Client,
-        page: Page,
-        who: Recruit,
-        run: AnnotatorRun,
-        state: object,
-        rng: np.random.Generator,
-    ) -> bool:
-        """One post answers the whole HIT, stored (late) even after its lease ran out:
-        always submitted."""
-        form, answers = self._answer(page, who, run, state, rng)
-        late = self._post(client, page, form)
-        if self._resend_now(rng):
-            self._post(client, page, form)  # a double click: acknowledged, stored once
-        with self.lock:
-            self.run.answers.extend(replace(x, late=late) for x in answers)
-        return True
-
-    def _answer(
-        self,
-        page: Page,
-        who: Recruit,
-        run: AnnotatorRun,
-        state: object,
-        rng: np.random.Generator,
-    ) -> tuple[dict[str, str], list[Answered]]:
-        """The form to post and the record of its answers, one HIT."""
-        public_id = page.fields.get("assignment", "")
-        truth = self.god.hit(public_id)
-        if sorted(truth) != sorted(page.options):
-            raise SimulationError(f"the page of {public_id} shows other positions than its HIT")
-        positions = sorted(truth)
-        items = [truth[p] for p in positions]
-        shown = [page.shown(p) for p in positions]
-        honest = self.judge.honest(rng, self.crowd, state, items, shown)
-        form = dict(page.fields)
-        answers = []
-        min_ms = self.view.min_ms_per_item
-        for n, (item, words) in enumerate(zip(items, shown, strict=True)):
-            ranks = np.array([[item.rank(w) for w in words]])
-            got = deliver(
-                rng,
-                self.crowd,
-                honest[n : n + 1],
-                attention=np.array([item.attention]),
-                spammer=np.array([run.spammer]),
-                rank_at_slot=ranks,
-            )
-            option, rank = int(got.option[0]), int(got.choice[0])
-            ms = client_ms(rng, bool(got.too_fast[0]), min_ms)
-            form[f"o{item.position}"] = str(option)
-            form[f"ms{item.position}"] = str(ms)
-            answers.append(
-                Answered.at(
-                    who,
-                    public_id,
-                    item,
-                    shown=tuple(words),
-                    option=option,
-                    word=words[option] if option < len(words) else None,
-                    rank=rank,
-                    true_rank=_true_rank(item, words),
-                    client_ms=ms,
-                    too_fast=ms < min_ms,
-                    late=False,
-                )
-            )
-        return form, answers
-
-    def _post(self, client: httpx.Client, page: Page, form: dict[str, str]) -> bool:
-        """Post a HIT's form until the server acknowledges it; whether it was late."""
-        r = self._send(client, "POST", page.action or "", data=form)
-        where = r.headers.get("location", "")
-        if r.status_code == 303 and ("n=ok" in where or "n=late" in where):
-            return "n=late" in where
-        refused = read_page(r)
-        raise SimulationError(
-            f"the server did not store {form.get('assignment')}: {r.status_code} {refused.text}"
-        )
-
-
 def client_ms(rng: np.random.Generator, too_fast: bool, min_ms: int) -> int:
     """The time an answer reports (``ms``, as the page's script fills it in a browser):
     under the study's minimum for a too-fast click, else log-normal around 4 s."""
@@ -548,55 +375,12 @@ def client_ms(rng: np.random.Generator, too_fast: bool, min_ms: int) -> int:
     return round(math.exp(rng.normal(math.log(4000.0), 0.5)))
 
 
-def _true_rank(item: ItemTruth, shown: list[str]) -> int:
-    word = item.true_next_word
-    return item.rank(word) if word is not None and word in shown else 0
-
-
-def run_http_crowd(
-    base_url: str,
-    make_session: Callable[[], Session],
-    study_id: int,
-    secret_key: str,
-    crowd: Crowd,
-    judge: Judge,
-    *,
-    seed: int = 0,
-    max_hits: int | None = None,
-    parallel: int = 1,
-    resend_share: float = 0.0,
-    transport: httpx.BaseTransport | None = None,
-) -> HttpRun:
-    """Run a simulated crowd on the study against the server at `base_url` (module
-    docstring). `make_session` opens sessions on the server's database: the simulated
-    annotators are made through it (each in a transaction of its own, committed) and the
-    god-view reads it. `secret_key` signs their invite links, as the server's settings do.
-    `max_hits` bounds the assignments submitted in all (None: until nobody finds work)."""
-    return HttpCrowd(
-        base_url=base_url,
-        make_session=make_session,
-        study_id=study_id,
-        secret_key=secret_key,
-        crowd=crowd,
-        judge=judge,
-        seed=seed,
-        max_hits=max_hits,
-        parallel=parallel,
-        resend_share=resend_share,
-        transport=transport,
-    ).go()
-
-
 __all__ = [
     "Acknowledged",
     "AnnotatorRun",
-    "Answered",
     "CrowdOverHttp",
-    "HttpCrowd",
-    "HttpRun",
     "Recruit",
     "client_ms",
-    "run_http_crowd",
     "simulated_annotator",
     "stopped_by",
 ]

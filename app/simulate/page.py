@@ -17,7 +17,7 @@ from html.parser import HTMLParser
 
 import httpx
 
-from app.simulate.judges import SimulationError
+from app.simulate.godview import SimulationError
 
 HIT_PAGE = "hit"
 RATING_PAGE = "rating"

@@ -1,6 +1,6 @@
 """How much work one simulated study is, before it is run: what the page's limits count.
 
-A replication (:func:`app.simulate.study.run_replication`) simulates every judgment,
+A replication (:func:`app.studytypes.nextword.simulation.run_replication`) simulates every judgment,
 then runs the results' main estimate twice (with and without the study's exclusions).
 The estimate's cost is its wild cluster bootstrap (:func:`app.results.stats.wild_ratio`):
 the moments ``eps @ cols``, B draws x G annotators x 11 Q columns (Q ratios: per length
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.simulate.crowd import Heterogeneity
-from app.simulate.study import Design
+from app.simulate.design import Design
 
 JUDGMENT_NS = 1_500  # simulating a judgment: its assignment, answer and timing
 FAST_NS = 0.5  # a multiply-add of the bootstrap moments, their columns in cache

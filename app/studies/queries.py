@@ -23,13 +23,12 @@ from app.models import (
     HitPosition,
     Item,
     Judgment,
-    Rating,
     Study,
     StudyMember,
-    StudyType,
     User,
     utcnow,
 )
+from app.studytypes.registry import study_type_of
 
 
 @dataclass(frozen=True)
@@ -92,26 +91,14 @@ def collection_progress(session: Session, study: Study) -> list[CellCollection]:
             .group_by(Item.length, Item.kind)
         )
     }
-    ratings = study.study_type is StudyType.ratings
-    if ratings:
-        # One rating per (rater, pair): its quality first, then its consistency.
-        counts = select(
-            Item.length, Item.kind, func.count(Rating.id), func.count(Rating.consistency)
-        )
-        counts = counts.join(Rating, Rating.item_id == Item.id)
-    else:
-        counts = select(Item.length, Item.kind, func.count(Judgment.id))
-        counts = counts.join(Judgment, Judgment.item_id == Item.id)
-    judged = {
-        (row[0], row[1]): (row[2], row[3] if ratings else None)
-        for row in session.execute(counts.where(base).group_by(Item.length, Item.kind))
-    }
+    # Its type's answers per cell: judgments, or ratings (and of those, the consistencies).
+    judged = study_type_of(study).results.answers_per_cell(session, base)
     out = []
     for length in study.prefix_lengths:
         for kind in study.kinds:
             key = (length, kind)
             n_placed, target = placed.get(key, (0, 0))
-            n_judged, n_consistency = judged.get(key, (0, 0 if ratings else None))
+            n_judged, n_consistency = judged[key]
             out.append(
                 CellCollection(
                     length=length,

@@ -16,7 +16,6 @@ from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     ValidationInfo,
     field_validator,
@@ -26,7 +25,8 @@ from pydantic.fields import FieldInfo
 
 from app.crowd.registry import PLATFORMS
 from app.models.enums import SpecialTop1, StudyType, Task
-from app.validation import INT32_MAX, Line, Text
+from app.studytypes.ratings.config import RatingsSection
+from app.validation import INT32_MAX, Line, Section, Text
 
 # Strings as long as their columns (app/models/studies.py) or, for JSON settings, as long
 # as any sensible value; no control characters anywhere (app/validation.py).
@@ -100,18 +100,13 @@ def nesting_depth(value: object) -> int:
     return deepest
 
 
-class _Section(BaseModel):
-    # Infinity and NaN are valid TOML floats; no setting means anything with them.
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-
-class ModelSection(_Section):
+class ModelSection(Section):
     name: Name = Field(min_length=1, description="Hugging Face hub name or local directory")
     revision: Short | None = None
     tokenizer: Name | None = Field(None, description="defaults to the model's own")
 
 
-class ReferenceSection(_Section):
+class ReferenceSection(Section):
     """Synthetic EB-C (the papers' synthetic setting): a second model plays P_D.
 
     With a reference model the worker computes, for every item, the exact token-level
@@ -126,34 +121,12 @@ class ReferenceSection(_Section):
     )
 
 
-class RatingsSection(_Section):
-    """Ratings studies (`type = "ratings"`, the later paper's second protocol): the model
-    continues prompt + prefix by `continuation_words` words (l_gen), people rate each
-    continuation's quality, then its consistency with the revealed context, on 0 to
-    `scale_max` in steps of `step`; `hits.replicas` ratings per pair (the paper: 5).
-    """
-
-    continuation_words: int = Field(20, ge=1, le=200, description="l_gen: words per continuation")
-    continuation_top_k: int | None = Field(
-        None, ge=1, le=10_000_000, description="continuation sampling top-k; None: ancestral"
-    )
-    scale_max: int = Field(5, ge=1, le=10, description="ratings run from 0 to this")
-    step: float = Field(0.5, description="half points (0.5) or whole points (1)")
-
-    @field_validator("step")
-    @classmethod
-    def _half_or_whole(cls, step: float) -> float:
-        if step not in (0.5, 1.0):
-            raise ValueError("the rating step is 0.5 (half points) or 1 (whole points)")
-        return step
-
-
-class DatasetSection(_Section):
+class DatasetSection(Section):
     path: Name = Field(min_length=1)
     format: Literal["text", "jsonl", "tsv"] = "text"
 
 
-class DecodingSection(_Section):
+class DecodingSection(Section):
     temperature: float = Field(1.0, gt=0, le=100)
     top_k: int | None = Field(
         None, ge=1, le=10_000_000, description="sampling top-k; None: full vocabulary"
@@ -172,7 +145,7 @@ class DecodingSection(_Section):
     )
 
 
-class HitSection(_Section):
+class HitSection(Section):
     mix: dict[str, int] = Field(default_factory=lambda: {"data": 5, "model": 5}, max_length=20)
     attention: int = Field(1, ge=0, le=100, description="attention items per HIT")
     replicas: int = Field(1, ge=1, le=50)
@@ -191,14 +164,14 @@ class HitSection(_Section):
         return mix
 
 
-class AnnotatorSection(_Section):
+class AnnotatorSection(Section):
     per_annotator_cap: int = Field(200, ge=1, le=1_000_000)
     max_cell_share: float | None = Field(None, gt=0, le=1)
     lease_minutes: float = Field(30, gt=0, le=24 * 60)
     min_seconds_per_item: float = Field(1.0, ge=0, le=3600)
 
 
-class ExclusionSection(_Section):
+class ExclusionSection(Section):
     """Pre-declared exclusion rules, fixed before looking at EB-C."""
 
     blocked: bool = True
@@ -206,12 +179,12 @@ class ExclusionSection(_Section):
     too_fast: bool = True
 
 
-class PaymentSection(_Section):
+class PaymentSection(Section):
     reward_cents: int = Field(0, ge=0, le=INT32_MAX, description="per assignment (one HIT)")
     platform_fee: float = Field(0.0, ge=0, le=2, description="share paid on top, e.g. 0.2")
 
 
-class ProlificSection(_Section):
+class ProlificSection(Section):
     # Channels are opt-in: a study takes nobody through Prolific unless this is set. An
     # entry must then carry the study's entry key (the dashboard shows the URL).
     enabled: bool = False
@@ -243,7 +216,7 @@ class ProlificSection(_Section):
         return url
 
 
-class MTurkSection(_Section):
+class MTurkSection(Section):
     # Opt-in, as every crowd channel. MTurk work counts in the results once its assignment
     # is confirmed through the MTurk API (until then it is stored, flagged unverified).
     enabled: bool = False
@@ -270,7 +243,7 @@ class MTurkSection(_Section):
         return codes
 
 
-class ChannelSection(_Section):
+class ChannelSection(Section):
     """One section per crowd platform whose workers come by URL, named by the platform's
     one name; a section under a platform's former name (`Platform.former_names`: Prolific
     was `[channels.panel]`) is read as the platform's."""
@@ -296,7 +269,7 @@ class ChannelSection(_Section):
         return data
 
 
-class StudyConfig(_Section):
+class StudyConfig(Section):
     slug: str = Field(pattern=SLUG.pattern)
     title: Short = Field(min_length=1)
     description: Text(20_000) = ""
@@ -382,11 +355,8 @@ class StudyConfig(_Section):
                     f"{lm_only}: the prefix of another row's reference is a translation "
                     "diagnostic (task = 'seq2seq')"
                 )
-        if self.type is StudyType.ratings:
-            if self.task is not Task.lm:
-                raise ValueError("ratings of continuations are for language models (task = 'lm')")
-            if self.reference.model:
-                raise ValueError("a ratings study has no reference model (synthetic EB-C)")
+        # A study type's own section checks a study of its type (app.studytypes.<type>.config).
+        self.ratings.check_study(self)
         if self.reference.data_prefixes == "reference" and not self.reference.model:
             raise ValueError("reference.data_prefixes = 'reference' needs reference.model")
         return self
@@ -398,7 +368,7 @@ class StudyConfig(_Section):
 def _settings(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, FieldInfo]]:
     for name, info in model.model_fields.items():
         section = info.annotation
-        if isinstance(section, type) and issubclass(section, _Section):
+        if isinstance(section, type) and issubclass(section, Section):
             yield from _settings(section, f"{prefix}{name}.")
         else:
             yield f"{prefix}{name}", info
@@ -507,14 +477,13 @@ def config_from_columns(row: Any) -> StudyConfig:
 
 @dataclass(frozen=True)
 class WorkerSetting:
-    """A setting of the precompute worker (`worker.prefixes.PrefixSpec`) and its source;
-    with `study_type`, read for studies of that type only (the others keep the worker's
-    default: a next-word study's items have no continuation)."""
+    """A setting of the precompute worker (`worker.prefixes.PrefixSpec`) and its source.
+    A study type's section adds its own for studies of that type (`worker_settings`: the
+    others keep the worker's default; a next-word study's items have no continuation)."""
 
     name: str
     setting: str
     convert: Callable[[Any], Any] = _same
-    study_type: StudyType | None = None
 
 
 WORKER_SETTINGS = (
@@ -527,18 +496,14 @@ WORKER_SETTINGS = (
     WorkerSetting("num_beams", "decoding.beam_width"),
     WorkerSetting("max_word_tokens", "decoding.max_word_tokens", lambda n: n or None),  # 0: none
     WorkerSetting("special_policy", "special_top1", lambda policy: policy.value),
-    WorkerSetting("continuation_words", "ratings.continuation_words", study_type=StudyType.ratings),
-    WorkerSetting("continuation_top_k", "ratings.continuation_top_k", study_type=StudyType.ratings),
 )
 
 
 def worker_settings(config: StudyConfig) -> dict[str, Any]:
-    """The settings the worker makes `config`'s items with, by the worker's names."""
-    return {
-        s.name: s.convert(setting(config, s.setting))
-        for s in WORKER_SETTINGS
-        if s.study_type in (None, config.type)
-    }
+    """The settings the worker makes `config`'s items with, by the worker's names (a study
+    type's section adds its own: a ratings study's continuations)."""
+    settings = {s.name: s.convert(setting(config, s.setting)) for s in WORKER_SETTINGS}
+    return settings | config.ratings.worker_settings(config)
 
 
 WORKER_DEFAULTS: dict[str, Any] = worker_settings(StudyConfig.model_construct())

@@ -46,7 +46,6 @@ from app.annotation.schemas import (
     AnnotatorRef,
     MturkDone,
     PageData,
-    Rated,
     Sent,
     WorkStatus,
 )
@@ -220,16 +219,10 @@ def _render(
     status_code: int = 200,
 ) -> HTMLResponse:
     work = data.work
-    if data.rating is not None:  # a ratings study: one step of one pair
-        return templates.TemplateResponse(
-            request,
-            "annotate/rate.html",
-            {"step": data.rating, "work": work, "ch": ch, "notice": notice, "error": data.error},
-            status_code=status_code,
-            headers=ch.headers,
-        )
-    if data.page is None:
-        # Assigned yet nothing to show: a refused rating of a HIT whose pairs are all rated.
+    page = data.page
+    if page is None:
+        # Not assigned, or assigned yet nothing to show (a refused rating of a HIT whose
+        # pairs are all rated).
         kind = "error" if data.error and work.status is WorkStatus.assigned else work.status.value
         return templates.TemplateResponse(
             request,
@@ -238,41 +231,29 @@ def _render(
             status_code=status_code,
             headers=ch.headers,
         )
+    context = {"page": page, "work": work, "ch": ch, "notice": notice, "error": data.error}
+    if page.fragment is not None:
+        context["fragment"] = _fragment_html(request, data)
     return templates.TemplateResponse(
-        request,
-        "annotate/hit.html",
-        {
-            "page": data.page,
-            "items": _items_html(request, data),
-            "work": work,
-            "ch": ch,
-            "notice": notice,
-            "error": data.error,
-        },
-        status_code=status_code,
-        headers=ch.headers,
+        request, page.template, context, status_code=status_code, headers=ch.headers
     )
 
 
-def _items_html(request: Request, data: PageData) -> Markup:
-    """The HIT's texts and options: rendered once per HIT and process, unless refilled.
+def _fragment_html(request: Request, data: PageData) -> Markup:
+    """The part of a HIT's page that depends on the HIT alone (a next-word HIT's texts and
+    options): rendered once per HIT and process, unless refilled.
 
-    They depend on the HIT alone (its positions are immutable), and were most of the
-    page's rendering time, so they are kept by HIT id (`app.state.hit_html`, bounded like
-    the domain's cache of HIT content). Templates edited in development are picked up (no
-    reuse then).
+    Its positions are immutable, and it was most of the page's rendering time, so it is
+    kept by HIT id (`app.state.hit_html`, bounded like the domain's cache of HIT content).
+    Templates edited in development are picked up (no reuse then).
     """
     page = data.page
     hit_id = data.work.assignment.hit_id
     cache: HitCache[Markup] = request.app.state.hit_html
-    html = None if page.answers else cache.get(hit_id)
+    html = cache.get(hit_id) if page.cacheable else None
     if html is None:
-        html = Markup(
-            templates.get_template("annotate/_items.html").render(
-                positions=page.positions, answers=page.answers
-            )
-        )
-        if not page.answers and not templates.env.auto_reload:
+        html = Markup(templates.get_template(page.fragment).render(**page.fragment_context()))
+        if page.cacheable and not templates.env.auto_reload:
             cache.put(hit_id, html)
     return html
 
@@ -368,13 +349,12 @@ async def invite_submit(request: Request):
     ref = read_invite_token(request.app.state.settings.secret_key, token)
     form = await _read_form(request)  # on the loop; then one hop: session, submit, commit
 
-    def render(outcome: Sent | Rated | PageData) -> Response:
+    def render(outcome: Sent | PageData) -> Response:
         if isinstance(outcome, PageData):  # refused: the HIT again, with the error
             ch = _invite_channel(token, outcome.annotator)
             return _render(request, outcome, ch, status_code=outcome.status_code)
-        if isinstance(outcome, Rated):  # a ratings step: its page shows the next one
-            flag = ("?n=late" if outcome.late else "?n=ok") if outcome.completed else ""
-            return RedirectResponse(f"/a/{token}{flag}", status.HTTP_303_SEE_OTHER, LINK_HEADERS)
+        if not outcome.completed:  # a step of a HIT (ratings): its page shows the next one
+            return RedirectResponse(f"/a/{token}", status.HTTP_303_SEE_OTHER, LINK_HEADERS)
         if outcome.kept is not None:
             return templates.TemplateResponse(
                 request,
@@ -382,7 +362,7 @@ async def invite_submit(request: Request):
                 {"page": outcome.kept, "notice": KEPT, "next_url": f"/a/{token}"},
                 headers=LINK_HEADERS,
             )
-        flag = "late" if outcome.submission.late else "ok"
+        flag = "late" if outcome.late else "ok"
         return RedirectResponse(f"/a/{token}?n={flag}", status.HTTP_303_SEE_OTHER, LINK_HEADERS)
 
     return await _transaction(request, send_invite, (ref, form), render, resend=form)
@@ -463,10 +443,10 @@ async def mturk_page(
 async def mturk_submit(request: Request, slug: str):
     form = await _read_form(request)
 
-    def render(outcome: MturkDone | Rated | PageData) -> Response:
+    def render(outcome: MturkDone | Sent | PageData) -> Response:
         if isinstance(outcome, MturkDone):
             return _mturk_done(request, outcome)
-        if isinstance(outcome, Rated):  # a ratings step: the assignment's page, next step
+        if isinstance(outcome, Sent):  # a step of a HIT (ratings): its page, next step
             lease = outcome.assignment
             query = urlencode(
                 {
@@ -500,8 +480,7 @@ def _mturk_done(request: Request, done: MturkDone) -> HTMLResponse:
             "late": assignment.late,
             "page": done.kept,
             "notice": KEPT if done.kept else None,
-            "stored": {"assignment": assignment.public_id, "slots": done.slots}
-            | ({"ratings": done.ratings} if done.ratings else {}),
+            "stored": {"assignment": assignment.public_id, "fields": done.fields},
         },
         headers=mturk_headers(done.origin),
     )

@@ -16,9 +16,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
 from app.models import Study, User
-from app.results import catalog, diagnostics, downloads, planning, service
-from app.results.ebm import is_ratings
-from app.results.ratings import NextWordOnly, NextWordOption, next_word_only, ratings_query
+from app.results import catalog, downloads, service
 from app.results.schemas import (
     DiagnosticsOut,
     ManifestOut,
@@ -29,6 +27,8 @@ from app.results.schemas import (
 )
 from app.results.stats import PlanTarget, StudyPlan
 from app.studies.service import visible_studies
+from app.studytypes.base import OptionNotForThisType
+from app.studytypes.registry import study_type_of
 from app.web.deps import SessionDep
 from app.web.downloads import export_response
 from app.web.security import ApiStudyDep, ApiUserDep, api_user
@@ -90,28 +90,25 @@ _404_NEXTWORD = {
 StudyDep = ApiStudyDep
 
 
-def _next_word_study(what: str) -> Any:
-    """The study, if it has `what` (a next-word figure): a ratings study's is a 404, as a
-    download a study's type does not have."""
+def _study_with(capability: str) -> Any:
+    """The study, if its type has `capability` (``diagnostics``, ``planner``): else a 404
+    with its type's message, as a download a study's type does not have."""
 
     def dependency(study: StudyDep) -> Study:
-        try:
-            next_word_only(study, what)
-        except NextWordOnly as exc:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, exc.message) from None
+        plugin = study_type_of(study)
+        if getattr(plugin, capability) is None:
+            raise HTTPException(status.HTTP_404_NOT_FOUND, plugin.refusal(study, capability))
         return study
 
     return Annotated[Study, Depends(dependency)]
 
 
-def _no_next_word_options(study: Study, query: ResultQuery) -> None:
-    """On a ratings study, a next-word option given (estimator, unit, ci) is a 422 that
-    names it, not silently ignored."""
-    if not is_ratings(study):
-        return
+def _refuse_options(study: Study, query: ResultQuery) -> None:
+    """Options the study's type does not take (a ratings study: estimator, unit, ci) are a
+    422 that names them, not silently ignored."""
     try:
-        ratings_query(query)
-    except NextWordOption as exc:
+        study_type_of(study).results.check_options(query)
+    except OptionNotForThisType as exc:
         errors = [
             {"loc": ("query", name), "msg": exc.message, "type": "value_error"}
             for name in exc.fields
@@ -120,19 +117,19 @@ def _no_next_word_options(study: Study, query: ResultQuery) -> None:
 
 
 def result_options(study: StudyDep, query: Annotated[ResultQuery, Query()]) -> ResultQuery:
-    _no_next_word_options(study, query)
+    _refuse_options(study, query)
     return query
 
 
 def latex_options(study: StudyDep, query: Annotated[LatexQuery, Query()]) -> LatexQuery:
-    _no_next_word_options(study, query.results_query())
+    _refuse_options(study, query.results_query())
     return query
 
 
 ResultQueryDep = Annotated[ResultQuery, Depends(result_options)]
 LatexQueryDep = Annotated[LatexQuery, Depends(latex_options)]
-DiagnosticsStudyDep = _next_word_study("diagnostics")
-PlanStudyDep = _next_word_study("planner")
+DiagnosticsStudyDep = _study_with("diagnostics")
+PlanStudyDep = _study_with("planner")
 
 
 def _file(content_type: str, what: str, missing: dict = _404) -> dict:
@@ -204,7 +201,7 @@ def results(study: StudyDep, session: SessionDep, query: ResultQueryDep) -> Resu
 def results_diagnostics(
     study: DiagnosticsStudyDep, session: SessionDep, query: ResultQueryDep
 ) -> DiagnosticsOut:
-    return diagnostics.study_diagnostics(session, study, query)
+    return study_type_of(study).diagnostics.compute(session, study, query)
 
 
 @router.get(
@@ -453,4 +450,4 @@ def plan(
     seed: Annotated[int, Query(ge=0, lt=2**63)] = 0,
 ) -> StudyPlan:
     target = PlanTarget(target_ebc=target_ebc, halfwidth=halfwidth, power=power, alpha=alpha)
-    return planning.study_plan(session, study, target, seed=seed)
+    return study_type_of(study).planner.plan(session, study, target, seed=seed)

@@ -24,11 +24,9 @@ from app.annotation.errors import AnnotationError
 from app.annotation.leases import annotator_cap
 from app.crowd.registry import entry_urls
 from app.models import Annotator, Study
-from app.results.ebm import is_ratings
-from app.results.ratings import study_attention_max
-from app.results.service import quality_by_annotator
 from app.studies.queries import annotator_rows
 from app.studies.service import Access, StudyError, set_study_cap
+from app.studytypes.registry import study_type_of
 from app.validation import INT32_MAX, MAX_CAP, check_text, parse_int
 from app.web.deps import SessionDep
 from app.web.pages import LOGIN, StudyDep, flash, redirect, render, study_url
@@ -54,17 +52,16 @@ def annotators(request: Request, session: SessionDep, study: StudyDep) -> HTMLRe
     settings = request.app.state.settings
     rows = annotator_rows(session, study)
     can_manage = access_of(request) >= Access.manage
-    ratings = is_ratings(study)
+    plugin = study_type_of(study)
     return render(
         request,
         "annotators.html",
         {
             "study": study,
             "rows": rows,
-            "quality": quality_by_annotator(session, study),
-            # A ratings study's figures are per rater (RaterQuality), not per judgment.
-            "ratings": ratings,
-            "attention_max": study_attention_max(study) if ratings else None,
+            # Per judgment or per rater, as the type's partials show them.
+            "quality": plugin.results.quality(session, study),
+            **plugin.dashboard.annotators_context(study),
             "can_manage": can_manage,
             # Invite links are credentials: only those who may manage the study see them.
             "links": {

@@ -1,27 +1,19 @@
-"""Dashboard: a study's results page (table, plot, agreement, sanity, diagnostics,
-planner; a ratings study's: its Table 3, agreement, quality control, EB-M) and the
-downloads. The figures come from app.results.service (diagnostics: app.results.diagnostics;
-ratings: app.results.ratings), the downloads (audited) from app.results.downloads."""
+"""Dashboard: a study's results page, its type's (a next-word study's table, plot, agreement,
+sanity, diagnostics, planner; a ratings study's Table 3, agreement, quality control, EB-M:
+``StudyTypePlugin.results_page``) and the downloads (audited: app.results.downloads)."""
 
 from __future__ import annotations
 
-import base64
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse, Response
 from pydantic import Field
 
-from app.models import StudyType
 from app.results import downloads
-from app.results.diagnostics import results_with_diagnostics
-from app.results.ebm_exports import ebm_view
-from app.results.planning import study_plan
-from app.results.plot import diagnostics_plot, results_plot
-from app.results.ratings import ratings_document
 from app.results.schemas import ResultQuery
 from app.results.stats import PlanTarget
-from app.results.stats.ebm import SCORE_LABELS, SCORES
+from app.studytypes.registry import study_type_of
 from app.web.deps import SessionDep
 from app.web.downloads import export_response
 from app.web.pages import LOGIN, StudyDep, render
@@ -63,55 +55,8 @@ def results_page(
     study: StudyDep,
     options: PageQueryDep,
 ) -> HTMLResponse:
-    query = options.results_query()
-    if study.study_type is StudyType.ratings:
-        # Ratings, not judgments: quality and consistency (app.results.ratings), and the EB-M
-        # scores as a results job stored them (app.results.ebm).
-        res = ratings_document(session, study, query)
-        return render(
-            request,
-            "results_ratings.html",
-            {
-                "study": study,
-                "res": res,
-                "query": query,
-                "query_string": str(request.url.query),
-                "ebm": res.ebm,
-                "ebm_rows": ebm_view(res.ebm) if res.ebm else [],
-                "score_labels": [SCORE_LABELS[n] for n in SCORES],
-                "downloads": downloads.catalogue(study),
-            },
-        )
-    # One load of the judgments for the figures and the diagnostics (None: no section, and
-    # no diagnostics downloads).
-    res, diag = results_with_diagnostics(session, study, query)
-    plan = res.plan  # the default target's
-    if options.target() != PlanTarget():
-        plan = study_plan(session, study, options.target(), seed=query.seed)
-    plot = None
-    if res.results is not None:
-        plot = base64.b64encode(results_plot(res, "svg")).decode()
-    diag_plot = None
-    if diag is not None:
-        diag_plot = base64.b64encode(diagnostics_plot(diag, "svg")).decode()
-    return render(
-        request,
-        "results.html",
-        {
-            "study": study,
-            "res": res,
-            "plan": plan,
-            "plot": plot,
-            "query": query,
-            "query_string": str(request.url.query),
-            "planner": options,
-            "diagnostics": diag,
-            "diagnostics_plot": diag_plot,
-            "downloads": [
-                n for n in downloads.catalogue(study) if diag or not n.startswith("diagnostics.")
-            ],
-        },
-    )
+    template, context = study_type_of(study).dashboard.results_page(session, study, options)
+    return render(request, template, {**context, "query_string": str(request.url.query)})
 
 
 @router.get("/{slug}/results/{name}")

@@ -6,8 +6,9 @@ it in its thread pool and the event loop keeps serving; its work is bounded by t
 limits (R <= 50, R x the estimated work of a replication <= 4 s, B = 2,000, and a 5 s
 budget checked between replications), which spares a job queue, and at most
 `MAX_RUNNING` run at once in a process (a 429 past them: the two cores are taken);
-`ebc simulate` has no limit. A ratings study's form and figures are its own
-(`app.simulate.ratings_preview`: simulated raters), with the same bounds.
+`ebc simulate` has no limit. Each study type's form and figures are its own (its plug-in's
+`preview`: a next-word study's stand-in crowd, a ratings study's simulated raters), with
+the same bounds.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from contextlib import contextmanager
 from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse
 
-from app.simulate import preview, ratings_preview
+from app.simulate.costs import channel_costs
 from app.simulate.preview import PAGE_LIMITS, PreviewError
+from app.studytypes.registry import study_type_of
 from app.web.pages import LOGIN, StudyDep, render
 
 router = APIRouter(prefix="/dashboard/studies", include_in_schema=False, dependencies=LOGIN)
@@ -53,22 +55,13 @@ class Slots:
 RUNNING = Slots(MAX_RUNNING)
 
 
-def _service(study):
-    """The form, its parser and the preview of the study's type (a ratings study's
-    simulates raters)."""
-    if ratings_preview.is_ratings(study):
-        r = ratings_preview
-        return r.form_values, r.options_from_form, r.simulate_ratings_before_paying
-    return preview.form_values, preview.options_from_form, preview.simulate_before_paying
-
-
 @router.get("/{slug}/simulate", response_class=HTMLResponse)
 def simulate(request: Request, study: StudyDep) -> HTMLResponse:
     given = dict(request.query_params)
-    form_values, options_from_form, simulate_before_paying = _service(study)
-    context = {"study": study, "sim_values": form_values(given), "sim_limits": PAGE_LIMITS}
+    preview = study_type_of(study).preview
+    context = {"study": study, "sim_values": preview.form_values(given), "sim_limits": PAGE_LIMITS}
     try:
-        options = options_from_form(given, PAGE_LIMITS)
+        options = preview.options_from_form(given, PAGE_LIMITS)
         with RUNNING.take() as free:
             if not free:
                 response = render(
@@ -80,7 +73,7 @@ def simulate(request: Request, study: StudyDep) -> HTMLResponse:
                 response.headers["Retry-After"] = str(RETRY_AFTER_S)
                 return response
             settings = request.app.state.settings
-            sim = simulate_before_paying(study, settings, options, limits=PAGE_LIMITS)
+            sim = preview.run(study, settings, options, limits=PAGE_LIMITS, price=channel_costs)
     except PreviewError as exc:
         return render(
             request,

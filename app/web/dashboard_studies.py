@@ -14,7 +14,7 @@ from starlette.datastructures import UploadFile as StarletteUpload
 
 from app.audit.service import study_events
 from app.auth.service import get_user, user_by_name
-from app.hits.service import HitBuildError
+from app.hits.schemas import HitBuildError
 from app.models import Study, StudyStatus
 from app.precompute.datasets import DatasetError
 from app.precompute.service import (
@@ -24,7 +24,7 @@ from app.precompute.service import (
     latest_job,
     plan_precompute,
 )
-from app.simulate import preview, ratings_preview
+from app.simulate.preview import PAGE_LIMITS
 from app.studies.forms import FormErrors, config_from_form, form_defaults, form_values
 from app.studies.queries import (
     browse_items,
@@ -50,6 +50,7 @@ from app.studies.service import (
     stop_precompute,
     unshare_study,
 )
+from app.studytypes.registry import study_type_of
 from app.validation import INT32_MAX, check_text
 from app.web.deps import RowId, SessionDep
 from app.web.pages import LOGIN, StudyDep, flash, redirect, render, study_url
@@ -174,9 +175,9 @@ def study_page(request: Request, session: SessionDep, study: StudyDep) -> HTMLRe
             "roles": list(MEMBER_ROLES),
             # The "simulate before you pay" form (app/web/dashboard_simulate.py runs it).
             "sim": None,
-            "sim_values": ratings_preview.form_values_for(study, {}),
+            "sim_values": study_type_of(study).preview.form_values({}),
             "sim_errors": {},
-            "sim_limits": preview.PAGE_LIMITS,
+            "sim_limits": PAGE_LIMITS,
         },
     )
 

@@ -13,9 +13,9 @@ from sqlalchemy import func, select
 from app.annotation.identities import annotator_for_invite
 from app.annotation.leases import next_assignment
 from app.annotation.schemas import InviteRef, WorkStatus
-from app.annotation.submissions import submit
 from app.db import build_engine, make_sessionmaker
 from app.models import Assignment, Hit, HitPosition, Judgment
+from app.studytypes.nextword.annotation import submit
 from tests.hits.factory import annotator, make_study
 
 THREADS = 50

@@ -11,10 +11,10 @@ from sqlalchemy.dialects import postgresql
 from app.annotation.leases import expire_leases, next_assignment, return_assignment
 from app.annotation.queries import LEAVE, PG_STORE_SUBMISSION
 from app.annotation.schemas import WorkStatus
-from app.annotation.submissions import submit
 from app.models import Assignment, AssignmentStatus, utcnow
-from tests.annotation.test_service import _answers, _counters
+from app.studytypes.nextword.annotation import submit
 from tests.hits.factory import annotator, make_study
+from tests.studytypes.nextword.test_annotation import _answers, _counters
 
 
 def _recounted(session, hit_id):

@@ -21,11 +21,11 @@ from app.annotation.identities import (
 )
 from app.annotation.leases import next_assignment, return_assignment
 from app.annotation.schemas import WorkStatus
-from app.annotation.submissions import submit
 from app.models import Assignment, AssignmentStatus, Channel, Hit, HitPosition, Judgment, utcnow
-from app.results import exports
 from app.results.schemas import ResultQuery
 from app.results.service import study_results
+from app.studytypes.nextword import exports
+from app.studytypes.nextword.annotation import submit
 from tests.hits.factory import annotator, make_study
 
 

@@ -17,10 +17,10 @@ from sqlalchemy import func, select, update
 
 from app.annotation.identities import crowd_annotator
 from app.annotation.leases import next_assignment
-from app.annotation.ratings import RatingPost, Scale, point, rate
 from app.crowd import sync
 from app.crowd.base import PlatformSubmission
 from app.models import Annotator, Assignment, AssignmentStatus, Channel, CrowdHit, Hit, Rating
+from app.studytypes.ratings.annotation import RatingPost, Scale, point, rate
 from tests.crowd.mturk_standin import answer_xml
 from tests.crowd.test_service_mturk import (  # noqa: F401  (fixtures)
     SUBMIT_TO,
@@ -61,7 +61,7 @@ def rate_through_pages(client, page, steps: int | None = None):
     """Post the rating each step of the MTurk page asks for (`VALUES`), `steps` of them
     (all: None); the page the last post leads to."""
     done = 0
-    while page.template.name == "annotate/rate.html" and (steps is None or done < steps):
+    while page.template.name == "ratings/rate.html" and (steps is None or done < steps):
         fields = _hidden(page.text)
         value = VALUES[int(fields["position"])][fields["step"] == "consistency"]
         r = client.post(f"/mturk/{SLUG}/submit", data={**fields, "rating": value})

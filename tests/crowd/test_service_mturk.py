@@ -20,7 +20,6 @@ from sqlalchemy.orm import Session
 
 from app.annotation.identities import crowd_annotator
 from app.annotation.leases import next_assignment
-from app.annotation.submissions import submit
 from app.config import ROOT
 from app.crowd import bonuses, claims, common, ledger, overview, payments, publishing, sync
 from app.crowd.base import CrowdError, PlatformSubmission
@@ -51,6 +50,7 @@ from app.models import (
     StudyStatus,
     utcnow,
 )
+from app.studytypes.nextword.annotation import submit
 from tests.conftest import fresh_database
 from tests.crowd.mturk_standin import Server, StandInMTurk, answer_xml
 from tests.hits.factory import make_study
@@ -481,7 +481,7 @@ def test_the_done_form_carries_what_recovery_needs_and_no_rank(session):
         url_for=url_for,
         action="https://workersandbox.mturk.com/mturk/externalSubmit",
         assignment_id="ASG1",
-        stored={"assignment": "pub-1_x", "slots": {0: 3, 1: 5, 9: 0}},
+        stored={"assignment": "pub-1_x", "fields": [("o0", "3"), ("o1", "5"), ("o9", "0")]},
     )
     form = etree.HTML(html).xpath("//form[@method='post']")[0]
     fields = {i.get("name"): i.get("value") for i in form.xpath(".//input[@type='hidden']")}

@@ -16,7 +16,6 @@ from sqlalchemy.orm import Session
 from app.annotation.errors import AnnotationError
 from app.annotation.identities import check_prolific_entry, check_prolific_key, crowd_annotator
 from app.annotation.leases import next_assignment
-from app.annotation.submissions import submit
 from app.crowd import bonuses, common, ledger, payments, publishing, sync
 from app.crowd.base import CrowdError
 from app.db import make_sessionmaker, unit_of_work
@@ -31,6 +30,7 @@ from app.models import (
     HitPosition,
     ReviewStatus,
 )
+from app.studytypes.nextword.annotation import submit
 from tests.crowd.prolific_standin import LONG_MESSAGE, FakeProlific
 from tests.hits.factory import make_study
 

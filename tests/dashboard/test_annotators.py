@@ -177,7 +177,7 @@ def test_the_annotator_table_shows_the_llm_assistance_signal(logged_in, session)
 def test_a_ratings_study_shows_each_raters_quality_figures(logged_in, session, monkeypatch):
     """Per rater (RaterQuality): ratings, attention pass share, straight-lining, leniency,
     too fast, from the ratings alone: the figures' resampling is not run for them."""
-    from app.results import ratings as ratings_service
+    from app.studytypes.ratings import results as ratings_service
     from tests.results.ratings_study import make_rated_study
 
     rated = make_rated_study(session)

@@ -18,7 +18,6 @@ from sqlalchemy import func, select
 
 from app.annotation.identities import crowd_annotator
 from app.annotation.leases import next_assignment
-from app.annotation.submissions import submit
 from app.crowd.platforms.mturk.formats import (
     QUAL_APPROVAL_RATE,
     QUAL_LOCALE,
@@ -38,6 +37,7 @@ from app.models import (
     ReviewStatus,
 )
 from app.studies.service import share_study
+from app.studytypes.nextword.annotation import submit
 from app.web import dashboard_crowd
 from tests.crowd.mturk_standin import Server
 from tests.crowd.platforms.prolific.test_provider import TOKEN, FakeProlific

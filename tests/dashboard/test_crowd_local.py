@@ -11,10 +11,10 @@ from sqlalchemy import select
 from app.annotation import admin
 from app.annotation.identities import annotator_for_invite, read_invite_token
 from app.annotation.leases import next_assignment
-from app.annotation.submissions import submit
 from app.crowd import common, payments
 from app.db import make_sessionmaker
 from app.models import CrowdPosting, HitPosition
+from app.studytypes.nextword.annotation import submit
 from tests.hits.factory import make_study
 
 SLUG = "lab"

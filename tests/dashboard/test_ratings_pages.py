@@ -6,8 +6,8 @@ from __future__ import annotations
 from sqlalchemy import func, select
 
 from app.annotation.leases import next_assignment
-from app.annotation.ratings import CONSISTENCY, QUALITY, RatingPost, rate
 from app.models import Item, Rating
+from app.studytypes.ratings.annotation import CONSISTENCY, QUALITY, RatingPost, rate
 from tests.hits.factory import annotator
 from tests.hits.ratings_factory import make_ratings_study
 
@@ -22,7 +22,7 @@ def test_a_ratings_study_results_page_shows_its_ratings(logged_in, session):
     session.commit()
     assert session.scalar(select(func.count(Rating.consistency))) == 11
     r = logged_in.get(f"/dashboard/studies/{study.slug}/results?b=200")
-    assert r.status_code == 200 and r.template.name == "results_ratings.html"
+    assert r.status_code == 200 and r.template.name == "ratings/results.html"
     assert "coming" not in r.text and "CGD(M|D)" not in r.text  # no next-word figures
     main = r.context["res"].ratings.results
     assert main.n_ratings == 10 and main.n_annotators == 1  # the attention pair aside

@@ -7,10 +7,10 @@ import re
 from sqlalchemy import event, select
 
 from app.models import AuditEvent, Item
-from app.results import diagnostics, queries
-from app.results.diagnostics import study_diagnostics
 from app.results.schemas import ResultQuery
 from app.results.stats import MODEL_KIND
+from app.studytypes.nextword import diagnostics, queries
+from app.studytypes.nextword.diagnostics import study_diagnostics
 from tests.factories import StudyFactory
 from tests.results.diagnostic_study import diagnostic_study
 
@@ -21,7 +21,7 @@ def test_the_section_shows_the_table_plot_and_synthetic_figures(logged_in, sessi
     study = diagnostic_study(session, "dgr", reference="<b>fake:3</b>")
     session.commit()
     r = logged_in.get(f"/dashboard/studies/dgr/results?{Q}")
-    assert r.status_code == 200 and r.template.name == "results.html"
+    assert r.status_code == 200 and r.template.name == "nextword/results.html"
     diag = r.context["diagnostics"]
     assert diag.shown and diag.options.b == 200 and r.context["diagnostics_plot"]
     assert r.context["res"].synthetic.reference_model == "<b>fake:3</b>"

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from app.audit.service import CLI
 from app.auth.service import create_api_token
 from app.models import AuditEvent, User
-from app.results.ebm import score_study, stored_ebm
+from app.studytypes.ratings.ebm import score_study, stored_ebm
 from tests.factories import StudyFactory
 from tests.results.ebm_study import INJECTION, make_ebm_study, write_corpus
 

@@ -27,7 +27,7 @@ def _study_with_judgments(session):
 def test_results_page_table_plot_planner_and_selectors(logged_in, session):
     _study_with_judgments(session)
     r = logged_in.get("/dashboard/studies/r1/results?b=1000&unit=hit&estimator=plurality")
-    assert r.status_code == 200 and r.template.name == "results.html"
+    assert r.status_code == 200 and r.template.name == "nextword/results.html"
     res = r.context["res"]
     assert [row.length for row in res.results.table] == [10, 20]
     assert res.options.unit == "hit" and res.options.estimator == "plurality"

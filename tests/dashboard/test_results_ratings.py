@@ -12,8 +12,8 @@ import pytest
 from markupsafe import escape
 
 from app.results.exclusions import exclusion_mask
-from app.results.queries_ratings import load_ratings
 from app.results.stats.ratings import ratings_results
+from app.studytypes.ratings.queries import load_ratings
 from tests.factories import StudyFactory
 from tests.results.ratings_study import FORMULA, make_rated_study
 
@@ -46,7 +46,7 @@ def _shown(c) -> str:
 
 def test_table_3_is_the_statistics_of_the_loaded_ratings(logged_in, session, rated):
     r = logged_in.get(f"{PAGE}?b={B}")
-    assert r.status_code == 200 and r.template.name == "results_ratings.html"
+    assert r.status_code == 200 and r.template.name == "ratings/results.html"
     assert "coming" not in r.text and "CGD(M|D)" not in r.text
     cols = load_ratings(session, rated.study)
     keep, _ = exclusion_mask(cols, rated.study.exclusions)
@@ -165,7 +165,7 @@ def _skip_pairs(session, study, length: int, kind: str, n: int) -> None:
 def test_the_paper_runs_are_stated_per_length_when_they_differ(logged_in, session, rated):
     """l = 10 keeps its 10 pairs a kind (5 runs of 2), l = 20 only 5 data pairs (5 runs of
     1): every surface says which length has which runs, not the first row's for all."""
-    from app.results.ratings_exports import ratings_latex, ratings_table
+    from app.studytypes.ratings.exports import ratings_latex, ratings_table
 
     _skip_pairs(session, rated.study, 20, "data", 5)
     session.commit()
@@ -187,7 +187,7 @@ def test_the_paper_runs_are_stated_per_length_when_they_differ(logged_in, sessio
 
 def test_the_attention_threshold_on_the_page_is_the_scales(logged_in, session):
     from app.annotation.leases import next_assignment
-    from app.annotation.ratings import CONSISTENCY, QUALITY, RatingPost, rate
+    from app.studytypes.ratings.annotation import CONSISTENCY, QUALITY, RatingPost, rate
     from tests.hits.factory import annotator
     from tests.hits.ratings_factory import make_ratings_study
 

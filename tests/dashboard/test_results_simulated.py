@@ -13,10 +13,10 @@ from sqlalchemy import event, func, select
 
 from app.auth.service import create_api_token
 from app.models import Annotator, Assignment, Item, Judgment
-from app.results.diagnostics import DIAGNOSTIC_FIELDS
-from app.results.exports import JUDGMENT_FIELDS, results_table
 from app.results.schemas import ResultQuery, simulated_label
 from app.results.service import study_results
+from app.studytypes.nextword.diagnostics import DIAGNOSTIC_FIELDS
+from app.studytypes.nextword.exports import JUDGMENT_FIELDS, results_table
 from tests.factories import StudyFactory
 from tests.results.diagnostic_study import diagnostic_study
 

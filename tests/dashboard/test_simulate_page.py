@@ -12,7 +12,9 @@ from sqlalchemy import select
 
 from app.crowd.platforms.local.provider import NO_FEE
 from app.models import Base, StudyMember
-from app.simulate.preview import PAGE_LIMITS, PreviewOptions, simulate_before_paying
+from app.simulate.costs import channel_costs
+from app.simulate.preview import PAGE_LIMITS
+from app.studytypes.nextword.preview import PreviewOptions, simulate_before_paying
 from app.web import dashboard_simulate
 from app.web.dashboard_simulate import BUSY, MAX_RUNNING, RUNNING
 from tests.dashboard.conftest import _user, login
@@ -59,7 +61,9 @@ def test_the_simulation_renders_its_figures_and_costs(logged_in, session, settin
     sim = r.context["sim"]
     # The service's answer for the same options and the page's limits, seeded.
     options = PreviewOptions(crowd="sampler,noisy:0.1", target_ebc=1.05, replications=4, seed=2)
-    again = simulate_before_paying(study, settings, options, limits=PAGE_LIMITS)
+    again = simulate_before_paying(
+        study, settings, options, limits=PAGE_LIMITS, price=channel_costs
+    )
     assert sim.rows == again.rows and sim.costs == again.costs and sim.options.b == 2_000
     page = html.unescape(r.text)
     assert "Simulation" in page and "not data" in page and "crowd sampler,noisy:0.1" in page

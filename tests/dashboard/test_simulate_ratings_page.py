@@ -1,5 +1,5 @@
 """The study page's "Simulate before you pay" for a ratings study (app.web.dashboard_simulate
-with app.simulate.ratings_preview): the raters' form, the figures, the bounds, bad input."""
+with app.studytypes.ratings.preview): the raters' form, the figures, the bounds, bad input."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from urllib.parse import urlencode
 
 import pytest
 
+from app.simulate.costs import channel_costs
 from app.simulate.preview import PAGE_LIMITS
-from app.simulate.ratings_preview import RatingsPreviewOptions, simulate_ratings_before_paying
+from app.studytypes.ratings.preview import RatingsPreviewOptions, simulate_ratings_before_paying
 from app.web import dashboard_simulate
 from app.web.dashboard_simulate import BUSY, MAX_RUNNING, RUNNING
 from tests.dashboard.test_simulate_page import _snapshot
@@ -66,7 +67,9 @@ def test_the_simulation_renders_the_raters_figures_and_costs(logged_in, session,
         replications=4,
         seed=2,
     )
-    again = simulate_ratings_before_paying(study, settings, options, limits=PAGE_LIMITS)
+    again = simulate_ratings_before_paying(
+        study, settings, options, limits=PAGE_LIMITS, price=channel_costs
+    )
     assert sim.rows == again.rows and sim.needs == again.needs and sim.costs == again.costs
     assert sim.options.b == PAGE_LIMITS.b and sim.raters.hetero.sd_pair == 0.5
     page = html.unescape(r.text)

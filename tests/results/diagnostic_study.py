@@ -14,7 +14,6 @@ from sqlalchemy.orm import Session
 
 from app.annotation.identities import create_local_annotators
 from app.annotation.leases import next_assignment
-from app.annotation.submissions import submit
 from app.hits.service import build_hits
 from app.models import HitPosition, Item, Judgment, Study, StudyStatus
 from app.studies.schemas import (
@@ -26,6 +25,7 @@ from app.studies.schemas import (
     StudyConfig,
 )
 from app.studies.service import create_study
+from app.studytypes.nextword.annotation import submit
 
 LM_KINDS = ("data", "model", "data_corrupted@0.5", "model_corrupted@0.5", "random")
 MT_KINDS = ("data", "model", "unrelated", "random")

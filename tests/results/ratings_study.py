@@ -1,6 +1,6 @@
 """A ratings study whose ratings were given through the ratings service, as the annotator
-page gives them (`app.annotation.ratings.rate`: each pair's quality, then its consistency),
-for the ratings results' tests.
+page gives them (`app.studytypes.ratings.annotation.rate`: each pair's quality, then its
+consistency), for the ratings results' tests.
 
 The study (`tests.hits.ratings_factory.make_ratings_study`): prefix lengths 10 and 20, 10
 data and 10 model pairs per length, HITs of 5 + 5 pairs and one attention pair (a
@@ -32,8 +32,8 @@ from sqlalchemy.orm import Session
 
 from app.annotation.admin import block
 from app.annotation.leases import next_assignment
-from app.annotation.ratings import CONSISTENCY, QUALITY, RatingPost, rate
 from app.models import Annotator, HitPosition, Item, Study, utcnow
+from app.studytypes.ratings.annotation import CONSISTENCY, QUALITY, RatingPost, rate
 from tests.hits.factory import annotator
 from tests.hits.ratings_factory import make_ratings_study
 

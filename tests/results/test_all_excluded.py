@@ -6,10 +6,10 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from app.models import Annotator
-from app.results import exports
 from app.results.schemas import ResultQuery, ResultsOut
 from app.results.service import study_results
 from app.results.stats import jsonable
+from app.studytypes.nextword import exports
 from tests.factories import answered_study
 
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from app.cli import cli
 from app.db import build_engine, make_sessionmaker
-from app.results.diagnostics import DIAGNOSTIC_FIELDS
+from app.studytypes.nextword.diagnostics import DIAGNOSTIC_FIELDS
 from tests.results.diagnostic_study import diagnostic_study
 
 # The CLI reads the same service on both backends; SQLite is enough.

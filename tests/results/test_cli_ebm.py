@@ -17,7 +17,7 @@ from app.models import StudyScore
 from tests.factories import StudyFactory
 from tests.results.ebm_study import make_ebm_study, write_corpus
 
-# The CLI calls the service tested on both backends (tests/results/test_ebm.py).
+# The CLI calls the service tested on both backends (tests/studytypes/ratings/test_ebm.py).
 pytestmark = pytest.mark.sqlite
 
 

@@ -14,7 +14,7 @@ from app.cli import cli
 from app.db import build_engine, make_sessionmaker
 from tests.results.ratings_study import make_rated_study
 
-# The CLI calls the service tested on both backends (tests/results/test_ratings_service.py).
+# The CLI calls the service tested on both backends (tests/studytypes/ratings/test_results.py).
 pytestmark = pytest.mark.sqlite
 
 
@@ -75,7 +75,7 @@ def test_next_word_options_and_diagnostics_are_refused(db):
 
 def test_unfinished_hits_are_a_note(db, migrated_copy):
     from app.annotation.leases import next_assignment
-    from app.annotation.ratings import CONSISTENCY, QUALITY, RatingPost, rate
+    from app.studytypes.ratings.annotation import CONSISTENCY, QUALITY, RatingPost, rate
     from tests.hits.factory import annotator
     from tests.hits.ratings_factory import make_ratings_study
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from app.results.exclusions import attention_accuracy, exclusion_mask
-from app.results.queries import load_judgments
+from app.studytypes.nextword.queries import load_judgments
 
 
 def test_exclusion_report(session, handmade):

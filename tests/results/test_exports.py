@@ -17,6 +17,7 @@ from app.models import Annotator, Assignment, Hit, HitPosition, Item, Judgment
 from app.results import exports
 from app.results.schemas import ResultQuery
 from app.results.service import study_results
+from app.studytypes.nextword import exports as nextword_exports
 from tests.factories import StudyFactory, answered_study, broken_study, bulk_judgments
 
 
@@ -48,7 +49,7 @@ def test_judgment_export_of_200k_judgments_streams_in_bounded_memory(session):
     n = bulk_judgments(session, f, n_hits=2000, per_hit=10, replicas=10, n_annotators=100)
     assert n == 200_000
     inserted = time.perf_counter() - started
-    total, lines, growth = _stream_peak(exports.judgments_csv(session, f.study))
+    total, lines, growth = _stream_peak(nextword_exports.judgments_csv(session, f.study))
     assert lines == n + 1
     # The file is ~70 MB (several times that as Python objects); a streamed export holds
     # one batch of 2,000 rows at a time.
@@ -59,7 +60,7 @@ def test_judgment_export_of_200k_judgments_streams_in_bounded_memory(session):
 def test_streaming_on_postgres_uses_batches(session, backend):
     f = StudyFactory(session, "mid")
     n = bulk_judgments(session, f, n_hits=300, per_hit=10, replicas=2, n_annotators=20)
-    chunks = list(exports.judgments_jsonl(session, f.study))
+    chunks = list(nextword_exports.judgments_jsonl(session, f.study))
     assert len(chunks) == -(-n // 2000)  # one chunk per fetched batch
     records = [json.loads(line) for c in chunks for line in c.splitlines()]
     assert len(records) == n and records[0]["study"] == "mid"
@@ -70,15 +71,15 @@ def test_streaming_on_postgres_uses_batches(session, backend):
 
 def test_results_csv_has_one_row_per_figure_and_variant(session, handmade):
     res = study_results(session, handmade.study, ResultQuery(b=200))
-    rows = list(csv.DictReader(io.StringIO(exports.results_csv(res))))
-    assert list(rows[0]) == exports.RESULT_FIELDS
+    rows = list(csv.DictReader(io.StringIO(nextword_exports.results_csv(res))))
+    assert list(rows[0]) == nextword_exports.RESULT_FIELDS
     per_variant = len(res.results.cgd) + len(res.results.ratios)
     assert len(rows) == 2 * per_variant
     assert {r["exclusions"] for r in rows} == {"on", "off"}
 
 
 def test_streaming_leaves_the_connection_as_it_was(session, handmade):
-    chunks = exports.judgments_csv(session, handmade.study)
+    chunks = nextword_exports.judgments_csv(session, handmade.study)
     next(chunks)
     list(chunks)
     # A later statement on the same connection is an ordinary one.
@@ -149,10 +150,10 @@ def test_judgments_of_a_study_built_by_build_hits_round_trip(session):
     assert len(stored) == 33 and all(s["choice_order"][-1] == "none" for s in stored)
     assert any(s["chosen_rank"] is None for s in stored)  # "none" was chosen
 
-    jsonl = "".join(exports.judgments_jsonl(session, study))
+    jsonl = "".join(nextword_exports.judgments_jsonl(session, study))
     _same_as_stored([json.loads(line) for line in jsonl.splitlines()], stored)
 
-    text = "".join(exports.judgments_csv(session, study))
+    text = "".join(nextword_exports.judgments_csv(session, study))
     rows = list(csv.DictReader(io.StringIO(text)))
     as_records = []
     for row in rows:
@@ -190,14 +191,15 @@ def test_items_of_a_study_built_by_build_hits_export(session):
 def test_csv_cells_that_start_like_formulas_are_neutralised(session):
     study = answered_study(session)
     for text in (
-        "".join(exports.judgments_csv(session, study)),
+        "".join(nextword_exports.judgments_csv(session, study)),
         "".join(exports.items_csv(session, study)),
     ):
         rows = list(csv.reader(io.StringIO(text)))
         cells = [c for row in rows for c in row]
         assert not [c for c in cells if c.startswith(exports.FORMULA_START)]
         assert any(c.startswith("'") for c in cells)
-    rows = list(csv.DictReader(io.StringIO("".join(exports.judgments_csv(session, study)))))
+    text = "".join(nextword_exports.judgments_csv(session, study))
+    rows = list(csv.DictReader(io.StringIO(text)))
     labels = {r["annotator_label"] for r in rows}
     assert labels == {'\'=HYPERLINK("http://x.test")', "'@SUM(A1)", "'\tlab member"}
     assert {r["worker_id"] for r in rows} >= {"'-A1", "'+A2"}
@@ -210,11 +212,18 @@ def test_csv_cells_that_start_like_formulas_are_neutralised(session):
 
 # --------------------------------------------------------------------------- failures
 
+STREAMED = {
+    "judgments_csv": nextword_exports.judgments_csv,
+    "judgments_jsonl": nextword_exports.judgments_jsonl,
+    "items_csv": exports.items_csv,
+    "items_jsonl": exports.items_jsonl,
+}
+
 
 @pytest.mark.parametrize("export", ["judgments_csv", "judgments_jsonl", "items_csv", "items_jsonl"])
 def test_a_failure_in_the_first_batch_raises_before_any_byte(session, export):
     f = broken_study(session, last=False)
-    chunks = getattr(exports, export)(session, f.study)
+    chunks = STREAMED[export](session, f.study)
     with pytest.raises(TypeError):
         next(chunks)
 
@@ -224,7 +233,7 @@ def test_a_failure_later_ends_the_file_with_an_error_record_and_raises(session, 
     f = broken_study(session, last=True)
     got = []
     with pytest.raises(TypeError):
-        for chunk in getattr(exports, export)(session, f.study):
+        for chunk in STREAMED[export](session, f.study):
             got.append(chunk)
     lines = "".join(got).splitlines()
     last = lines[-1]

@@ -26,11 +26,11 @@ import io
 import numpy as np
 import pytest
 
-from app.results import exports
-from app.results.queries import load_judgments
 from app.results.schemas import ResultQuery, ResultsOut
 from app.results.service import study_results
 from app.results.stats import agreement, finite_or_none
+from app.studytypes.nextword import exports
+from app.studytypes.nextword.queries import load_judgments
 
 FAST = {"b": 200}
 

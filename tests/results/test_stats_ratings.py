@@ -1,7 +1,7 @@
 """Statistics of ratings studies (app/results/stats/ratings*.py): pure, no database.
 
 A hand-made study checks every point figure against arithmetic written out here; the
-simulated raters of app/simulate/raters.py (exact population truth) check the coverage
+simulated raters of app/studytypes/ratings/raters.py (exact population truth) check the coverage
 of the intervals; Krippendorff's published example and the ``krippendorff`` package check
 the agreement figures.
 """
@@ -25,8 +25,8 @@ from app.results.stats.ratings import (
 from app.results.stats.ratings_agreement import krippendorff_alpha, rating_agreement
 from app.results.stats.ratings_figures import paper_split
 from app.results.stats.ratings_inference import estimands, jackknife_var
-from app.simulate.raters import RaterHeterogeneity, Raters, simulate_ratings
-from app.simulate.study import Design
+from app.simulate.design import Design
+from app.studytypes.ratings.raters import RaterHeterogeneity, Raters, simulate_ratings
 
 KINDS = ["data", "model", "attention"]
 DATA, MODEL, ATT = 0, 1, 2

@@ -16,11 +16,11 @@ import pytest
 
 from app.db import build_engine, make_sessionmaker
 from app.precompute import service
-from app.results.diagnostics import study_diagnostics
 from app.results.schemas import ResultQuery
 from app.results.service import study_results
 from app.studies.schemas import StudyConfig
 from app.studies.service import create_study
+from app.studytypes.nextword.diagnostics import study_diagnostics
 from tests.results.diagnostic_study import reference_means
 from tests.worker.test_fake_pipeline import fake_lines
 from worker.runner import Worker, WorkerOptions

@@ -10,26 +10,23 @@ import numpy as np
 import pytest
 
 from app.results.stats import PlanTarget
+from app.simulate.costs import channel_costs
 from app.simulate.crowd import Crowd
-from app.simulate.preview import (
-    PAGE_LIMITS,
-    DesignSize,
-    Limits,
-    PreviewError,
+from app.simulate.design import Design
+from app.simulate.preview import PAGE_LIMITS, DesignSize, Limits, PreviewError, max_replications
+from app.simulate.workload import Workload, expected_annotators
+from app.studytypes.nextword.preview import (
     PreviewOptions,
     form_values,
-    max_replications,
     options_from_form,
     simulate_before_paying,
 )
-from app.simulate.study import (
-    Design,
+from app.studytypes.nextword.simulation import (
     run_replication,
     simulate_judgments,
     simulate_study,
     stand_in_for,
 )
-from app.simulate.workload import Workload, expected_annotators
 from tests.hits.factory import make_study
 
 WITH, WITHOUT = "with exclusions", "without exclusions"
@@ -56,7 +53,7 @@ def test_each_channel_prices_the_design_by_its_own_rules(session, settings):
     """37 cents per assignment (so that rounding shows); the design needs 2 lengths x
     (108 HITs x 1 + 12 HITs x 3) = 288 assignments."""
     study = _study(session, reward_cents=37)
-    preview = simulate_before_paying(study, settings, PreviewOptions(**QUICK))
+    preview = simulate_before_paying(study, settings, PreviewOptions(**QUICK), price=channel_costs)
     assert preview.size.assignments == 288 and preview.size.hits == 240
     assert preview.size.judgments == 288 * 11
     assert preview.size.judgments_per_cell == {"data": 144 * 5, "model": 144 * 5}
@@ -78,7 +75,7 @@ def test_each_channel_prices_the_design_by_its_own_rules(session, settings):
     # A verified academic workspace's rate: 10,656 x 0.333 = 3,548.45 -> 3,548 cents.
     academic = settings.model_copy(update={"prolific_fee_rate": 0.333})
     again = simulate_before_paying(
-        study, academic, PreviewOptions(**QUICK, providers=("prolific",))
+        study, academic, PreviewOptions(**QUICK, providers=("prolific",)), price=channel_costs
     )
     assert [c.provider for c in again.costs] == ["prolific"]
     assert again.costs[0].estimate.fees_cents == 3_548
@@ -95,7 +92,7 @@ def test_mturk_tiers_masters_and_production_follow_the_study(session, settings):
         overlap_replicas=12,
         channels={"mturk": {"enabled": True, "sandbox": False, "masters": True}},
     )
-    preview = simulate_before_paying(study, settings, PreviewOptions(**QUICK))
+    preview = simulate_before_paying(study, settings, PreviewOptions(**QUICK), price=channel_costs)
     assert preview.size.groups == ((4, 216), (12, 24))
     mturk = _costs(preview)["mturk"]
     assert (mturk.environment, mturk.enabled) == ("production", True)
@@ -107,13 +104,17 @@ def test_mturk_tiers_masters_and_production_follow_the_study(session, settings):
     assert not any("sandbox" in n for n in mturk.notes)
     # Without Masters: 20% -> 7 cents, 40% -> 14.8 -> 15 cents.
     study.channels = {"mturk": {"enabled": True, "sandbox": False}}
-    plain = _costs(simulate_before_paying(study, settings, PreviewOptions(**QUICK)))["mturk"]
+    plain = _costs(
+        simulate_before_paying(study, settings, PreviewOptions(**QUICK), price=channel_costs)
+    )["mturk"]
     assert plain.estimate.fees_cents == 864 * 7 + 288 * 15
 
 
 def test_no_reward_no_platform_price(session, settings):
     study = _study(session, reward_cents=0)
-    cost = _costs(simulate_before_paying(study, settings, PreviewOptions(**QUICK)))
+    cost = _costs(
+        simulate_before_paying(study, settings, PreviewOptions(**QUICK), price=channel_costs)
+    )
     for name in ("mturk", "prolific"):
         assert cost[name].estimate is None and "no reward set" in cost[name].problem
     assert cost["local"].estimate.total_cents == 0
@@ -124,7 +125,7 @@ def test_the_figures_are_summarise_s_on_the_same_seed(session, settings):
     options = PreviewOptions(
         crowd="sampler,noisy:0.1", target_ebc=1.05, replications=6, seed=4, b=199
     )
-    preview = simulate_before_paying(study, settings, options)
+    preview = simulate_before_paying(study, settings, options, price=channel_costs)
     design = Design.from_study(study)
     crowd = Crowd.parse("sampler,noisy:0.1")
     target = PlanTarget(target_ebc=1.05)
@@ -150,9 +151,13 @@ def test_the_figures_are_summarise_s_on_the_same_seed(session, settings):
     assert preview.pooled_rejection == summary.pooled_reject
     assert {r.variant for r in preview.rows} == {WITH, WITHOUT}
     # The truth set apart from the target: 1 is the size, anything else just a share.
-    null = simulate_before_paying(study, settings, options.model_copy(update={"true_ebc": 1.0}))
+    null = simulate_before_paying(
+        study, settings, options.model_copy(update={"true_ebc": 1.0}), price=channel_costs
+    )
     assert null.rejection == "size" and null.row(WITH, 10).truth == pytest.approx(1.0)
-    other = simulate_before_paying(study, settings, options.model_copy(update={"true_ebc": 1.1}))
+    other = simulate_before_paying(
+        study, settings, options.model_copy(update={"true_ebc": 1.1}), price=channel_costs
+    )
     assert other.rejection == "rejects EB-C = 1"
     assert any("EB-C 1.1 at every length;" in a for a in other.assumptions)
 
@@ -182,7 +187,13 @@ def test_the_page_limits_the_work(session, settings):
     assert max_replications(work, PAGE_LIMITS) == 50  # a small design: R is the bound
     assert max_replications(work, Limits()) is None
     with pytest.raises(PreviewError) as caught:
-        simulate_before_paying(study, settings, PreviewOptions(replications=51), limits=PAGE_LIMITS)
+        simulate_before_paying(
+            study,
+            settings,
+            PreviewOptions(replications=51),
+            limits=PAGE_LIMITS,
+            price=channel_costs,
+        )
     assert "at most 50 replications here" in caught.value.errors["replications"]
     # A bigger design: its estimated work bounds R.
     study.items_per_cell = 30_000
@@ -191,17 +202,23 @@ def test_the_page_limits_the_work(session, settings):
     assert most == int(PAGE_LIMITS.max_work // big.ns) and 1 <= most < 50
     with pytest.raises(PreviewError) as caught:
         simulate_before_paying(
-            study, settings, PreviewOptions(replications=most + 1), limits=PAGE_LIMITS
+            study,
+            settings,
+            PreviewOptions(replications=most + 1),
+            limits=PAGE_LIMITS,
+            price=channel_costs,
         )
     assert f"at most {most} replications" in caught.value.message
     assert "ebc simulate" in caught.value.message and "judgments in 4 cells" in caught.value.message
     study.items_per_cell = 3_000_000  # not even one replication fits
     with pytest.raises(PreviewError, match="too much to simulate here"):
-        simulate_before_paying(study, settings, PreviewOptions(replications=1), limits=PAGE_LIMITS)
+        simulate_before_paying(
+            study, settings, PreviewOptions(replications=1), limits=PAGE_LIMITS, price=channel_costs
+        )
     # The page's B is its own, whatever the options say.
     study.items_per_cell = 60
     done = simulate_before_paying(
-        study, settings, PreviewOptions(replications=1), limits=PAGE_LIMITS
+        study, settings, PreviewOptions(replications=1), limits=PAGE_LIMITS, price=channel_costs
     )
     assert done.options.b == PAGE_LIMITS.b and any("B = 2,000" in a for a in done.assumptions)
     assert done.stopped is None and done.summary.replications == 1
@@ -220,7 +237,9 @@ def test_many_cells_are_work_however_few_the_judgments(session, settings):
     assert 50 * work.judgments <= 1_500_000  # the old bound let it through
     assert max_replications(work, PAGE_LIMITS) == 0
     with pytest.raises(PreviewError) as caught:
-        simulate_before_paying(study, settings, PreviewOptions(replications=1), limits=PAGE_LIMITS)
+        simulate_before_paying(
+            study, settings, PreviewOptions(replications=1), limits=PAGE_LIMITS, price=channel_costs
+        )
     message = caught.value.errors["replications"]
     assert "1,800 judgments in 800 cells by about 200 annotators" in message
     assert "too much to simulate here" in message and "ebc simulate STUDY" in message
@@ -256,13 +275,19 @@ def test_past_the_time_budget_the_replications_done_are_reported(session, settin
     the same as a run of R = 1 (replications are seeded one by one)."""
     study = _study(session)
     options = PreviewOptions(replications=4, seed=3, b=199)
-    cut = simulate_before_paying(study, settings, options, limits=Limits(seconds=0.0))
+    cut = simulate_before_paying(
+        study, settings, options, limits=Limits(seconds=0.0), price=channel_costs
+    )
     assert cut.summary.replications == 1 and cut.options.replications == 4
     assert "Stopped after 1 of the 4 replications asked" in cut.stopped
     assert "ebc simulate STUDY --replications 4" in cut.stopped
-    one = simulate_before_paying(study, settings, options.model_copy(update={"replications": 1}))
+    one = simulate_before_paying(
+        study, settings, options.model_copy(update={"replications": 1}), price=channel_costs
+    )
     assert cut.rows == one.rows and one.stopped is None
-    whole = simulate_before_paying(study, settings, options, limits=Limits(seconds=600.0))
+    whole = simulate_before_paying(
+        study, settings, options, limits=Limits(seconds=600.0), price=channel_costs
+    )
     assert whole.summary.replications == 4 and whole.stopped is None
 
 
@@ -304,15 +329,19 @@ def test_the_form_reads_good_values_and_defaults(session, settings):
 def test_what_cannot_be_simulated_is_said(session, settings):
     study = _study(session)
     with pytest.raises(PreviewError) as caught:
-        simulate_before_paying(study, settings, PreviewOptions(crowd="lazy"))
+        simulate_before_paying(study, settings, PreviewOptions(crowd="lazy"), price=channel_costs)
     assert "unknown crowd behaviour 'lazy'" in caught.value.errors["crowd"]
     with pytest.raises(PreviewError) as caught:  # CGD(model) = 0.73 x 1.5 > 1
-        simulate_before_paying(study, settings, PreviewOptions(true_ebc=1.5, replications=1))
+        simulate_before_paying(
+            study, settings, PreviewOptions(true_ebc=1.5, replications=1), price=channel_costs
+        )
     assert "a CGD is a share" in caught.value.errors["true_ebc"]
     with pytest.raises(PreviewError) as caught:
-        simulate_before_paying(study, settings, PreviewOptions(target_ebc=2.0, replications=1))
+        simulate_before_paying(
+            study, settings, PreviewOptions(target_ebc=2.0, replications=1), price=channel_costs
+        )
     assert "a CGD is a share" in caught.value.errors["target_ebc"]
     study.hit_layout = {"mix": {"data": 10}, "attention": 1}
     with pytest.raises(PreviewError) as caught:
-        simulate_before_paying(study, settings, PreviewOptions(replications=1))
+        simulate_before_paying(study, settings, PreviewOptions(replications=1), price=channel_costs)
     assert "needs data and model items" in caught.value.errors["form"]

@@ -54,7 +54,7 @@ def link(session, settings, study):
 
 def test_invite_flow_page_submit_next_then_no_work(client, session, link):
     r = client.get(link)
-    assert r.status_code == 200 and r.template.name == "annotate/hit.html"
+    assert r.status_code == 200 and r.template.name == "nextword/hit.html"
     assert "HIT 1 of at most 200" in r.text and r.text.count("<fieldset") == 11
     assert "x-frame-options" not in r.headers
     assert "frame-ancestors *" in r.headers["content-security-policy"]
@@ -93,8 +93,8 @@ def test_a_hits_texts_are_rendered_once_and_kept_by_the_web_layer(client, link):
     first = client.get(link)
     hit_id = first.context["work"].assignment.hit_id
     rendered = client.app.state.hit_html.get(hit_id)
-    assert rendered is not None and rendered == first.context["items"]
-    assert client.get(link).context["items"] is rendered  # reused, not rendered again
+    assert rendered is not None and rendered == first.context["fragment"]
+    assert client.get(link).context["fragment"] is rendered  # reused, not rendered again
     # The domain's cache of the HIT holds its content only, never web-rendered HTML.
     content = client.app.state.sessionmaker.kw["info"][HIT_CACHE].get(hit_id)
     assert [f.name for f in fields(content)] == ["positions", "slots"]
@@ -264,7 +264,7 @@ def test_an_incomplete_form_for_a_lapsed_lease_does_not_fill_in_the_next_hit(cli
     held.expires_at = held.leased_at  # the lease lapsed: the next page is another HIT
     session.flush()
     r = client.post(f"{link}/submit", data={"assignment": hidden["assignment"], **answers})
-    assert r.status_code == 400 and r.template.name == "annotate/hit.html"
+    assert r.status_code == 400 and r.template.name == "nextword/hit.html"
     assert _form(r.text)[0]["assignment"] != hidden["assignment"]
     assert " checked" not in r.text  # the old HIT's answers are not the new HIT's
     assert session.scalar(select(func.count()).select_from(Judgment)) == 0

@@ -126,7 +126,7 @@ def test_a_panel_entry_must_prove_it_came_from_the_panel(
     r = client.get(_entry(settings, study), follow_redirects=False)
     assert r.status_code == 303
     page = client.get(r.headers["location"])
-    assert page.status_code == 200 and page.template.name == "annotate/hit.html"
+    assert page.status_code == 200 and page.template.name == "nextword/hit.html"
 
 
 def test_the_panel_key_belongs_to_one_study(client, session, settings, study):
@@ -344,5 +344,5 @@ def test_a_link_signed_with_an_over_long_session_id_still_opens(client, session,
     serializer = URLSafeSerializer(settings.secret_key, salt=INVITE_SALT)
     for payload in ([a.id, a.invite_nonce, "s" * 300], [a.invite_nonce, "s\x00" * 10]):
         r = client.get(f"/a/{serializer.dumps(payload)}")
-        assert r.status_code == 200 and r.template.name == "annotate/hit.html"
+        assert r.status_code == 200 and r.template.name == "nextword/hit.html"
     assert session.scalar(select(Assignment.external_session_id)) is None

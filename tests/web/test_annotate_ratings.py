@@ -58,7 +58,7 @@ def _rate_hit(client, get_url, post_url, pages=None, quality="3.5", consistency=
     and, when it redirects, the page it leads to (the next HIT's)."""
     r = client.get(get_url)
     while True:
-        assert r.template.name == "annotate/rate.html", r.text
+        assert r.template.name == "ratings/rate.html", r.text
         if pages is not None:
             pages.append(r.text)
         fields = _hidden(r.text)
@@ -74,7 +74,7 @@ def _rate_hit(client, get_url, post_url, pages=None, quality="3.5", consistency=
 
 def test_each_pair_is_rated_for_quality_first_then_its_context_is_shown(client, session, link):
     r = client.get(link)
-    assert r.status_code == 200 and r.template.name == "annotate/rate.html"
+    assert r.status_code == 200 and r.template.name == "ratings/rate.html"
     assert "HIT 1 of at most 200" in r.text and "Text 1 of 11" in r.text
     assert "frame-ancestors *" in r.headers["content-security-policy"]
     assert r.headers["cache-control"] == "no-store"  # the back button reloads, never a copy
@@ -102,7 +102,7 @@ def test_each_pair_is_rated_for_quality_first_then_its_context_is_shown(client, 
     before = _snapshot(session)
     refused = client.post(f"{link}/submit", data=forged)
     assert refused.status_code == 409 and "can no longer be changed" in refused.text
-    assert refused.template.name == "annotate/rate.html"  # the step due, again
+    assert refused.template.name == "ratings/rate.html"  # the step due, again
     assert _hidden(refused.text)["step"] == "consistency" and _snapshot(session) == before
 
     r = client.post(f"{link}/submit", data={**fields, "rating": "4"}, follow_redirects=False)
@@ -115,7 +115,7 @@ def test_a_whole_hit_then_the_next_one(client, session, link):
     done, page = _rate_hit(client, link, f"{link}/submit")
     assert done.headers["location"] == f"{link}?n=ok"
     assert "your answers were saved" in page.text and "HIT 2 of at most 200" in page.text
-    assert page.template.name == "annotate/rate.html" and "Text 1 of 11" in page.text
+    assert page.template.name == "ratings/rate.html" and "Text 1 of 11" in page.text
     ratings = session.scalars(select(Rating)).all()
     assert len(ratings) == 11 and {(r.quality, r.consistency) for r in ratings} == {(3.5, 4.0)}
     first = session.scalar(select(Assignment).where(Assignment.id == ratings[0].assignment_id))
@@ -161,7 +161,7 @@ def test_another_annotators_assignment_is_refused(client, session, settings, stu
 def test_a_refused_choice_shows_the_same_step_with_the_reason(client, session, link):
     fields = _hidden(client.get(link).text)
     r = client.post(f"{link}/submit", data=fields)  # no rating chosen (no JavaScript)
-    assert r.status_code == 400 and r.template.name == "annotate/rate.html"
+    assert r.status_code == 400 and r.template.name == "ratings/rate.html"
     assert "Please choose a rating first" in r.text
     assert _hidden(r.text) == fields
 
@@ -183,7 +183,7 @@ def test_mturk_preview_steps_and_external_submit(client, session, study):
     assert "disabled" in r.text and session.scalar(select(func.count(Assignment.id))) == 0
     r = client.get(_mturk(study.slug))
     fields = _hidden(r.text)
-    assert r.template.name == "annotate/rate.html"
+    assert r.template.name == "ratings/rate.html"
     assert (fields["assignmentId"], fields["workerId"]) == ("A1", "W1")
     assert f"form-action 'self' {MTURK_ORIGIN}" in r.headers["content-security-policy"]
     post = f"/mturk/{study.slug}/submit"

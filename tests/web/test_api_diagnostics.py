@@ -10,8 +10,8 @@ from sqlalchemy import select
 
 from app.auth.service import create_api_token
 from app.models import AuditEvent, User
-from app.results.diagnostics import DIAGNOSTIC_FIELDS, study_diagnostics
 from app.results.schemas import ResultQuery
+from app.studytypes.nextword.diagnostics import DIAGNOSTIC_FIELDS, study_diagnostics
 from tests.factories import StudyFactory
 from tests.results.diagnostic_study import diagnostic_study
 

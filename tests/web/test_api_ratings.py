@@ -11,11 +11,11 @@ import json
 import pytest
 from sqlalchemy import select
 
-from app.annotation.ratings import CONSISTENCY
 from app.auth.service import create_api_token
 from app.models import AuditEvent, User
-from app.results.ratings_exports import RATING_FIELDS, TABLE_FIELDS
 from app.results.schemas import ResultsOut
+from app.studytypes.ratings.annotation import CONSISTENCY
+from app.studytypes.ratings.exports import RATING_FIELDS, TABLE_FIELDS
 from tests.factories import StudyFactory
 from tests.results.ratings_study import FORMULA, MODEL_NAME, make_rated_study
 
@@ -186,7 +186,7 @@ def test_a_ratings_document_echoes_only_its_own_options(client, rated, auth):
 
 def test_unfinished_hits_are_reported_not_counted(client, session, auth):
     from app.annotation.leases import next_assignment
-    from app.annotation.ratings import QUALITY, RatingPost, rate
+    from app.studytypes.ratings.annotation import QUALITY, RatingPost, rate
     from tests.hits.factory import annotator
     from tests.hits.ratings_factory import make_ratings_study
 

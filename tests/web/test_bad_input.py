@@ -19,11 +19,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from app.annotation.leases import next_assignment
-from app.annotation.submissions import submit
 from app.auth.service import create_api_token
 from app.main import create_app
 from app.models import Annotator, ApiToken, Base, HitPosition, Item, Study, User
 from app.results.stats.power import MAX_JUDGMENTS_PER_CELL
+from app.studytypes.nextword.annotation import submit
 from tests.dashboard.conftest import PASSWORD, _password_hash, csrf_of, login
 from tests.hits.factory import annotator, make_study
 

@@ -19,7 +19,7 @@ from app.auth.service import create_api_token
 from app.db import build_engine, make_sessionmaker
 from app.main import create_app
 from app.models import AuditEvent, User
-from app.results import exports
+from app.results.downloads import SPECS
 from tests.factories import answered_study, broken_study
 
 DOWNLOADS = ["judgments.csv", "judgments.jsonl", "items.csv", "items.jsonl"]
@@ -34,8 +34,7 @@ def _token(session) -> dict[str, str]:
 
 
 def _made(session, study, name: str) -> str:
-    what, fmt = name.split(".")
-    return "".join(getattr(exports, f"{what}_{fmt}")(session, study))
+    return "".join(SPECS[name].chunks(session, study))
 
 
 def test_downloads_of_a_study_built_by_build_hits_are_whole(client, session):

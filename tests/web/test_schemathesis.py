@@ -30,14 +30,14 @@ from schemathesis.checks import (
 from sqlalchemy import select
 
 from app.annotation.leases import next_assignment
-from app.annotation.ratings import CONSISTENCY, QUALITY, RatingPost, rate
-from app.annotation.submissions import submit
 from app.auth.service import create_api_token
 from app.config import Settings
 from app.db import build_engine, make_sessionmaker
 from app.main import create_app
 from app.migrate import upgrade
 from app.models import HitPosition, User
+from app.studytypes.nextword.annotation import submit
+from app.studytypes.ratings.annotation import CONSISTENCY, QUALITY, RatingPost, rate
 from tests.hits.factory import annotator, make_study
 from tests.hits.ratings_factory import make_ratings_study
 

@@ -1,5 +1,6 @@
-"""The worker scores a ratings study (EB-M, `app.results.ebm`) when its precompute job ends,
-once, from the items it wrote; a failure of the scores leaves the job and its items done."""
+"""The worker scores a ratings study (EB-M, `app.studytypes.ratings.ebm`) when its precompute job
+ends, once, from the items it wrote; a failure of the scores leaves the job and its items
+done."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from sqlalchemy import select
 
 from app.models import AuditEvent, Item, JobStatus, PrecomputeJob, Study, StudyScore
 from app.precompute import service
-from app.results.ebm import stored_ebm
 from app.studies.schemas import StudyConfig
 from app.studies.service import create_study
+from app.studytypes.ratings.ebm import stored_ebm
 from tests.worker.conftest import corpus_lines
 from worker.runner import Worker, WorkerOptions
 
@@ -90,7 +91,7 @@ def test_a_failed_score_is_logged_and_leaves_the_job_done(db, tmp_path, monkeypa
     def broken(*args, **kwargs):
         raise RuntimeError("scores broke")
 
-    monkeypatch.setattr("app.results.ebm.score_study", broken)
+    monkeypatch.setattr("app.studytypes.ratings.ebm.score_study", broken)
     with caplog.at_level(logging.ERROR, logger="ebc.worker"):
         _run(db)
     assert "EB-M scores of r failed" in caplog.text and "scores broke" in caplog.text

@@ -24,13 +24,13 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 from scipy import special
 
 from .bootstrap import bca_interval, percentile_interval, resample_cluster_totals
-from .cluster import effective_clusters, jackknife_t, wild_ratio
+from .cluster import WildRatio, effective_clusters, jackknife_t, wild_ratio
 from .columns import DATA_KIND, MODEL_KIND, Kind, cells, codes, unique_inverse
 from .figure import Figure
 
@@ -430,6 +430,347 @@ def _report_delta(est, q_hat, var_log, exp_scale, labels, level):
     return se, low, high
 
 
+@dataclass
+class _Fit:
+    """The point estimates of every quantity, and what their error bars start from: the
+    design's rows, the quantity matrix ``a`` (its rows' ``labels``, ``exp_scale``), the
+    cells' totals and, per quantity, the cells that enter it (``involved``)."""
+
+    des: _Design
+    a: np.ndarray
+    labels: list[tuple]
+    exp_scale: np.ndarray
+    tot_s: np.ndarray
+    tot_n: np.ndarray
+    est: np.ndarray
+    q_hat: np.ndarray
+    involved: np.ndarray
+    counted: dict[int, np.ndarray] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, des: _Design, data_kind: int, model_kind: int) -> _Fit:
+        n_cells = des.cells.shape[0]
+        a, labels, exp_scale = _quantity_matrix(des.cells, data_kind, model_kind)
+        tot_s = np.bincount(des.cell, weights=des.y, minlength=n_cells)
+        tot_n = np.bincount(des.cell, weights=des.w, minlength=n_cells)
+        est = _theta(tot_s, tot_n, a, exp_scale)
+        q_hat = _log_quantities(tot_s, tot_n, a)
+        # Counts of what enters each quantity (a quantity involves the cells with A != 0).
+        involved = (a != 0).astype(float)
+        return cls(des, a, labels, exp_scale, tot_s, tot_n, est, q_hat, involved)
+
+    @property
+    def n_cells(self) -> int:
+        return self.des.cells.shape[0]
+
+    def named(self, *names: str) -> np.ndarray:
+        """Which quantities are named one of `names` ("cgd", "ebc", "ratio", "trend")."""
+        return np.array([lab[0] in names for lab in self.labels])
+
+    def rows(self, *names: str) -> list[int]:
+        return [k for k, lab in enumerate(self.labels) if lab[0] in names]
+
+    def totals(self, cluster: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ``G x J`` totals ``S_gj``, ``N_gj`` by `cluster`."""
+        des = self.des
+        return _totals(cluster, des.cell, des.y, self.n_cells), _totals(
+            cluster, des.cell, des.w, self.n_cells
+        )
+
+    def var_log(self, s_g: np.ndarray, n_g: np.ndarray) -> np.ndarray:
+        """The one-way cluster-robust variance of each ``ln`` quantity from the totals."""
+        return cluster_robust_var(_influence(s_g, n_g, self.tot_s, self.tot_n, self.a))
+
+    def var_by(self, cluster: np.ndarray) -> np.ndarray:
+        return self.var_log(*self.totals(cluster))
+
+    def delta(self, var_log: np.ndarray, level: float):
+        """SE, low and high of each quantity by the delta method from `var_log`."""
+        return _report_delta(self.est, self.q_hat, var_log, self.exp_scale, self.labels, level)
+
+    def n_present(self, cluster: np.ndarray) -> np.ndarray:
+        """Clusters with a judgment in any cell of each quantity. Each cluster's cells
+        as a bit mask; clusters share few distinct masks, counted once each."""
+        if id(cluster) in self.counted:
+            return self.counted[id(cluster)]
+        n_cells, cell, involved = self.n_cells, self.des.cell, self.involved
+        if n_cells > 52:  # bit masks as exact floats: fall back to a cluster x cell table
+            present = np.zeros((int(cluster.max()) + 1, n_cells), dtype=np.float32)
+            present[cluster, cell] = 1.0
+            out = ((present @ involved.T.astype(np.float32)) > 0).sum(axis=0)
+        else:
+            pairs, _ = unique_inverse(cluster.astype(np.int64) * n_cells + cell)
+            bits = np.bincount(pairs // n_cells, weights=np.exp2(pairs % n_cells))
+            masks, which = unique_inverse(bits.astype(np.int64))
+            per_mask = np.bincount(which, minlength=masks.size)
+            q_bits = (involved > 0).astype(np.int64) @ (np.int64(1) << np.arange(n_cells))
+            out = per_mask @ ((masks[:, None] & q_bits[None, :]) != 0)
+        self.counted[id(cluster)] = out
+        return out
+
+    def unit(self, unit: str) -> np.ndarray:
+        """The codes of the clusters of `unit` (``twoway``: the annotators)."""
+        des = self.des
+        return {"annotator": des.annotator, "hit": des.hit, "item": des.item}.get(
+            unit, des.annotator
+        )
+
+    def iid_se(self) -> np.ndarray:
+        """The SE of each quantity were the iid units independent: iid units lie in one
+        cell each, so the variance is a sum over cells (no G x J matrix); no G/(G-1)
+        factor, so it equals the binomial formula for single judgments."""
+        des, n_cells, a = self.des, self.n_cells, self.a
+        n_iid = int(des.iid_unit.max()) + 1
+        y_u = np.bincount(des.iid_unit, weights=des.y, minlength=n_iid)
+        w_u = np.bincount(des.iid_unit, weights=des.w, minlength=n_iid)
+        cell_u = np.zeros(n_iid, dtype=np.int64)
+        cell_u[des.iid_unit] = des.cell
+        with np.errstate(invalid="ignore", divide="ignore"):
+            psi_u = (y_u - (self.tot_s / self.tot_n)[cell_u] * w_u) / self.tot_s[cell_u]
+            var_cell = np.bincount(cell_u, weights=psi_u**2, minlength=n_cells)
+        var_iid = (a**2) @ np.where(np.isfinite(var_cell), var_cell, 0.0)
+        var_iid[((a != 0) & ~np.isfinite(var_cell)).any(axis=1)] = np.nan
+        return np.where(self.exp_scale, self.est * np.sqrt(var_iid), np.sqrt(var_iid))
+
+
+@dataclass(frozen=True)
+class _Headline:
+    """The headline tests of EB-C = 1 (and of each ratio): the wild cluster bootstrap by
+    annotator, whatever the unit; its annotator totals, the ratios' numerators and
+    denominators (a row per ratio, and the pooled EB-C last when ``pooled``)."""
+
+    s_a: np.ndarray
+    n_a: np.ndarray
+    n_eff: np.ndarray
+    ratio_rows: list[int]
+    ebc_rows: list[int]
+    num: np.ndarray
+    den: np.ndarray
+    pooled: bool
+    tests: WildRatio
+
+    @classmethod
+    def of(cls, fit: _Fit, *, b: int, seed: int | None, level: float | None) -> _Headline:
+        # Annotator totals: the effective numbers of annotators and the headline tests use
+        # them whatever the resampling unit.
+        s_a, n_a = fit.totals(fit.des.annotator)
+        n_eff = effective_clusters(n_a @ fit.involved.T)
+        ratio_rows, ebc_rows = fit.rows("ebc", "ratio"), fit.rows("ebc")
+        num = np.where(fit.a[ratio_rows] > 0, 1.0, 0.0)
+        den = np.where(fit.a[ratio_rows] < 0, 1.0, 0.0)
+        pooled = len(ebc_rows) >= 2
+        if pooled:  # every length with an EB-C, its model cells over its data cells
+            pos = [ratio_rows.index(k) for k in ebc_rows]
+            num = np.vstack([num, num[pos].sum(axis=0)])
+            den = np.vstack([den, den[pos].sum(axis=0)])
+        tests = wild_ratio(s_a, n_a, num, den, b=b, seed=seed, level=level)
+        return cls(s_a, n_a, n_eff, ratio_rows, ebc_rows, num, den, pooled, tests)
+
+    def p_values(self, n: int) -> np.ndarray:
+        p_value = np.full(n, np.nan)
+        p_value[self.ratio_rows] = self.tests.p_value[: len(self.ratio_rows)]
+        return p_value
+
+    def cluster_tests(self, fit: _Fit, level: float, b: int) -> list[ClusterTest]:
+        out = []
+        tests, ratio_rows = self.tests, self.ratio_rows
+        for k in self.ebc_rows + ([None] if self.pooled else []):
+            row = ratio_rows.index(k) if k is not None else len(ratio_rows)
+            ge = float(tests.n_effective[row])
+            out.append(
+                ClusterTest(
+                    length=fit.labels[k][1] if k is not None else None,
+                    estimate=float(tests.estimate[row]),
+                    statistic=float(tests.statistic[row]),
+                    p_value=float(tests.p_value[row]),
+                    p_greater=float(tests.p_greater[row]),
+                    low=float(tests.low[row]),
+                    high=float(tests.high[row]),
+                    level=level,
+                    b=b,
+                    n_annotators=int(tests.n_clusters[row]),
+                    n_effective=ge,
+                    few_annotators=not ge >= FEW_ANNOTATORS,
+                )
+            )
+        return out
+
+
+class _Bars(NamedTuple):
+    """Each quantity's error bar by one method, its delta-method cross-check, its
+    p-value, the clusters that enter it, and the bootstrap's EB-C draws (if any)."""
+
+    se: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    d_se: np.ndarray
+    d_low: np.ndarray
+    d_high: np.ndarray
+    method: str
+    n_clust: np.ndarray
+    p_value: np.ndarray
+    boot_ebc: np.ndarray | None = None
+
+
+def _twoway_bars(fit: _Fit, p_value: np.ndarray, level: float, notes: list[str]) -> _Bars:
+    """Cameron-Gelbach-Miller: ``V = V_annotator + V_item - V_annotator∩item`` (its
+    fallback warned in `notes`), a normal interval on the log scale."""
+    des = fit.des
+    v_a = fit.var_by(des.annotator)
+    v_i = fit.var_by(des.item)
+    pair = des.annotator.astype(np.int64) * (int(des.item.max()) + 1) + des.item
+    v_ai = fit.var_by(codes(pair)[0])
+    var_log = v_a + v_i - v_ai
+    bad = ~(var_log > 0)
+    if np.any(bad & np.isfinite(var_log)):
+        notes.append(
+            "two-way variance not positive for some quantities; used max(V_annotator, V_item) there"
+        )
+    var_log = np.where(bad, np.maximum(v_a, v_i), var_log)
+    se, low, high = fit.delta(var_log, level)
+    d_se, d_low, d_high = fit.delta(v_a, level)
+    n_clust = fit.n_present(des.annotator)
+    return _Bars(se, low, high, d_se, d_low, d_high, "cgm", n_clust, p_value)
+
+
+def _wild_bars(
+    fit: _Fit, head: _Headline, p_value: np.ndarray, unit: str, b: int, seed, level: float
+) -> _Bars:
+    """A ratio's interval inverts the wild cluster bootstrap-t test by `unit`; a CGD's and
+    the trend's is the jackknife t interval with ``G_eff - 1`` degrees of freedom."""
+    cluster = fit.unit(unit)
+    if unit == "annotator":
+        s_g, n_g, wild = head.s_a, head.n_a, head.tests
+    else:
+        s_g, n_g = fit.totals(cluster)
+        wild = wild_ratio(s_g, n_g, head.num, head.den, b=b, seed=seed, level=level)
+    est, ratio_rows = fit.est, head.ratio_rows
+    counts_q = n_g @ fit.involved.T
+    with _quiet_nan():
+        jack = _theta(fit.tot_s - s_g, fit.tot_n - n_g, fit.a, fit.exp_scale)
+        # Symmetric scale: ln of a ratio; a CGD and the (log-scale) slope as they are.
+        is_ratio = fit.named("ebc", "ratio")
+        sym = np.where(is_ratio, np.log(est), est)
+        jack = np.where(is_ratio, np.log(jack), jack)
+        se_sym, tq, p_jack = jackknife_t(
+            sym, jack, counts_q > 0, effective_clusters(counts_q) - 1.0, level
+        )
+        se = np.where(is_ratio, est * se_sym, se_sym)
+        low, high = sym - tq * se_sym, sym + tq * se_sym
+        # A CGD is a share: its interval is cut to [0, 1] (coverage is unchanged).
+        is_cgd = fit.named("cgd")
+        low = np.where(is_cgd, np.maximum(low, 0.0), low)
+        high = np.where(is_cgd, np.minimum(high, 1.0), high)
+    low[ratio_rows] = wild.low[: len(ratio_rows)]
+    high[ratio_rows] = wild.high[: len(ratio_rows)]
+    p_value = np.where(fit.named("trend"), p_jack, p_value)
+    d_se, d_low, d_high = fit.delta(fit.var_log(s_g, n_g), level)
+    return _Bars(se, low, high, d_se, d_low, d_high, "wild", fit.n_present(cluster), p_value)
+
+
+def _bootstrap_bars(
+    fit: _Fit,
+    head: _Headline,
+    p_value: np.ndarray,
+    unit: str,
+    ci: str,
+    b: int,
+    seed,
+    level: float,
+    notes: list[str],
+) -> _Bars:
+    """The pairs cluster bootstrap by `unit`: percentile or BCa intervals, the SE the
+    resamples' sd (resamples that left a cell empty dropped, and said in `notes`)."""
+    cluster = fit.unit(unit)
+    if unit == "annotator":
+        s_g, n_g = head.s_a, head.n_a
+    else:
+        s_g, n_g = fit.totals(cluster)
+    a, exp_scale = fit.a, fit.exp_scale
+    s_b, n_b = resample_cluster_totals(s_g, n_g, b, seed)
+    theta_b = _theta(s_b, n_b, a, exp_scale)
+    theta_b = np.where(np.isfinite(theta_b), theta_b, np.nan)
+    with _quiet_nan():
+        se = np.nanstd(theta_b, axis=0, ddof=1)
+        if ci == "percentile":
+            low, high = percentile_interval(theta_b, level)
+        else:
+            theta_jack = _theta(fit.tot_s - s_g, fit.tot_n - n_g, a, exp_scale)
+            low, high = bca_interval(theta_b, fit.est, theta_jack, level)
+    d_se, d_low, d_high = fit.delta(fit.var_log(s_g, n_g), level)
+    n_bad = int(np.sum(~np.isfinite(theta_b).all(axis=1)))
+    if n_bad:
+        notes.append(
+            f"{n_bad} of {b} resamples left a cell empty or at zero; "
+            "they were dropped from the intervals"
+        )
+    boot_ebc = theta_b[:, fit.rows("ebc")]
+    n_clust = fit.n_present(cluster)
+    return _Bars(se, low, high, d_se, d_low, d_high, ci, n_clust, p_value, boot_ebc)
+
+
+def _few_note(fit: _Fit, head: _Headline, n_annot: np.ndarray, few: np.ndarray) -> str:
+    """What the results say when some figure has fewer than FEW_ANNOTATORS effective
+    annotators: the worst EB-C (else the worst figure)."""
+    n_eff, labels = head.n_eff, fit.labels
+    shown = [k for k in head.ebc_rows if few[k]] or list(np.flatnonzero(few))
+    worst = min(shown, key=lambda k: n_eff[k] if np.isfinite(n_eff[k]) else -1.0)
+    # An empty figure has no effective count (0/0): it is named as such, not as "nan".
+    count = (
+        f"only {n_eff[worst]:.1f} effective annotators ({n_annot[worst]} in all; "
+        "(sum n_g)^2 / sum n_g^2 over judgments per annotator) enter"
+        if np.isfinite(n_eff[worst])
+        else "no judgments enter"
+    )
+    return (
+        f"{count} {_describe(labels[worst])}: intervals and tests are unreliable below "
+        f"{FEW_ANNOTATORS} effective annotators"
+    )
+
+
+def _quantities(
+    fit: _Fit,
+    head: _Headline,
+    bars: _Bars,
+    iid_se: np.ndarray,
+    deff: np.ndarray,
+    counts: tuple[np.ndarray, np.ndarray, np.ndarray],
+    few: np.ndarray,
+    level: float,
+) -> list[Quantity]:
+    """Every quantity as reported: its estimate, error bar, cross-checks and counts
+    (``counts``: judgments, items, annotators that enter it)."""
+    n_judg, n_items, n_annot = counts
+    method_of = {"cgd": "jackknife-t", "trend": "jackknife-t"} if bars.method == "wild" else {}
+    return [
+        Quantity(
+            name=lab[0],
+            length=lab[1],
+            kind=lab[2],
+            reference_kind=lab[3],
+            estimate=float(fit.est[k]),
+            se=float(bars.se[k]),
+            low=float(bars.low[k]),
+            high=float(bars.high[k]),
+            method=method_of.get(lab[0], bars.method),
+            level=level,
+            delta_se=float(bars.d_se[k]),
+            delta_low=float(bars.d_low[k]),
+            delta_high=float(bars.d_high[k]),
+            iid_se=float(iid_se[k]),
+            design_effect=float(deff[k]),
+            n_judgments=int(n_judg[k]),
+            n_items=int(n_items[k]),
+            n_annotators=int(n_annot[k]),
+            n_clusters=int(bars.n_clust[k]),
+            few_annotators=bool(few[k]),
+            n_effective=float(head.n_eff[k]),
+            p_value=float(bars.p_value[k]),
+        )
+        for k, lab in enumerate(fit.labels)
+    ]
+
+
 def estimate_ebc(
     d: np.ndarray,
     length: np.ndarray,
@@ -509,255 +850,48 @@ def estimate_ebc(
     if ci not in ("wild", "percentile", "bca"):
         raise ValueError(f"unknown interval method {ci!r}")
     des = _design(d, length, kind, annotator, hit, item, choice, estimator, attention, keep)
-    n_cells = des.cells.shape[0]
-    a, labels, exp_scale = _quantity_matrix(des.cells, data_kind, model_kind)
-
-    tot_s = np.bincount(des.cell, weights=des.y, minlength=n_cells)
-    tot_n = np.bincount(des.cell, weights=des.w, minlength=n_cells)
-    est = _theta(tot_s, tot_n, a, exp_scale)
-    q_hat = _log_quantities(tot_s, tot_n, a)
-
-    def var_by(cluster: np.ndarray) -> tuple[np.ndarray, int]:
-        s_g = _totals(cluster, des.cell, des.y, n_cells)
-        n_g = _totals(cluster, des.cell, des.w, n_cells)
-        return cluster_robust_var(_influence(s_g, n_g, tot_s, tot_n, a)), s_g.shape[0]
-
-    # Counts of what enters each quantity (a quantity involves the cells with A != 0).
-    involved = (a != 0).astype(float)
-
-    counted: dict[int, np.ndarray] = {}
-
-    def n_present(cluster: np.ndarray) -> np.ndarray:
-        """Clusters with a judgment in any cell of each quantity. Each cluster's cells
-        as a bit mask; clusters share few distinct masks, counted once each."""
-        if id(cluster) in counted:
-            return counted[id(cluster)]
-        if n_cells > 52:  # bit masks as exact floats: fall back to a cluster x cell table
-            present = np.zeros((int(cluster.max()) + 1, n_cells), dtype=np.float32)
-            present[cluster, des.cell] = 1.0
-            out = ((present @ involved.T.astype(np.float32)) > 0).sum(axis=0)
-        else:
-            pairs, _ = unique_inverse(cluster.astype(np.int64) * n_cells + des.cell)
-            bits = np.bincount(pairs // n_cells, weights=np.exp2(pairs % n_cells))
-            masks, which = unique_inverse(bits.astype(np.int64))
-            per_mask = np.bincount(which, minlength=masks.size)
-            q_bits = (involved > 0).astype(np.int64) @ (np.int64(1) << np.arange(n_cells))
-            out = per_mask @ ((masks[:, None] & q_bits[None, :]) != 0)
-        counted[id(cluster)] = out
-        return out
-
-    n_judg = involved @ np.bincount(des.cell, minlength=n_cells)
-    n_items = n_present(des.item)
-    n_annot = n_present(des.annotator)
-
-    # iid units lie in one cell each, so the variance is a sum over cells (no G x J
-    # matrix); no G/(G-1) factor, so it equals the binomial formula for single judgments.
-    n_iid = int(des.iid_unit.max()) + 1
-    y_u = np.bincount(des.iid_unit, weights=des.y, minlength=n_iid)
-    w_u = np.bincount(des.iid_unit, weights=des.w, minlength=n_iid)
-    cell_u = np.zeros(n_iid, dtype=np.int64)
-    cell_u[des.iid_unit] = des.cell
-    with np.errstate(invalid="ignore", divide="ignore"):
-        psi_u = (y_u - (tot_s / tot_n)[cell_u] * w_u) / tot_s[cell_u]
-        var_cell = np.bincount(cell_u, weights=psi_u**2, minlength=n_cells)
-    var_iid = (a**2) @ np.where(np.isfinite(var_cell), var_cell, 0.0)
-    var_iid[((a != 0) & ~np.isfinite(var_cell)).any(axis=1)] = np.nan
-    iid_se = np.where(exp_scale, est * np.sqrt(var_iid), np.sqrt(var_iid))
+    fit = _Fit.of(des, data_kind, model_kind)
+    n_judg = fit.involved @ np.bincount(des.cell, minlength=fit.n_cells)
+    n_items = fit.n_present(des.item)
+    n_annot = fit.n_present(des.annotator)
+    iid_se = fit.iid_se()
     notes: list[str] = []
-
-    # Annotator totals: the effective numbers of annotators and the headline tests use
-    # them whatever the resampling unit.
-    s_a = _totals(des.annotator, des.cell, des.y, n_cells)
-    n_a = _totals(des.annotator, des.cell, des.w, n_cells)
-    n_eff = effective_clusters(n_a @ involved.T)
-    ratio_rows = [k for k, lab in enumerate(labels) if lab[0] in ("ebc", "ratio")]
-    ebc_rows = [k for k, lab in enumerate(labels) if lab[0] == "ebc"]
-    num = np.where(a[ratio_rows] > 0, 1.0, 0.0)
-    den = np.where(a[ratio_rows] < 0, 1.0, 0.0)
-    pooled = len(ebc_rows) >= 2
-    if pooled:  # every length with an EB-C, its model cells over its data cells
-        pos = [ratio_rows.index(k) for k in ebc_rows]
-        num = np.vstack([num, num[pos].sum(axis=0)])
-        den = np.vstack([den, den[pos].sum(axis=0)])
     own_wild = unit == "annotator" and ci == "wild"
-    tests = wild_ratio(s_a, n_a, num, den, b=b, seed=seed, level=level if own_wild else None)
-    p_value = np.full(len(labels), np.nan)
-    p_value[ratio_rows] = tests.p_value[: len(ratio_rows)]
-
-    boot_ebc = None
+    head = _Headline.of(fit, b=b, seed=seed, level=level if own_wild else None)
+    p_value = head.p_values(len(fit.labels))
     if unit == "twoway":
-        v_a, _ = var_by(des.annotator)
-        v_i, _ = var_by(des.item)
-        pair = des.annotator.astype(np.int64) * (int(des.item.max()) + 1) + des.item
-        v_ai, _ = var_by(codes(pair)[0])
-        var_log = v_a + v_i - v_ai
-        bad = ~(var_log > 0)
-        if np.any(bad & np.isfinite(var_log)):
-            notes.append(
-                "two-way variance not positive for some quantities; "
-                "used max(V_annotator, V_item) there"
-            )
-        var_log = np.where(bad, np.maximum(v_a, v_i), var_log)
-        se, low, high = _report_delta(est, q_hat, var_log, exp_scale, labels, level)
-        d_se, d_low, d_high = _report_delta(est, q_hat, v_a, exp_scale, labels, level)
-        method = "cgm"
-        n_clust = n_present(des.annotator)
+        bars = _twoway_bars(fit, p_value, level, notes)
     elif ci == "wild":
-        cluster = {"annotator": des.annotator, "hit": des.hit, "item": des.item}[unit]
-        if unit == "annotator":
-            s_g, n_g, wild = s_a, n_a, tests
-        else:
-            s_g = _totals(cluster, des.cell, des.y, n_cells)
-            n_g = _totals(cluster, des.cell, des.w, n_cells)
-            wild = wild_ratio(s_g, n_g, num, den, b=b, seed=seed, level=level)
-        counts_q = n_g @ involved.T
-        with _quiet_nan():
-            jack = _theta(tot_s - s_g, tot_n - n_g, a, exp_scale)
-            # Symmetric scale: ln of a ratio; a CGD and the (log-scale) slope as they are.
-            is_ratio = np.array([lab[0] in ("ebc", "ratio") for lab in labels])
-            sym = np.where(is_ratio, np.log(est), est)
-            jack = np.where(is_ratio, np.log(jack), jack)
-            se_sym, tq, p_jack = jackknife_t(
-                sym, jack, counts_q > 0, effective_clusters(counts_q) - 1.0, level
-            )
-            se = np.where(is_ratio, est * se_sym, se_sym)
-            low, high = sym - tq * se_sym, sym + tq * se_sym
-            # A CGD is a share: its interval is cut to [0, 1] (coverage is unchanged).
-            is_cgd = np.array([lab[0] == "cgd" for lab in labels])
-            low = np.where(is_cgd, np.maximum(low, 0.0), low)
-            high = np.where(is_cgd, np.minimum(high, 1.0), high)
-        low[ratio_rows] = wild.low[: len(ratio_rows)]
-        high[ratio_rows] = wild.high[: len(ratio_rows)]
-        p_value = np.where([lab[0] == "trend" for lab in labels], p_jack, p_value)
-        var_log = cluster_robust_var(_influence(s_g, n_g, tot_s, tot_n, a))
-        d_se, d_low, d_high = _report_delta(est, q_hat, var_log, exp_scale, labels, level)
-        method = "wild"
-        n_clust = n_present(cluster)
+        bars = _wild_bars(fit, head, p_value, unit, b, seed, level)
     else:
-        cluster = {"annotator": des.annotator, "hit": des.hit, "item": des.item}[unit]
-        if unit == "annotator":
-            s_g, n_g = s_a, n_a
-        else:
-            s_g = _totals(cluster, des.cell, des.y, n_cells)
-            n_g = _totals(cluster, des.cell, des.w, n_cells)
-        s_b, n_b = resample_cluster_totals(s_g, n_g, b, seed)
-        theta_b = _theta(s_b, n_b, a, exp_scale)
-        theta_b = np.where(np.isfinite(theta_b), theta_b, np.nan)
-        with _quiet_nan():
-            se = np.nanstd(theta_b, axis=0, ddof=1)
-            if ci == "percentile":
-                low, high = percentile_interval(theta_b, level)
-            else:
-                theta_jack = _theta(tot_s - s_g, tot_n - n_g, a, exp_scale)
-                low, high = bca_interval(theta_b, est, theta_jack, level)
-        var_log = cluster_robust_var(_influence(s_g, n_g, tot_s, tot_n, a))
-        d_se, d_low, d_high = _report_delta(est, q_hat, var_log, exp_scale, labels, level)
-        method = ci
-        n_clust = n_present(cluster)
-        n_bad = int(np.sum(~np.isfinite(theta_b).all(axis=1)))
-        if n_bad:
-            notes.append(
-                f"{n_bad} of {b} resamples left a cell empty or at zero; "
-                "they were dropped from the intervals"
-            )
-        ebc_cols = [k for k, lab in enumerate(labels) if lab[0] == "ebc"]
-        boot_ebc = theta_b[:, ebc_cols]
-
-    total_annot = int(des.annotator.max()) + 1
-    few = ~(n_eff >= FEW_ANNOTATORS)
+        bars = _bootstrap_bars(fit, head, p_value, unit, ci, b, seed, level, notes)
+    few = ~(head.n_eff >= FEW_ANNOTATORS)
     if few.any():
-        shown = [k for k in ebc_rows if few[k]] or list(np.flatnonzero(few))
-        worst = min(shown, key=lambda k: n_eff[k] if np.isfinite(n_eff[k]) else -1.0)
-        # An empty figure has no effective count (0/0): it is named as such, not as "nan".
-        count = (
-            f"only {n_eff[worst]:.1f} effective annotators ({n_annot[worst]} in all; "
-            "(sum n_g)^2 / sum n_g^2 over judgments per annotator) enter"
-            if np.isfinite(n_eff[worst])
-            else "no judgments enter"
-        )
-        notes.append(
-            f"{count} {_describe(labels[worst])}: intervals and tests are unreliable below "
-            f"{FEW_ANNOTATORS} effective annotators"
-        )
+        notes.append(_few_note(fit, head, n_annot, few))
     with np.errstate(invalid="ignore", divide="ignore"):
-        deff = (se / iid_se) ** 2
-    interval = INTERVAL_LABELS["cgm" if unit == "twoway" else ci]
-    method_of = {"cgd": "jackknife-t", "trend": "jackknife-t"} if method == "wild" else {}
-
-    cluster_tests = []
-    for k in ebc_rows + ([None] if pooled else []):
-        row = ratio_rows.index(k) if k is not None else len(ratio_rows)
-        ge = float(tests.n_effective[row])
-        cluster_tests.append(
-            ClusterTest(
-                length=labels[k][1] if k is not None else None,
-                estimate=float(tests.estimate[row]),
-                statistic=float(tests.statistic[row]),
-                p_value=float(tests.p_value[row]),
-                p_greater=float(tests.p_greater[row]),
-                low=float(tests.low[row]),
-                high=float(tests.high[row]),
-                level=level,
-                b=b,
-                n_annotators=int(tests.n_clusters[row]),
-                n_effective=ge,
-                few_annotators=not ge >= FEW_ANNOTATORS,
-            )
-        )
-
-    quantities = [
-        Quantity(
-            name=lab[0],
-            length=lab[1],
-            kind=lab[2],
-            reference_kind=lab[3],
-            estimate=float(est[k]),
-            se=float(se[k]),
-            low=float(low[k]),
-            high=float(high[k]),
-            method=method_of.get(lab[0], method),
-            level=level,
-            delta_se=float(d_se[k]),
-            delta_low=float(d_low[k]),
-            delta_high=float(d_high[k]),
-            iid_se=float(iid_se[k]),
-            design_effect=float(deff[k]),
-            n_judgments=int(n_judg[k]),
-            n_items=int(n_items[k]),
-            n_annotators=int(n_annot[k]),
-            n_clusters=int(n_clust[k]),
-            few_annotators=bool(few[k]),
-            n_effective=float(n_eff[k]),
-            p_value=float(p_value[k]),
-        )
-        for k, lab in enumerate(labels)
-    ]
-    unit_clusters = {
-        "annotator": des.annotator,
-        "hit": des.hit,
-        "item": des.item,
-        "twoway": des.annotator,
-    }[unit]
+        deff = (bars.se / iid_se) ** 2
+    counts = (n_judg, n_items, n_annot)
+    quantities = _quantities(fit, head, bars, iid_se, deff, counts, few, level)
     return EBCResults(
         estimator=estimator,
         unit=unit,
-        ci=method,
+        ci=bars.method,
         level=level,
         b=b,
         seed=seed,
         n_judgments=int(des.y.size),
         n_items=int(des.item.max()) + 1,
-        n_annotators=total_annot,
-        n_clusters=int(unit_clusters.max()) + 1,
+        n_annotators=int(des.annotator.max()) + 1,
+        n_clusters=int(fit.unit(unit).max()) + 1,
         few_annotators=bool(few.any()),
         cgd=[q for q in quantities if q.name == "cgd"],
         ratios=[q for q in quantities if q.name in ("ebc", "ratio")],
         trend=next((q for q in quantities if q.name == "trend"), None),
         warnings=notes,
-        n_effective=float(effective_clusters(n_a.sum(axis=1))),
-        interval=interval,
-        tests=cluster_tests,
-        bootstrap_ebc=boot_ebc,
+        n_effective=float(effective_clusters(head.n_a.sum(axis=1))),
+        interval=INTERVAL_LABELS["cgm" if unit == "twoway" else ci],
+        tests=head.cluster_tests(fit, level, b),
+        bootstrap_ebc=bars.boot_ebc,
     )
 
 

@@ -145,6 +145,239 @@ def _draw_sums(pmf: np.ndarray, count: np.ndarray, b: int, rng: np.random.Genera
     return np.minimum(at, n - 1) + offset
 
 
+@dataclass(frozen=True)
+class _Strata:
+    """Items (their judgment totals ``s_i``, ``n_i``, label ``model_i``, stratum ``h_i``)
+    and strata, a HIT at one length (``n_h`` items, ``m_h`` of them model, length index
+    ``li_h`` into ``lengths``), sorted by (HIT, length)."""
+
+    s_i: np.ndarray
+    n_i: np.ndarray
+    model_i: np.ndarray
+    h_i: np.ndarray
+    n_h: np.ndarray
+    m_h: np.ndarray
+    len_h: np.ndarray
+    lengths: np.ndarray
+    li_h: np.ndarray
+
+    @classmethod
+    def of(cls, d, length, kind, hit, item, model_kind: int) -> _Strata:
+        item_ids, ii = unique_inverse(item)
+        first = first_index(ii, item_ids.size)
+        s_i = np.bincount(ii, weights=d)
+        n_i = np.bincount(ii).astype(float)
+        model_i = kind[first] == model_kind
+        len_i = length[first].astype(np.int64)
+        # Strata sorted by (HIT, length), as one integer key.
+        _, hit_c = unique_inverse(hit[first])
+        len_ids, len_c = unique_inverse(len_i)
+        _, h_i = unique_inverse(hit_c.astype(np.int64) * len_ids.size + len_c)
+        n_h = np.bincount(h_i)
+        m_h = np.bincount(h_i, weights=model_i).astype(np.int64)
+        len_h = np.empty(n_h.size, dtype=np.int64)
+        len_h[h_i] = len_i
+        lengths = np.unique(len_h)
+        li_h = np.searchsorted(lengths, len_h)
+        return cls(s_i, n_i, model_i, h_i, n_h, m_h, len_h, lengths, li_h)
+
+    def groups(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """Strata with the same signature (length, items, model items, the sorted item
+        totals padded to ``width``) as one group: ``(groups, g_count, width)``."""
+        s_i, n_i, h_i, n_h = self.s_i, self.n_i, self.h_i, self.n_h
+        # Pad each stratum's (sorted) item totals into one row: its group signature.
+        width = int(n_h.max())
+        # Small whole-number totals (d is 0/1): each item's (sum, count) as one code, and
+        # a HIT's sorted codes as the digits of one integer, so strata are sorted and
+        # grouped on a few integer columns instead of 2 x width float ones.
+        code = base = None
+        if np.array_equal(s_i, np.rint(s_i)) and s_i.min() >= 0:
+            nn = int(n_i.max()) + 1
+            base = (int(s_i.max()) + 1) * nn + 1  # digit 0: padding
+            if base**width < 1 << 62 and n_h.size * base < 1 << 62:
+                code = s_i.astype(np.int64) * nn + n_i.astype(np.int64) + 1
+        if code is not None:
+            order = np.argsort(h_i * base + code, kind="stable")
+        else:
+            order = np.lexsort((n_i, s_i, h_i))
+        start = np.concatenate([[0], np.cumsum(n_h)[:-1]])
+        pos = np.arange(order.size) - start[h_i[order]]
+        s_pad = np.full((n_h.size, width), -1.0)
+        n_pad = np.full((n_h.size, width), -1.0)
+        s_pad[h_i[order], pos] = s_i[order]
+        n_pad[h_i[order], pos] = n_i[order]
+        sig = np.column_stack([self.len_h, n_h, self.m_h, s_pad, n_pad])
+        if code is not None:
+            digits = np.zeros((n_h.size, width), dtype=np.int64)
+            digits[h_i[order], pos] = code[order]
+            key = digits @ (np.int64(base) ** np.arange(width, dtype=np.int64))
+            _, inverse, g_count = unique_rows(np.column_stack([self.len_h, n_h, self.m_h, key]))
+            return sig[first_index(inverse, g_count.size)], g_count, width
+        groups, _, g_count = unique_rows(sig)
+        return groups, g_count, width
+
+
+@dataclass
+class _Permutations:
+    """The permutations' model totals per length (``sm_b``, ``nm_b``: B x lengths), summed
+    over the groups of identical HITs, each group drawn by the cheapest exact way."""
+
+    groups: np.ndarray
+    g_count: np.ndarray
+    width: int
+    lengths: np.ndarray
+    b: int
+    rng: np.random.Generator
+    max_enumerate: int
+
+    def __post_init__(self) -> None:
+        self.sm_b = np.zeros((self.b, self.lengths.size))
+        self.nm_b = np.zeros((self.b, self.lengths.size))
+
+    def lattice(self) -> np.ndarray:
+        """Lattice HITs: integer item sums (d is 0/1) and the same number of judgments on
+        every item, so the model-labelled count is fixed (m x judgments per item) and only
+        the sum varies. Their total per length is drawn from its exact distribution.
+        Which groups are lattice ones."""
+        groups, width, lengths = self.groups, self.width, self.lengths
+        n_g, m_g = groups[:, 1].astype(np.int64), groups[:, 2].astype(np.int64)
+        s_rows, n_rows = groups[:, 3 : 3 + width], groups[:, 3 + width :]
+        real = np.arange(width) < n_g[:, None]
+        lattice = np.all(
+            ~real | ((n_rows == n_rows[:, :1]) & (s_rows == np.rint(s_rows)) & (s_rows >= 0)),
+            axis=1,
+        )
+        li_g = np.searchsorted(lengths, groups[:, 0])
+        for li in range(lengths.size):
+            on = np.flatnonzero(lattice & (li_g == li))
+            if on.size == 0:
+                continue
+            parts = []
+            for n, m in sorted(set(zip(n_g[on].tolist(), m_g[on].tolist(), strict=True))):
+                gs = on[(n_g[on] == n) & (m_g[on] == m)]
+                parts.append((gs, _lattice_pmfs(s_rows[gs], n, m, self.max_enumerate)))
+            w = max(p.shape[1] for _, p in parts)
+            pmf = np.vstack([np.pad(p, ((0, 0), (0, w - p.shape[1]))) for _, p in parts])
+            gs = np.concatenate([g for g, _ in parts])
+            self.sm_b[:, li] += _draw_sums(pmf, self.g_count[gs].astype(np.int64), self.b, self.rng)
+            self.nm_b[:, li] += float(np.sum(self.g_count[gs] * m_g[gs] * n_rows[gs, 0]))
+        return lattice
+
+    def small(self, lattice: np.ndarray) -> set[int]:
+        """Small groups (one HIT, or a few: common where items have several judgments, as
+        in the overlap subset) draw a uniformly random m-subset for each of their HITs per
+        permutation, all such HITs of one (n, m) at once: the HIT x subset table of model
+        totals, then one gather. Cheaper than a multinomial over many distinct outcomes.
+        The groups drawn so."""
+        groups, g_count, width, b = self.groups, self.g_count, self.width, self.b
+        single: dict[tuple[int, int], list[int]] = {}
+        for g, row in enumerate(groups):
+            n, m = int(row[1]), int(row[2])
+            if lattice[g]:
+                continue
+            if int(g_count[g]) <= _SMALL_GROUP and math.comb(n, m) <= self.max_enumerate:
+                single.setdefault((n, m), []).extend([g] * int(g_count[g]))
+        for (n, m), gs in single.items():
+            combos = _subsets(n, m)
+            rows = groups[gs]
+            li_g = np.searchsorted(self.lengths, rows[:, 0])
+            s_tab = rows[:, 3 : 3 + n][:, combos].sum(axis=2)  # HITs x subsets
+            n_tab = rows[:, 3 + width : 3 + width + n][:, combos].sum(axis=2)
+            # Sums and counts are whole numbers (d is 0/1): pack both into one int64 so
+            # one gather serves both (sums < 2^24 per length and permutation).
+            packed = (np.rint(s_tab).astype(np.int64) << 24) + np.rint(n_tab).astype(np.int64)
+            exact = np.allclose(s_tab, np.rint(s_tab)) and n_tab.max() * s_tab.shape[0] < 1 << 24
+            n_g, n_sub = s_tab.shape
+            chunk = max(1, (1 << 22) // max(b, 1))
+            for st in range(0, n_g, chunk):  # chunks of HITs, to bound memory
+                sl = slice(st, min(st + chunk, n_g))
+                pick = self.rng.integers(0, n_sub, size=(b, sl.stop - sl.start), dtype=np.int32)
+                flat = pick + (np.arange(sl.start, sl.stop, dtype=np.int32) * n_sub)
+                for li in np.unique(li_g[sl]):
+                    on = np.flatnonzero(li_g[sl] == li)
+                    idx = flat[:, on] if on.size < flat.shape[1] else flat
+                    if exact:
+                        tot = packed.ravel().take(idx).sum(axis=1)
+                        self.sm_b[:, li] += tot >> 24
+                        self.nm_b[:, li] += tot & ((1 << 24) - 1)
+                    else:
+                        self.sm_b[:, li] += s_tab.ravel().take(idx).sum(axis=1)
+                        self.nm_b[:, li] += n_tab.ravel().take(idx).sum(axis=1)
+        return {g for gs in single.values() for g in gs}
+
+    def rest(self, done: set[int]) -> None:
+        """The other groups: a multinomial over their enumerated outcomes, or shuffled
+        directly (random keys, ``argsort``) above ``max_enumerate`` subsets."""
+        groups, width, b, rng = self.groups, self.width, self.b, self.rng
+        for g, row in enumerate(groups):  # groups of identical HITs, not permutations
+            if g in done:
+                continue
+            li = int(np.searchsorted(self.lengths, row[0]))
+            n, m, c = int(row[1]), int(row[2]), int(self.g_count[g])
+            sv, nv = row[3 : 3 + n], row[3 + width : 3 + width + n]
+            if math.comb(n, m) <= self.max_enumerate:
+                combos = _subsets(n, m)
+                out = np.stack([sv[combos].sum(axis=1), nv[combos].sum(axis=1)], axis=1)
+                outcomes, freq = np.unique(out, axis=0, return_counts=True)
+                draws = rng.multinomial(c, freq / freq.sum(), size=b).astype(float)
+                self.sm_b[:, li] += draws @ outcomes[:, 0]
+                self.nm_b[:, li] += draws @ outcomes[:, 1]
+            else:
+                block = max(1, (1 << 22) // (c * n))
+                for st in range(0, b, block):
+                    k = min(block, b - st)
+                    chosen = np.argsort(rng.random((k, c, n)), axis=2)[:, :, :m]
+                    self.sm_b[st : st + k, li] += sv[chosen].sum(axis=(1, 2))
+                    self.nm_b[st : st + k, li] += nv[chosen].sum(axis=(1, 2))
+
+    def draw(self) -> _Permutations:
+        lattice = self.lattice()
+        self.rest(self.small(lattice) | set(np.flatnonzero(lattice).tolist()))
+        return self
+
+
+def _statistic(sm, nm, st, nt):
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.log(sm / nm) - np.log((st - sm) / (nt - nm))
+
+
+def _pooled(x: np.ndarray) -> np.ndarray:
+    """Per length, and one more entry (column) with the sum over lengths."""
+    return np.append(x, x.sum()) if x.ndim == 1 else np.column_stack([x, x.sum(axis=1)])
+
+
+def _tests(strata: _Strata, perms: _Permutations, b: int) -> list[PermutationTest]:
+    """Each length's test, and the pooled one, from the observed and permuted totals."""
+    n_len = strata.lengths.size
+    s_i, n_i, model_i = strata.s_i, strata.n_i, strata.model_i
+    li_i = strata.li_h[strata.h_i]
+    s_tot = _pooled(np.bincount(li_i, weights=s_i, minlength=n_len))
+    n_tot = _pooled(np.bincount(li_i, weights=n_i, minlength=n_len))
+    sm_obs = _pooled(np.bincount(li_i, weights=s_i * model_i, minlength=n_len))
+    nm_obs = _pooled(np.bincount(li_i, weights=n_i * model_i, minlength=n_len))
+    t_obs = _statistic(sm_obs, nm_obs, s_tot, n_tot)
+    t_b = _statistic(_pooled(perms.sm_b), _pooled(perms.nm_b), s_tot, n_tot)
+    eps = 1e-9  # permutations equal to the observed value count as extreme
+    p_two = (1 + np.sum(np.abs(t_b) >= np.abs(t_obs) - eps, axis=0)) / (b + 1)
+    p_greater = (1 + np.sum(t_b >= t_obs - eps, axis=0)) / (b + 1)
+    n_hits = np.append(np.bincount(strata.li_h, minlength=n_len), strata.n_h.size)
+    n_items = np.append(np.bincount(li_i, minlength=n_len), s_i.size)
+    labels: list[int | None] = [int(x) for x in strata.lengths] + [None]
+    return [
+        PermutationTest(
+            length=labels[k],
+            statistic=float(t_obs[k]),
+            ebc=float(np.exp(t_obs[k])),
+            p_value=float(p_two[k]),
+            p_greater=float(p_greater[k]),
+            n_permutations=b,
+            n_hits=int(n_hits[k]),
+            n_items=int(n_items[k]),
+        )
+        for k in range(n_len + 1)
+    ]
+
+
 def permutation_test(
     d: np.ndarray,
     length: np.ndarray,
@@ -205,177 +438,7 @@ def permutation_test(
     if not mask.all():
         d, length, kind, hit, item = d[mask], length[mask], kind[mask], hit[mask], item[mask]
     rng = np.random.default_rng(seed)
-
-    # Items: judgment totals, label, stratum (HIT x length).
-    item_ids, ii = unique_inverse(item)
-    first = first_index(ii, item_ids.size)
-    s_i = np.bincount(ii, weights=d)
-    n_i = np.bincount(ii).astype(float)
-    model_i = kind[first] == model_kind
-    len_i = length[first].astype(np.int64)
-    # Strata sorted by (HIT, length), as one integer key.
-    _, hit_c = unique_inverse(hit[first])
-    len_ids, len_c = unique_inverse(len_i)
-    _, h_i = unique_inverse(hit_c.astype(np.int64) * len_ids.size + len_c)
-    n_h = np.bincount(h_i)
-    m_h = np.bincount(h_i, weights=model_i).astype(np.int64)
-    len_h = np.empty(n_h.size, dtype=np.int64)
-    len_h[h_i] = len_i
-    lengths = np.unique(len_h)
-    li_h = np.searchsorted(lengths, len_h)
-
-    # Pad each stratum's (sorted) item totals into one row: its group signature.
-    width = int(n_h.max())
-    # Small whole-number totals (d is 0/1): each item's (sum, count) as one code, and a
-    # HIT's sorted codes as the digits of one integer, so strata are sorted and grouped
-    # on a few integer columns instead of 2 x width float ones.
-    code = base = None
-    if np.array_equal(s_i, np.rint(s_i)) and s_i.min() >= 0:
-        nn = int(n_i.max()) + 1
-        base = (int(s_i.max()) + 1) * nn + 1  # digit 0: padding
-        if base**width < 1 << 62 and n_h.size * base < 1 << 62:
-            code = s_i.astype(np.int64) * nn + n_i.astype(np.int64) + 1
-    if code is not None:
-        order = np.argsort(h_i * base + code, kind="stable")
-    else:
-        order = np.lexsort((n_i, s_i, h_i))
-    start = np.concatenate([[0], np.cumsum(n_h)[:-1]])
-    pos = np.arange(order.size) - start[h_i[order]]
-    s_pad = np.full((n_h.size, width), -1.0)
-    n_pad = np.full((n_h.size, width), -1.0)
-    s_pad[h_i[order], pos] = s_i[order]
-    n_pad[h_i[order], pos] = n_i[order]
-    sig = np.column_stack([len_h, n_h, m_h, s_pad, n_pad])
-    if code is not None:
-        digits = np.zeros((n_h.size, width), dtype=np.int64)
-        digits[h_i[order], pos] = code[order]
-        key = digits @ (np.int64(base) ** np.arange(width, dtype=np.int64))
-        _, inverse, g_count = unique_rows(np.column_stack([len_h, n_h, m_h, key]))
-        groups = sig[first_index(inverse, g_count.size)]
-    else:
-        groups, _, g_count = unique_rows(sig)
-
-    n_len = lengths.size
-    sm_b = np.zeros((b, n_len))
-    nm_b = np.zeros((b, n_len))
-    # Lattice HITs: integer item sums (d is 0/1) and the same number of judgments on every
-    # item, so the model-labelled count is fixed (m x judgments per item) and only the
-    # sum varies. Their total per length is drawn from its exact distribution.
-    n_g, m_g = groups[:, 1].astype(np.int64), groups[:, 2].astype(np.int64)
-    s_rows, n_rows = groups[:, 3 : 3 + width], groups[:, 3 + width :]
-    real = np.arange(width) < n_g[:, None]
-    lattice = np.all(
-        ~real | ((n_rows == n_rows[:, :1]) & (s_rows == np.rint(s_rows)) & (s_rows >= 0)),
-        axis=1,
-    )
-    li_g = np.searchsorted(lengths, groups[:, 0])
-    for li in range(n_len):
-        on = np.flatnonzero(lattice & (li_g == li))
-        if on.size == 0:
-            continue
-        parts = []
-        for n, m in sorted(set(zip(n_g[on].tolist(), m_g[on].tolist(), strict=True))):
-            gs = on[(n_g[on] == n) & (m_g[on] == m)]
-            parts.append((gs, _lattice_pmfs(s_rows[gs], n, m, max_enumerate)))
-        w = max(p.shape[1] for _, p in parts)
-        pmf = np.vstack([np.pad(p, ((0, 0), (0, w - p.shape[1]))) for _, p in parts])
-        gs = np.concatenate([g for g, _ in parts])
-        sm_b[:, li] += _draw_sums(pmf, g_count[gs].astype(np.int64), b, rng)
-        nm_b[:, li] += float(np.sum(g_count[gs] * m_g[gs] * n_rows[gs, 0]))
-    # Small groups (one HIT, or a few: common where items have several judgments, as in
-    # the overlap subset) draw a uniformly random m-subset for each of their HITs per
-    # permutation, all such HITs of one (n, m) at once: the HIT x subset table of model
-    # totals, then one gather. Cheaper than a multinomial over many distinct outcomes.
-    single: dict[tuple[int, int], list[int]] = {}
-    for g, row in enumerate(groups):
-        n, m = int(row[1]), int(row[2])
-        if lattice[g]:
-            continue
-        if int(g_count[g]) <= _SMALL_GROUP and math.comb(n, m) <= max_enumerate:
-            single.setdefault((n, m), []).extend([g] * int(g_count[g]))
-    for (n, m), gs in single.items():
-        combos = _subsets(n, m)
-        rows = groups[gs]
-        li_g = np.searchsorted(lengths, rows[:, 0])
-        s_tab = rows[:, 3 : 3 + n][:, combos].sum(axis=2)  # HITs x subsets
-        n_tab = rows[:, 3 + width : 3 + width + n][:, combos].sum(axis=2)
-        # Sums and counts are whole numbers (d is 0/1): pack both into one int64 so one
-        # gather serves both (sums < 2^24 per length and permutation).
-        packed = (np.rint(s_tab).astype(np.int64) << 24) + np.rint(n_tab).astype(np.int64)
-        exact = np.allclose(s_tab, np.rint(s_tab)) and n_tab.max() * s_tab.shape[0] < 1 << 24
-        n_g, n_sub = s_tab.shape
-        chunk = max(1, (1 << 22) // max(b, 1))
-        for st in range(0, n_g, chunk):  # chunks of HITs, to bound memory
-            sl = slice(st, min(st + chunk, n_g))
-            pick = rng.integers(0, n_sub, size=(b, sl.stop - sl.start), dtype=np.int32)
-            flat = pick + (np.arange(sl.start, sl.stop, dtype=np.int32) * n_sub)
-            for li in np.unique(li_g[sl]):
-                on = np.flatnonzero(li_g[sl] == li)
-                idx = flat[:, on] if on.size < flat.shape[1] else flat
-                if exact:
-                    tot = packed.ravel().take(idx).sum(axis=1)
-                    sm_b[:, li] += tot >> 24
-                    nm_b[:, li] += tot & ((1 << 24) - 1)
-                else:
-                    sm_b[:, li] += s_tab.ravel().take(idx).sum(axis=1)
-                    nm_b[:, li] += n_tab.ravel().take(idx).sum(axis=1)
-    done = {g for gs in single.values() for g in gs} | set(np.flatnonzero(lattice).tolist())
-
-    for g, row in enumerate(groups):  # groups of identical HITs, not permutations
-        if g in done:
-            continue
-        li = int(np.searchsorted(lengths, row[0]))
-        n, m, c = int(row[1]), int(row[2]), int(g_count[g])
-        sv, nv = row[3 : 3 + n], row[3 + width : 3 + width + n]
-        if math.comb(n, m) <= max_enumerate:
-            combos = _subsets(n, m)
-            out = np.stack([sv[combos].sum(axis=1), nv[combos].sum(axis=1)], axis=1)
-            outcomes, freq = np.unique(out, axis=0, return_counts=True)
-            draws = rng.multinomial(c, freq / freq.sum(), size=b).astype(float)
-            sm_b[:, li] += draws @ outcomes[:, 0]
-            nm_b[:, li] += draws @ outcomes[:, 1]
-        else:
-            block = max(1, (1 << 22) // (c * n))
-            for st in range(0, b, block):
-                k = min(block, b - st)
-                chosen = np.argsort(rng.random((k, c, n)), axis=2)[:, :, :m]
-                sm_b[st : st + k, li] += sv[chosen].sum(axis=(1, 2))
-                nm_b[st : st + k, li] += nv[chosen].sum(axis=(1, 2))
-
-    li_i = li_h[h_i]
-    s_tot = np.bincount(li_i, weights=s_i, minlength=n_len)
-    n_tot = np.bincount(li_i, weights=n_i, minlength=n_len)
-    sm_obs = np.bincount(li_i, weights=s_i * model_i, minlength=n_len)
-    nm_obs = np.bincount(li_i, weights=n_i * model_i, minlength=n_len)
-
-    def stat(sm, nm, st, nt):
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.log(sm / nm) - np.log((st - sm) / (nt - nm))
-
-    # Pooled over lengths: one more column with the sums over lengths.
-    sm_b = np.column_stack([sm_b, sm_b.sum(axis=1)])
-    nm_b = np.column_stack([nm_b, nm_b.sum(axis=1)])
-    s_tot, n_tot = np.append(s_tot, s_tot.sum()), np.append(n_tot, n_tot.sum())
-    sm_obs, nm_obs = np.append(sm_obs, sm_obs.sum()), np.append(nm_obs, nm_obs.sum())
-    t_obs = stat(sm_obs, nm_obs, s_tot, n_tot)
-    t_b = stat(sm_b, nm_b, s_tot, n_tot)
-    eps = 1e-9  # permutations equal to the observed value count as extreme
-    p_two = (1 + np.sum(np.abs(t_b) >= np.abs(t_obs) - eps, axis=0)) / (b + 1)
-    p_greater = (1 + np.sum(t_b >= t_obs - eps, axis=0)) / (b + 1)
-
-    n_hits = np.append(np.bincount(li_h, minlength=n_len), n_h.size)
-    n_items = np.append(np.bincount(li_i, minlength=n_len), s_i.size)
-    labels: list[int | None] = [int(x) for x in lengths] + [None]
-    return [
-        PermutationTest(
-            length=labels[k],
-            statistic=float(t_obs[k]),
-            ebc=float(np.exp(t_obs[k])),
-            p_value=float(p_two[k]),
-            p_greater=float(p_greater[k]),
-            n_permutations=b,
-            n_hits=int(n_hits[k]),
-            n_items=int(n_items[k]),
-        )
-        for k in range(n_len + 1)
-    ]
+    strata = _Strata.of(d, length, kind, hit, item, model_kind)
+    groups, g_count, width = strata.groups()
+    perms = _Permutations(groups, g_count, width, strata.lengths, b, rng, max_enumerate)
+    return _tests(strata, perms.draw(), b)

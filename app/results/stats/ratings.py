@@ -193,7 +193,10 @@ PAPER_AGREEMENT = (
     "lower: with raters as in app.simulate.raters' paper-like population, exact ~15%, "
     "within one step ~40%, within one point ~62%"
 )
-"""Which agreement figure is comparable with the paper's, and why (``AgreementRow.paper``)."""
+"""Which agreement figure is comparable with the paper's, and why (``AgreementRow.paper``).
+The text is part of every ratings document: it names the raters' model by the module it had
+when the figures were measured (``app.simulate.raters``, now
+``app.studytypes.ratings.raters``), so the documents stay what they were."""
 
 
 def ratings_results(

@@ -1,7 +1,7 @@
 """The columns a ratings study's results read (one entry per rating of a pair).
 
-Built from the database by :func:`app.results.queries_ratings.load_ratings` and by the
-simulated raters of :mod:`app.simulate.raters`; the statistics of
+Built from the database by :func:`app.studytypes.ratings.queries.load_ratings` and by the
+simulated raters of :mod:`app.studytypes.ratings.raters`; the statistics of
 :mod:`app.results.stats.ratings` read nothing else.
 """
 

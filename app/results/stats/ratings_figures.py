@@ -22,7 +22,7 @@ def attention_max(scale_max: float) -> float:
     """The quality an attention pair (a continuation of shuffled words) should get at most
     on a 0 to ``scale_max`` scale: ``scale_max / 5`` (1 on the later paper's 0-5 scale,
     its "invalid" end; 2 on 0-10). The one threshold the quality figures, the exclusion
-    rule (through :attr:`app.results.queries_ratings.Ratings.attention_correct`), bulk
+    rule (through :attr:`app.studytypes.ratings.queries.Ratings.attention_correct`), bulk
     approval and the pages read."""
     return float(scale_max) * ATTENTION_SHARE
 

@@ -19,7 +19,7 @@ number of annotators (:func:`~app.results.stats.cluster.effective_clusters`), th
 small-cluster correction DESIGN.md asks for. An annotator rates a pair at most once, so
 the intersection clusters are single ratings.
 
-Measured coverage of the true gap / ratio at a nominal 95% (:mod:`app.simulate.raters`,
+Measured coverage of the true gap / ratio at a nominal 95% (:mod:`app.studytypes.ratings.raters`,
 1,000 studies each of 3 lengths x 250 pairs per kind, 5 raters per pair, both steps;
 Monte Carlo SE ~0.007; ``tests/results/test_stats_ratings.py`` checks the first line):
 
@@ -233,7 +233,7 @@ def intervals(
     t_(df) sqrt(V)``, ``df = max(G_eff - 1, 1)``. Where ``V`` is not positive (the
     subtraction can make it so) ``max(V_annotator, V_pair)`` is used, and a note says
     so. Assumes annotators independent of each other, pairs independent of each other,
-    and the two kinds of effect additive (the model of :mod:`app.simulate.raters`).
+    and the two kinds of effect additive (the model of :mod:`app.studytypes.ratings.raters`).
     Pairs that share a prompt (item i of each kind at a length) are correlated across
     kinds; treating them as independent makes the gap's interval conservative.
 

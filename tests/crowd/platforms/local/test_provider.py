@@ -16,7 +16,6 @@ from app.annotation import admin
 from app.annotation.identities import annotator_for_invite, read_invite_token
 from app.annotation.leases import next_assignment
 from app.annotation.schemas import WorkStatus
-from app.annotation.submissions import submit
 from app.crowd import common, ledger, overview, payments, publishing, registry, sync
 from app.crowd.base import CrowdProvider
 from app.crowd.common import PublishOptions
@@ -32,6 +31,7 @@ from app.models import (
     Hit,
     ReviewStatus,
 )
+from app.studytypes.nextword.annotation import submit
 from tests.crowd.test_service_mturk import slots
 from tests.hits.factory import make_study
 

@@ -1,0 +1,88 @@
+"""What each crowd channel charges for a design, by that channel's own fee rule
+(``Platform.price`` of ``app.crowd.registry``: no fee for invite links), grouped by
+replicas as ``app.crowd.postings.price_groups`` prices a study's HITs: the previews' costs
+(``app.simulate.preview``), asked of no platform. Where a study's preview runs
+(:func:`preview`), its type's, with these costs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.config import Settings
+from app.crowd.base import PostingSpec, Qualifications
+from app.crowd.common import study_qualifications
+from app.crowd.postings import price_groups
+from app.crowd.registry import PLATFORMS
+from app.simulate.preview import CHANNELS, NO_LIMITS, ChannelCost, DesignSize, Limits
+from app.studytypes.registry import study_type_of
+
+
+def channel_costs(
+    study: Any, settings: Settings, size: DesignSize, providers: tuple[str, ...] = CHANNELS
+) -> list[ChannelCost]:
+    """Each channel's estimate for the design's HITs, by its platform's fee rule
+    (`Platform.price`: no call to any platform). The study's reward (`payment.reward_cents`)
+    per assignment; the environment and qualifications as the study file sets them
+    (`Platform.study_environment`: MTurk's sandbox, `channels.mturk`); Prolific at
+    `EBC_PROLIFIC_FEE_RATE`, one HIT per place; local: no fee."""
+    out = []
+    for name in providers:
+        platform = PLATFORMS[name]
+        spec = _spec(study, name)
+        notes: list[str] = []
+        environment = platform.study_environment(study)
+        enabled = platform.enabled(study)
+        price = platform.price(settings, spec)
+        if environment == "sandbox":
+            notes.append("sandbox: no money moves; production charges this for the same HITs")
+        if spec.reward_cents < 1 and platform.caps.remote:
+            out.append(
+                ChannelCost(
+                    name,
+                    environment,
+                    enabled,
+                    size.assignments,
+                    None,
+                    problem="no reward set (payment.reward_cents): a platform needs one",
+                )
+            )
+            continue
+        estimate = price_groups(name, price, size.groups)
+        out.append(
+            ChannelCost(
+                name,
+                environment,
+                enabled,
+                size.assignments,
+                estimate,
+                notes=(*estimate.notes, *notes),
+            )
+        )
+    return out
+
+
+def _spec(study: Any, provider: str) -> PostingSpec:
+    """What pricing reads of a posting: the reward and (MTurk) Masters; the rest is what
+    publishing would fill in and does not change a price."""
+    masters = bool(study_qualifications(study, provider).get("masters"))
+    return PostingSpec(
+        study_slug=study.slug,
+        title=study.title,
+        description="",
+        reward_cents=int(study.reward_cents or 0),
+        assignment_seconds=int(study.lease_seconds),
+        lifetime_seconds=0,
+        auto_approve_seconds=0,
+        qualifications=Qualifications(masters=masters),
+    )
+
+
+def preview(study: Any, settings: Settings, options: Any, *, limits: Limits = NO_LIMITS) -> Any:
+    """ "Simulate before you pay" for `study`: its type's preview (``options``: its type's
+    options model) within `limits`, with what each channel charges."""
+    simulation = study_type_of(study).preview
+    return simulation.run(study, settings, options, limits=limits, price=channel_costs)
+
+
+__all__ = ["channel_costs", "preview"]

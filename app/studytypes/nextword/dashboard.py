@@ -1,0 +1,50 @@
+"""A next-word study's parts of the researcher's pages: its results page (Table 4, the plot,
+the diagnostics, the planner) and what its Annotators page reads."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.models import Study
+from app.results.stats import PlanTarget
+from app.studytypes.nextword import diagnostics, planning
+from app.studytypes.nextword.downloads import CATALOGUE
+from app.studytypes.nextword.plot import diagnostics_plot, results_plot
+
+ANSWERS_LABEL, ITEMS_LABEL = "Judgments", "Items"  # as the study page names them
+
+
+def results_page(session: Session, study: Study, options: Any) -> tuple[str, dict]:
+    """The results page's template and context (`options`: the page's query)."""
+    query = options.results_query()
+    # One load of the judgments for the figures and the diagnostics (None: no section, and
+    # no diagnostics downloads).
+    res, diag = diagnostics.results_with_diagnostics(session, study, query)
+    plan = res.plan  # the default target's
+    if options.target() != PlanTarget():
+        plan = planning.study_plan(session, study, options.target(), seed=query.seed)
+    plot = None
+    if res.results is not None:
+        plot = base64.b64encode(results_plot(res, "svg")).decode()
+    diag_plot = None
+    if diag is not None:
+        diag_plot = base64.b64encode(diagnostics_plot(diag, "svg")).decode()
+    return "nextword/results.html", {
+        "study": study,
+        "res": res,
+        "plan": plan,
+        "plot": plot,
+        "query": query,
+        "planner": options,
+        "diagnostics": diag,
+        "diagnostics_plot": diag_plot,
+        "downloads": [n for n in CATALOGUE if diag or not n.startswith("diagnostics.")],
+    }
+
+
+def annotators_context(study: Study) -> dict[str, Any]:
+    """Its partials read the quality figures alone."""
+    return {}
