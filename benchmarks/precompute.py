@@ -102,9 +102,9 @@ VOCAB = 50257
 
 def synthetic_bpe_tokenizer() -> PreTrainedTokenizerFast:
     """50,257 byte-level tokens: the 256 byte symbols, synthetic pieces, end of text last."""
-    from worker.words import _byte_decoder
+    from worker.words import byte_decoder
 
-    symbols = sorted(_byte_decoder(), key=_byte_decoder().__getitem__)
+    symbols = sorted(byte_decoder(), key=byte_decoder().__getitem__)
     letters = "abcdefghijklmnopqrstuvwxyz"
     pieces = list(symbols)
     seen = set(pieces)

@@ -500,7 +500,7 @@ def search_settings(model, classes: TokenClasses, spec: PrefixSpec) -> SearchSet
     )
 
 
-def _search(model, state, root, classes, spec, depths=None) -> list[NextWords]:
+def search_words(model, state, root, classes, spec, depths=None) -> list[NextWords]:
     """The next words after the contexts of ``state`` (``model.start``'s), by rounds of
     ``model.extend`` (`worker.words.top_words`; ``depths`` as there)."""
     return top_words(
@@ -571,7 +571,7 @@ def _choices_seq2seq(model, classes, drafts, spec, batch, keep_roots) -> list[Ne
             d.source_ids, d.ids = src, list(ids)
         root, state = model.start(sources, prefixes)
         _keep(chunk, root, keep_roots)
-        for d, res in zip(chunk, _search(model, state, root, classes, spec), strict=True):
+        for d, res in zip(chunk, search_words(model, state, root, classes, spec), strict=True):
             results[d.index] = res
     return [results.get(d.index) for d in drafts]
 

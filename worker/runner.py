@@ -24,11 +24,12 @@ from sqlalchemy import Engine
 
 from app.config import Settings
 from app.db import begin_write, build_engine, make_sessionmaker, unit_of_work
-from app.models import JobStatus, PrecomputeShard, Study, StudyType
+from app.models import JobStatus, PrecomputeShard, Study
 from app.precompute import service
 from app.precompute.datasets import Dataset, DatasetError, load_dataset
 from app.software import software
 from app.studies.schemas import config_from_columns, worker_settings
+from app.studytypes.registry import study_type_of
 from worker.continuations import attention_pairs
 from worker.prefixes import PrefixItem, PrefixSpec, make_items
 from worker.synthetic import check_pair, reference_records
@@ -274,8 +275,9 @@ class Worker:
             completed += 1
             if on_shard is not None:
                 on_shard(shard, len(mine))
-        if study.study_type is StudyType.ratings:
-            self._score_when_done(study, shards[0].job_id)
+        scores = study_type_of(study).scores
+        if scores is not None:
+            self._score_when_done(study, shards[0].job_id, scores)
         return completed
 
     def _complete(self, study: Study, shard, rows: list[dict], seconds: float) -> bool:
@@ -294,25 +296,27 @@ class Worker:
                 study.dataset_sha256 = fresh.dataset_sha256
         return stored
 
-    def _score_when_done(self, study: Study, job_id: int) -> None:
-        """A ratings study's EB-M scores, once its precompute job is done: the results job
-        (`app.studytypes.ratings.ebm`) run here, where the dataset is. Its failure is logged
-        and leaves the items as they are; `ebc results score STUDY` computes them again."""
-        from app.results.queries import latest_score
-        from app.studytypes.ratings.ebm import NAME, score_study
-
+    def _score_when_done(self, study: Study, job_id: int, scores) -> None:
+        """The study type's automatic scores (a ratings study's EB-M), once its precompute
+        job is done: the type's results job (`app.studytypes.base.Scores`) run here, where
+        the dataset is. Its failure is logged and leaves the items as they are; `ebc results
+        score STUDY` computes them again."""
         try:
             with unit_of_work(self.sessionmaker) as session:
                 job = session.get(service.PrecomputeJob, job_id)
                 if job is None or job.status is not JobStatus.done:
                     return
                 fresh = session.get(Study, study.id)
-                last = latest_score(session, fresh, NAME)
-                if last is not None and last.computed_at >= job.finished_at:
+                last = scores.computed_at(session, fresh)
+                if last is not None and last >= job.finished_at:
                     return  # another worker's last shard already scored this job
-                score_study(session, fresh, by="worker", dataset=self.dataset_for(fresh))
+                scores.score(session, fresh, by="worker", dataset=self.dataset_for(fresh))
         except Exception:
-            log.exception("EB-M scores of %s failed (ebc results score computes them)", study.slug)
+            log.exception(
+                "%s scores of %s failed (ebc results score computes them)",
+                scores.label,
+                study.slug,
+            )
 
     def _make(self, study: Study, shards: list[PrecomputeShard]) -> dict[int, list[dict]]:
         """The item rows of contiguous shards of one cell, made in one run, by shard id."""
@@ -333,8 +337,9 @@ class Worker:
         dataset = self.dataset_for(study)
         spec = spec_for(study, self.options.batch_size)
         attention = service.is_attention_shard(study, shard)
-        if study.study_type is StudyType.ratings and attention:
-            # Attention pairs: data prefixes with their real continuation's words shuffled.
+        if spec.continuation_words and attention:
+            # Items with continuations (a ratings study's): attention pairs are data prefixes
+            # with their real continuation's words shuffled.
             items = make_items(
                 model,
                 dataset,

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import torch
 
 from worker.models import DEFAULT_BATCH_SIZE
-from worker.prefixes import PrefixItem, PrefixSpec, _search, get_token_classes
+from worker.prefixes import PrefixItem, PrefixSpec, get_token_classes, search_words
 from worker.word_probs import word_level, word_probabilities
 
 
@@ -209,7 +209,7 @@ def reference_records(
         q_cmp = q_root[:, : pair.n] if pair.gather is None else q_root[:, list(pair.gather)]
         tv, js, gd = token_divergences(p_root[:, : pair.n], q_cmp.to(p_root.device))
         tv, js, gd = tv.tolist(), js.tolist(), gd.tolist()
-        found = _search(reference, state, q_root, classes, spec, depths)
+        found = search_words(reference, state, q_root, classes, spec, depths)
         probs, exact = _choice_probs(reference, state, q_root, classes, spec, chunk, found, depths)
         for j, (i, item, res) in enumerate(zip(where, chunk, found, strict=True)):
             records[i] = _record(

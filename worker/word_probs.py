@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from worker.words import Extend, TokenClasses, _byte_decoder, decode_word
+from worker.words import Extend, TokenClasses, byte_decoder, decode_word
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class PieceIndex:
 def _piece_bytes(token: str, convention: str) -> bytes:
     """The text bytes one token adds (the conventions of `worker.words.detect_convention`)."""
     if convention == "byte_bpe":
-        decoder = _byte_decoder()
+        decoder = byte_decoder()
         return bytes(decoder.get(ch, 0x3F) for ch in token)
     if convention == "metaspace":
         if token.startswith("<0x") and token.endswith(">") and len(token) == 6:

@@ -68,7 +68,7 @@ SPECIAL_POLICIES = ("skip", "renormalise")
 
 
 @lru_cache(maxsize=1)
-def _byte_decoder() -> dict[str, int]:
+def byte_decoder() -> dict[str, int]:
     """Inverse of the byte-level BPE alphabet: printable latin-1 bytes stand for themselves,
     the other bytes are shifted to code points 256 and up, in byte order."""
     printable = [
@@ -152,7 +152,7 @@ def _classify(token: str, convention: str, punctuation_splits: bool) -> tuple[bo
     if convention == "word":
         return True, token.strip() == ""
     if convention == "byte_bpe":
-        decoder = _byte_decoder()
+        decoder = byte_decoder()
         raw = bytes(decoder.get(ch, 0x3F) for ch in token)
         text = raw.decode("utf-8", errors="replace")
         if not text:

@@ -238,11 +238,26 @@ class Planner(Protocol):
 class Scores(Protocol):
     """Automatic scores a results job computes and stores (a ratings study's EB-M)."""
 
+    label: str
+    """What the scores are called ("EB-M")."""
     error: type[Exception]
     """What :meth:`score` raises when the scores cannot be computed (its message says why)."""
 
-    def score(self, session: Session, study: Study, *, b: int, seed: int, by: Any) -> None:
-        """Compute the study's scores and store them as its current ones (flushes)."""
+    def score(
+        self,
+        session: Session,
+        study: Study,
+        *,
+        b: int = ...,
+        seed: int = 0,
+        by: Any,
+        dataset: Any = None,
+    ) -> None:
+        """Compute the study's scores and store them as its current ones (flushes);
+        ``dataset``: the study's dataset when the caller has it loaded (the worker)."""
+
+    def computed_at(self, session: Session, study: Study) -> Any:
+        """When the current stored scores were computed (None: none yet)."""
 
     def stored(self, session: Session, study: Study) -> Any:
         """The current stored scores (None: none yet)."""

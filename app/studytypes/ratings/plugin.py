@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.models import Study, StudyType
+from app.results.queries import latest_score
 from app.results.schemas import EBMOut
 from app.studytypes.base import Parts, StudyTypePlugin
 from app.studytypes.ratings import (
@@ -25,10 +26,24 @@ from app.studytypes.ratings import (
 class Scores:
     """EB-M: the continuations' automatic scores, stored by a results job."""
 
+    label = "EB-M"
     error = ebm.ScoreError
 
-    def score(self, session: Session, study: Study, *, b: int, seed: int, by: Any) -> None:
-        ebm.score_study(session, study, b=b, seed=seed, by=by)
+    def score(
+        self,
+        session: Session,
+        study: Study,
+        *,
+        b: int = ebm.DEFAULT_B,
+        seed: int = 0,
+        by: Any,
+        dataset: Any = None,
+    ) -> None:
+        ebm.score_study(session, study, b=b, seed=seed, by=by, dataset=dataset)
+
+    def computed_at(self, session: Session, study: Study) -> Any:
+        last = latest_score(session, study, ebm.NAME)
+        return None if last is None else last.computed_at
 
     def stored(self, session: Session, study: Study) -> EBMOut | None:
         return ebm.stored_ebm(session, study)
