@@ -7,7 +7,7 @@ random weights peaked as there), ``--items`` `model` items at each length, batch
 - **fixed**: every slot, a power of two of queries a slot, every column (``static_steps=True,
   graphs=False``): the shapes a graph replays, run eagerly;
 - **graphs**: the fixed shapes captured once per shape as CUDA graphs and replayed (the GPU's
-  default, `worker.hf._StepGraphs`).
+  default, `worker.hf_steps.StepGraphs`).
 
 Printed per run: items per second (wall), needed tokens per second, the share of steps that
 were graph replays, whether a capture failed (and why), the synchronisations outside the one

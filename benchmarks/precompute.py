@@ -31,11 +31,11 @@ each prefix length l, side by side in one run:
   that keeps a KV cache reads it at every step; the forward bound reads none.
 
 Every part runs the same model object, as the worker wraps it: `HFCausalLM` runs GPT-2's
-written-out ``gelu_new`` as one fused kernel (`worker.hf.fuse_gelu`), and so do the bound, the
-cached step, the peer and the naive loop.  That makes the peer and the naive loop a little
-faster than a researcher's plain ``from_pretrained`` model (our ratio to them is understated,
-not flattered) and the bound tighter: with the written-out GELU a forward of ~4,096 tokens
-spent about 11 % of its CPU in it (2026-11-26).
+written-out ``gelu_new`` as one fused kernel (`worker.hf_common.fuse_gelu`), and so do the
+bound, the cached step, the peer and the naive loop.  That makes the peer and the naive loop a
+little faster than a researcher's plain ``from_pretrained`` model (our ratio to them is
+understated, not flattered) and the bound tighter: with the written-out GELU a forward of
+~4,096 tokens spent about 11 % of its CPU in it (2026-11-26).
 
 - **operations** (``--count-operations``, on by default): the ATen operations our run and the
   peer dispatch (`worker.opcount.OpCounter`), per needed token and per token sampled, at the
@@ -95,14 +95,14 @@ from worker.models import auto_batch_size, load_model, memory_budget
 from worker.opcount import OpCounter
 from worker.prefixes import PrefixSpec, make_items
 from worker.sampler import expected_columns
-from worker.words import token_classes
+from worker.tokens import token_classes
 
 VOCAB = 50257
 
 
 def synthetic_bpe_tokenizer() -> PreTrainedTokenizerFast:
     """50,257 byte-level tokens: the 256 byte symbols, synthetic pieces, end of text last."""
-    from worker.words import byte_decoder
+    from worker.tokens import byte_decoder
 
     symbols = sorted(byte_decoder(), key=byte_decoder().__getitem__)
     letters = "abcdefghijklmnopqrstuvwxyz"

@@ -47,7 +47,7 @@ from worker.hf import HFCausalLM
 from worker.models import DEFAULT_BATCH_SIZE
 from worker.prefixes import PrefixSpec, make_items
 from worker.synthetic import reference_records
-from worker.words import token_classes
+from worker.tokens import token_classes
 
 
 def build(seed: int, device, logit_scale: float, cont_scale: float, tok) -> HFCausalLM:

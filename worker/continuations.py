@@ -8,7 +8,7 @@ the revealed context.  `worker.prefixes.make_items` makes them when its spec has
 - A ``model`` prefix is sampled from P_M given C as for a next-word study (the study's
   ``decoding`` settings; the same prefix as a next-word study's item with the same seed), and
   its row of the sampling batch goes on, on its own KV cache, to sample the continuation
-  (`worker.sampler.Continuation`).
+  (`worker.sampling.Continuation`).
 - Every other kind (``data``, ``data_shuffled``, ``random``, ``data_corrupted@c``,
   ``model_corrupted@c``: the prefix-switching samples the papers show) is text: C + W is
   encoded and the continuation is sampled from there, in continuous batches.
@@ -36,7 +36,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from worker.sampler import Continuation, ContinuousSampler
+from worker.sampler import ContinuousSampler
+from worker.sampling import Continuation
 from worker.seeds import stable_seed
 
 # What an attention pair's quality rating should be at most (on the 0-5 scale).

@@ -1,14 +1,11 @@
-"""The Hugging Face backends of `worker.models`: `HFCausalLM`, `HFSeq2SeqLM` and `load`."""
+"""The Hugging Face backends of `worker.models`: `HFCausalLM` here, `HFSeq2SeqLM` in
+`worker.hf_seq2seq`, and `load`, which picks one by the task."""
 
 from __future__ import annotations
 
-import contextvars
 import inspect
-import itertools
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
-from functools import lru_cache
 
 import torch
 
@@ -20,208 +17,21 @@ from worker.hf_cache import (
     gather_cache,
     make_cache,
 )
+from worker.hf_common import (
+    DTYPES,
+    cache_keyword,
+    default_device,
+    fuse_gelu,
+    generation_eos,
+    pad_id_of,
+)
+from worker.hf_seq2seq import HFSeq2SeqLM
+from worker.hf_steps import SLOT_SPLIT, StepGraphs, row_groups, slot_attention
 from worker.models import APPEND, CONTEXT, grown_columns, keep_buffers_on_heap
-
-DTYPES = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-}
-
-
-def default_device() -> torch.device:
-    """``cuda`` when a GPU is present, else ``cpu``."""
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def fuse_gelu(model) -> int:
-    """Replace ``model``'s tanh-approximation GELUs written out as elementwise operations
-    (transformers' ``gelu_new`` and ``gelu_fast``: GPT-2, GPT-J, OpenAI GPT, T5 v1.1, ...) by
-    transformers' ``GELUTanh``, the same function in one fused PyTorch kernel; returns how many
-    modules it replaced.  The exact GELU is another function and is left alone, and so is a
-    shared activation object itself (OpenAI GPT's MLPs hold one module-level instance): each
-    module that holds it gets its own.
-
-    In float32 the two forms agree to about one rounding step (at most 2.4e-7 on standard-normal
-    inputs), so an item changes only where a sampled token or a word's rank was a near-tie, as
-    with any change of kernel: 5 of 256 model items at l = 20 on the benchmark's model.  In
-    bfloat16 or float16 the written-out form rounds after each of its eight or nine operations
-    and the fused kernel computes in float32 inside: they differ by up to 0.016 in bfloat16 (the
-    largest error against float64 0.0078 fused, 0.0089 written out), and more items change.
-
-    On a CPU the written-out form makes eight passes (``gelu_fast``: nine) over the MLP's
-    activation, [rows, 4 * width] for GPT-2: at 256 rows of GPT-2 small it took 4.0 against
-    1.4 ms a layer, at 4,096 rows 237 against 44 ms (2-core AMD EPYC, 2026-11-26), and a cached
-    decoding step of 256 rows 3 % less CPU (medians of 48 steps each, alternating; the fused one
-    faster in 38 of 48).  On a GPU it is as many kernel launches a layer instead of one.
-    """
-    from transformers.activations import FastGELUActivation, GELUTanh, NewGELUActivation
-
-    written_out = (NewGELUActivation, FastGELUActivation)
-    swaps = [
-        (parent, name, child.training)
-        for parent in model.modules()
-        for name, child in parent.named_children()
-        if type(child) in written_out
-    ]
-    for parent, name, training in swaps:
-        setattr(parent, name, GELUTanh().train(training))
-    return len(swaps)
-
-
-def _pad_id(tokenizer) -> int:
-    for tid in (tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id):
-        if tid is not None:
-            return int(tid)
-    return 0
-
-
-def _generation_eos(model) -> tuple[int, ...]:
-    """End-of-text ids of a model's generation config (an id, a list, or none)."""
-    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if isinstance(eos, int):
-        return (eos,)
-    return tuple(int(t) for t in eos or ())
-
-
-def _cache_keyword(module) -> str:
-    """The keyword that takes the KV cache: ``cache`` from transformers 5.x releases that
-    renamed it (``past_key_values`` is deprecated there and removed in 5.40), the old name
-    before.  Passing ``cache`` to an older model would land in ``**kwargs`` and be ignored."""
-    params = inspect.signature(module.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
-
 
 # Model types whose logits are a plain linear map of the base model's last hidden state, so that
 # the head can be applied to the few positions that are read.
 _PLAIN_HEAD = ("gpt2", "llama", "mistral", "qwen2")
-
-# Attention of a slot forward in row groups (`HFCausalLM.feed`): [(first row, end, columns
-# read)], or None.
-_SPLIT: contextvars.ContextVar = contextvars.ContextVar("ebc_slot_split", default=None)
-_SLOT_ATTENTION = "ebc_slots_sdpa"
-
-
-@lru_cache(maxsize=1)
-def _slot_attention() -> str:
-    """Register (once) an attention function that runs ``transformers``' SDPA attention in the
-    row groups of `_SPLIT`, each group reading only the columns its widest row needs, so that a
-    few wide slots do not make every slot read their width.  Rows do not attend to each other,
-    so the groups' outputs are the rows' outputs."""
-    from transformers import AttentionInterface
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    def attention(module, query, key, value, attention_mask, **kwargs):
-        groups = _SPLIT.get()
-        if groups is None:
-            return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-        parts = [
-            sdpa_attention_forward(
-                module,
-                query[lo:hi],
-                key[lo:hi, :, :width],
-                value[lo:hi, :, :width],
-                attention_mask[lo:hi, :, :, :width],
-                **kwargs,
-            )[0]
-            for lo, hi, width in groups
-        ]
-        return torch.cat(parts), None
-
-    AttentionInterface.register(_SLOT_ATTENTION, attention)
-    return _SLOT_ATTENTION
-
-
-def _row_groups(widths: list[int], lo: int = 0, depth: int = 2) -> list[tuple[int, int, int]]:
-    """Contiguous row groups that each attend over their own widest row's columns: the cut of
-    rows [lo, lo + len(widths)) that reads the fewest columns, if it saves a fifth or more, and
-    again inside each half (``depth`` times: at most 2 ** depth groups)."""
-    n = len(widths)
-    head = list(itertools.accumulate(widths, max))
-    whole = [(lo, lo + n, head[-1])] if n else []
-    if n < 2 or depth == 0:
-        return whole
-    tail = list(itertools.accumulate(reversed(widths), max))[::-1]
-    cost, k = min((k * head[k - 1] + (n - k) * tail[k], k) for k in range(1, n))
-    if cost > 0.8 * n * head[-1]:
-        return whole
-    return _row_groups(widths[:k], lo, depth - 1) + _row_groups(widths[k:], lo + k, depth - 1)
-
-
-class _StepGraphs:
-    """The fixed-shape slot forward of `HFCausalLM.feed` (``static_steps``): every slot, a
-    power of two of queries per slot, every column of the slots' buffers, the logits of every
-    position; with ``capture`` (a GPU), captured once per shape as a CUDA graph and replayed.
-
-    A shape's graph is captured at its first step, after that step has run eagerly on a side
-    stream (PyTorch's recipe: the eager run warms the kernels up and is the step's result, the
-    capture records the same step without running it).  Its inputs (token ids, positions, the
-    attention mask and where each token's keys and values go) are copied into the graph's own
-    tensors before each replay, and its output is read before the next step replays any graph
-    (the graphs of one slot state share a memory pool).  A resize of the slots makes new
-    buffers: the state's graphs are dropped (`SlotState.version`).  A capture that fails (an
-    operation of the model that cannot be captured) leaves the steps eager, and says why once
-    (``self.failed``)."""
-
-    def __init__(self, lm: HFCausalLM, *, capture: bool):
-        self.lm, self.capture = lm, capture
-        self.graphs: dict[tuple, tuple] = {}
-        self.version: tuple | None = None
-        self.pool = None
-        self.failed: str | None = None
-
-    def forward(self, state: SlotState, ids, positions, mask) -> torch.Tensor:
-        """The log-probabilities [rows x queries, V] after every position (float32)."""
-        lm = self.lm
-        kwargs = {
-            "input_ids": ids,
-            "attention_mask": mask,
-            "position_ids": positions,
-            "use_cache": True,
-        }
-        if lm._plain_head:
-            kwargs[lm._base_cache_kw] = state.cache
-            hidden = lm.model.base_model(**kwargs).last_hidden_state
-            logits = lm._head(hidden.reshape(ids.numel(), -1))
-        else:
-            kwargs[lm._cache_kw] = state.cache
-            logits = lm.model(**kwargs).logits.reshape(ids.numel(), -1)
-        return torch.log_softmax(logits.float(), dim=-1)
-
-    def run(self, state: SlotState, inputs: tuple) -> torch.Tensor:
-        ids, positions, mask = inputs[:3]
-        if not self.capture or self.failed:
-            return self.forward(state, ids, positions, mask)
-        version = (id(state), state.version)
-        if version != self.version:  # new buffers: the old graphs write into freed memory
-            self.graphs, self.version = {}, version
-            self.pool = torch.cuda.graph_pool_handle()
-        key = (tuple(ids.shape), mask.shape[-1])
-        plan = state.cache.plan
-        if key in self.graphs:
-            graph, static, out = self.graphs[key]
-            for mine, given in zip(static, inputs, strict=True):
-                mine.copy_(given)
-            plan.rows, plan.cols = static[3], static[4]
-            graph.replay()
-            return out
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            result = self.forward(state, ids, positions, mask)
-        torch.cuda.current_stream().wait_stream(side)
-        static = tuple(t.clone() for t in inputs)
-        plan.rows, plan.cols = static[3], static[4]
-        graph = torch.cuda.CUDAGraph()
-        try:
-            with torch.cuda.graph(graph, pool=self.pool):
-                out = self.forward(state, *static[:3])
-        except RuntimeError as err:  # the model does something a graph cannot hold
-            self.failed = f"{type(err).__name__}: {err}"
-            self.graphs = {}
-            return result
-        self.graphs[key] = (graph, static, out)
-        return result
 
 
 class HFCausalLM:
@@ -259,7 +69,7 @@ class HFCausalLM:
         # A copy of the output layer's weight padded to a multiple of 64 rows: MKL's GEMM is
         # 20-30% faster on 50,304 rows than on GPT-2's 50,257 (0.24 against 0.33 s for 256 rows
         # on the 2-core CPU, 2026-11-25), and the LM head is a third of a step.
-        # Slot forwards may split their attention in two row groups (`_slot_attention`): with
+        # Slot forwards may split their attention in two row groups (`slot_attention`): with
         # SDPA attention on the architectures whose attention goes through transformers'
         # attention functions.
         self._split_attention = (
@@ -288,19 +98,19 @@ class HFCausalLM:
         self.max_positions = getattr(model.config, "n_positions", None) or getattr(
             model.config, "max_position_embeddings", None
         )
-        self.eos_token_ids = _generation_eos(model)
-        self.pad_id = _pad_id(tokenizer)
+        self.eos_token_ids = generation_eos(model)
+        self.pad_id = pad_id_of(tokenizer)
         self.max_rows = max_rows
         params = inspect.signature(model.forward).parameters
         self._keep = "logits_to_keep" in params
-        self._cache_kw = _cache_keyword(model)
-        self._base_cache_kw = _cache_keyword(model.base_model)
+        self._cache_kw = cache_keyword(model)
+        self._base_cache_kw = cache_keyword(model.base_model)
         # Slot steps of fixed shapes (`feed`), captured and replayed as CUDA graphs: the
         # default on a GPU, where a step's kernel launches would otherwise be the host's work;
         # a CPU runs each step eagerly at its own shape (fewer rows and columns to compute).
         cuda = self.device.type == "cuda"
         self.static_steps = cuda if static_steps is None else static_steps
-        self._graphs = _StepGraphs(self, capture=cuda if graphs is None else graphs)
+        self._graphs = StepGraphs(self, capture=cuda if graphs is None else graphs)
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -322,6 +132,24 @@ class HFCausalLM:
             **kwargs,
         )
         return torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)
+
+    def step_logprobs(self, state: SlotState, ids, positions, mask) -> torch.Tensor:
+        """A slot forward's log-probabilities [rows x queries, V] after every position
+        (float32): the fixed-shape step (`worker.hf_steps.StepGraphs`) computes them all."""
+        kwargs = {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": positions,
+            "use_cache": True,
+        }
+        if self._plain_head:
+            kwargs[self._base_cache_kw] = state.cache
+            hidden = self.model.base_model(**kwargs).last_hidden_state
+            logits = self._head(hidden.reshape(ids.numel(), -1))
+        else:
+            kwargs[self._cache_kw] = state.cache
+            logits = self.model(**kwargs).logits.reshape(ids.numel(), -1)
+        return torch.log_softmax(logits.float(), dim=-1)
 
     @torch.inference_mode()
     def start(self, contexts: Sequence[Sequence[int]]) -> tuple[torch.Tensor, CausalState]:
@@ -400,7 +228,7 @@ class HFCausalLM:
         q = max(counts)
         if self.static_steps:
             # Every slot, the queries a slot takes rounded up to a power of two, every column:
-            # the shapes of a step change only when the slots are resized (`_StepGraphs`).
+            # the shapes of a step change only when the slots are resized (`StepGraphs`).
             n, q = state.rows, 1 << (q - 1).bit_length()
         need = max(state.fills[:n]) + q
         size = n * q
@@ -490,14 +318,14 @@ class HFCausalLM:
             return self._graphs.run(state, inputs).index_select(0, index), handles
         split = None
         if self._split_attention:
-            split = _row_groups([fills[i] + q - used[i] for i in range(n)])
+            split = row_groups([fills[i] + q - used[i] for i in range(n)])
             split = split if len(split) > 1 else None
         config = self.model.config
         before = config._attn_implementation
-        token = _SPLIT.set(split)
+        token = SLOT_SPLIT.set(split)
         try:
             if split is not None:
-                config._attn_implementation = _slot_attention()
+                config._attn_implementation = slot_attention()
             if self._plain_head:
                 kwargs[self._base_cache_kw] = state.cache
                 hidden = self.model.base_model(**kwargs).last_hidden_state
@@ -506,7 +334,7 @@ class HFCausalLM:
                 kwargs[self._cache_kw] = state.cache
                 logits = self.model(**kwargs).logits.reshape(size, -1)[index]
         finally:
-            _SPLIT.reset(token)
+            SLOT_SPLIT.reset(token)
             if config._attn_implementation != before:
                 config._attn_implementation = before
         return torch.log_softmax(logits.float(), dim=-1), handles
@@ -669,136 +497,6 @@ class HFCausalLM:
         cache = gather_cache([(state.cache, list(rows), first)])
         lengths = state.lengths.index_select(0, index)
         return CausalState(cache, mask[:, first:], lengths)
-
-
-@dataclass
-class Seq2SeqState:
-    """Encoder outputs [B, S, H] with their mask, and each row's target prefix (with the decoder
-    start token)."""
-
-    encoded: torch.Tensor
-    source_mask: torch.Tensor
-    prefixes: list[list[int]]
-
-
-class HFSeq2SeqLM:
-    """`Seq2SeqLM` over a ``transformers`` encoder-decoder model and its tokenizer.
-
-    The encoder runs once per source; decoder inputs are right-padded and the log-probs are read
-    at each row's last real position (absolute decoder positions stay right).  ``extend`` re-runs
-    the decoder on prefix + continuation, cheap next to the encoder for sentence-length text.
-    The wrapper takes the model over: its written-out GELUs become one fused kernel
-    (`fuse_gelu`).
-    """
-
-    task = "seq2seq"
-
-    def __init__(self, model, tokenizer, *, name: str | None = None, max_rows: int = 512):
-        self.model = model.eval()
-        fuse_gelu(model)
-        self.tokenizer = tokenizer
-        self.name = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
-        self.device = next(model.parameters()).device
-        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
-        start = model.config.decoder_start_token_id
-        if start is None:
-            start = getattr(model.generation_config, "decoder_start_token_id", None)
-        if start is None:
-            start = _pad_id(tokenizer)
-        self.decoder_start_id = int(start)
-        self.eos_token_ids = _generation_eos(model)
-        self.pad_id = _pad_id(tokenizer)
-        self.max_rows = max_rows
-
-    @property
-    def kv_bytes_per_token(self) -> int:
-        """Bytes one target token takes in the decoder's attention (keys and values of its
-        self- and cross-attention, every decoder layer, the model's dtype): what a batch's
-        memory grows with (`worker.models.auto_batch_size`)."""
-        cfg = self.model.config
-        layers = getattr(cfg, "decoder_layers", None) or cfg.num_hidden_layers
-        hidden = getattr(cfg, "d_model", None) or cfg.hidden_size
-        dtype = next(self.model.parameters()).dtype
-        return 4 * layers * hidden * dtype.itemsize
-
-    def encode_source(self, text: str) -> list[int]:
-        return list(self.tokenizer(text)["input_ids"])
-
-    def encode_target(self, text: str) -> list[int]:
-        if not text:
-            return []
-        return list(self.tokenizer(text_target=text, add_special_tokens=False)["input_ids"])
-
-    def _pad(self, seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        width = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)
-        for i, s in enumerate(seqs):
-            ids[i, : len(s)] = torch.tensor(list(s))
-            mask[i, : len(s)] = 1
-        return ids.to(self.device), mask.to(self.device)
-
-    def _decode(self, encoded, source_mask, prefixes: Sequence[Sequence[int]]) -> torch.Tensor:
-        from transformers.modeling_outputs import BaseModelOutput
-
-        ids, mask = self._pad(prefixes)
-        out = self.model(
-            encoder_outputs=BaseModelOutput(last_hidden_state=encoded),
-            attention_mask=source_mask,
-            decoder_input_ids=ids,
-            decoder_attention_mask=mask,
-            use_cache=False,
-        )
-        last = mask.sum(-1) - 1
-        logits = out.logits[torch.arange(len(prefixes), device=self.device), last]
-        return torch.log_softmax(logits.float(), dim=-1)
-
-    @torch.inference_mode()
-    def start(
-        self, sources: Sequence[Sequence[int]], prefixes: Sequence[Sequence[int]]
-    ) -> tuple[torch.Tensor, Seq2SeqState]:
-        ids, mask = self._pad(sources)
-        encoded = self.model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
-        full = [[self.decoder_start_id, *p] for p in prefixes]
-        state = Seq2SeqState(encoded, mask, full)
-        return self._decode(encoded, mask, full), state
-
-    @torch.inference_mode()
-    def extend(
-        self, state: Seq2SeqState, rows: Sequence[int], continuations: Sequence[Sequence[int]]
-    ) -> torch.Tensor:
-        outs = []
-        for lo in range(0, len(rows), self.max_rows):
-            chunk_rows = list(rows[lo : lo + self.max_rows])
-            index = torch.tensor(chunk_rows, device=self.device)
-            seqs = [
-                state.prefixes[r] + list(c)
-                for r, c in zip(chunk_rows, continuations[lo : lo + self.max_rows], strict=True)
-            ]
-            outs.append(
-                self._decode(
-                    state.encoded.index_select(0, index),
-                    state.source_mask.index_select(0, index),
-                    seqs,
-                )
-            )
-        return torch.cat(outs)
-
-    @torch.inference_mode()
-    def beam_search(
-        self, sources: Sequence[Sequence[int]], *, num_beams: int, max_new_tokens: int
-    ) -> list[list[int]]:
-        ids, mask = self._pad(sources)
-        out = self.model.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            num_beams=num_beams,
-            num_return_sequences=1,
-            do_sample=False,
-            max_new_tokens=max_new_tokens,
-        )
-        special = set(self.tokenizer.all_special_ids) | {self.decoder_start_id, self.pad_id}
-        return [[t for t in row.tolist() if t not in special] for row in out]
 
 
 def load(

@@ -403,7 +403,7 @@ class SlotState:
     # next read or resized.
     where: list[int] = field(default_factory=list)
     # Changes whenever the buffers are made anew (a resize): what refers to them (a step
-    # captured as a graph, `worker.hf._StepGraphs`) is then stale.
+    # captured as a graph, `worker.hf_steps.StepGraphs`) is then stale.
     version: int = 0
 
     @classmethod

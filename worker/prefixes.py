@@ -45,7 +45,6 @@ from __future__ import annotations
 import bisect
 import functools
 import weakref
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -58,18 +57,12 @@ from app.precompute.datasets import Dataset, DatasetError
 from app.studies.schemas import WORKER_DEFAULTS as _STUDY
 from app.studies.schemas import parse_kind
 from worker.continuations import continuation, continue_texts
-from worker.models import LOGIT_BUFFERS, auto_batch_size, host_copy, memory_budget
+from worker.models import LOGIT_BUFFERS, auto_batch_size, memory_budget
 from worker.sampler import ContinuousSampler, expected_columns
 from worker.seeds import item_seed, stable_seed
-from worker.words import (
-    NextWords,
-    SearchSettings,
-    TokenClasses,
-    decode_word,
-    segment_words,
-    token_classes,
-    top_words,
-)
+from worker.tokens import TokenClasses, token_classes
+from worker.translation import beam_prefixes, seq2seq_choices
+from worker.words import NextWords, search_settings
 
 
 @dataclass(frozen=True)
@@ -234,6 +227,28 @@ def _corrupt(words: list[str], rate: float, vocab: list[str], rng) -> tuple[list
     return out, where
 
 
+@dataclass
+class _Cell:
+    """What the steps of `make_items` share about the cell being made."""
+
+    model: Any
+    dataset: Dataset | None
+    spec: PrefixSpec
+    length: int
+    kind: str
+    seed: int
+    base: str
+    rate: float | None
+    classes: TokenClasses
+    seq2seq: bool
+    ratings: bool
+    sampled_data: bool
+    order: list[int] = field(default_factory=list)  # the dataset line of each item index
+    vocab: list[str] = field(default_factory=list)  # the words random ones are drawn from
+    batch: int = 0
+    memory: int | None = None
+
+
 def make_items(
     model,
     dataset: Dataset | None,
@@ -259,7 +274,39 @@ def make_items(
     log-probabilities (`PrefixItem.root`).  With ``spec.continuation_words`` (ratings) the items
     get continuations instead of choices, unless ``prefixes_only`` (the prefixes alone: a ratings
     study's attention pairs, `worker.continuations.attention_pairs`).
+
+    The steps: the cell checked (`_cell`), each item's dataset line and generator (`_drafts`),
+    the batch (`_batch`), the data kinds' prefixes sampled from ``data_from``, the prefixes
+    distorted (`_distort`: shuffled, random, unrelated), this model's prefixes and choices or
+    continuations (`_model_side`), the items assembled (`_items`).
     """
+    cell = _cell(model, dataset, spec, length, kind, seed, data_from)
+    drafts = _drafts(cell, start, stop)
+    cell.batch, cell.memory = _batch(model, spec, length)
+    if cell.sampled_data:
+        # P_D's samples take the dataset lines' place; shuffling and corruption apply to them.
+        data_classes = get_token_classes(data_from, spec.punctuation_splits)
+        _sample_lm(
+            data_from,
+            data_classes,
+            drafts,
+            length,
+            spec,
+            seed,
+            kind,
+            cell.batch,
+            search=False,
+            memory=cell.memory,
+        )
+        for d in drafts:
+            d.info["data_prefix_model"] = data_from.name
+    _distort(cell, drafts)
+    results = _model_side(cell, drafts, keep_roots=keep_roots, prefixes_only=prefixes_only)
+    return _items(cell, drafts, results)
+
+
+def _cell(model, dataset, spec: PrefixSpec, length: int, kind: str, seed: int, data_from) -> _Cell:
+    """The cell's record, after checking that the model, kind, dataset and options fit."""
     base, rate = parse_kind(kind)
     if length < 1:
         raise ValueError("prefix length must be at least 1")
@@ -273,148 +320,171 @@ def make_items(
         raise ValueError("data prefixes sampled from a reference model: language models only")
     if dataset is not None and dataset.task != model.task:
         raise DatasetError(f"{dataset.path}: a {model.task} model needs a {model.task} dataset")
-    classes = get_token_classes(model, spec.punctuation_splits)
-    kind_key = kind
     ratings = bool(spec.continuation_words)
     if ratings and (seq2seq or data_from is not None):
         raise ValueError("continuations are for language models without a reference model")
+    classes = get_token_classes(model, spec.punctuation_splits)
+    cell = _Cell(
+        model, dataset, spec, length, kind, seed, base, rate, classes, seq2seq, ratings,
+        sampled_data,
+    )  # fmt: skip
+    if base in ("random", "data_corrupted", "model_corrupted"):
+        if dataset is None:
+            raise DatasetError(f"kind {kind!r} draws words from the dataset's vocabulary")
+        cell.vocab = dataset.vocabulary()
+    return cell
+
+
+def _drafts(cell: _Cell, start: int, stop: int) -> list[_Draft]:
+    """Items ``start``..``stop - 1`` as drafts: each one's generator, and its dataset line
+    (prompt, data prefix, true next word or real continuation) where its kind reads one."""
+    spec, length, kind, base, dataset = cell.spec, cell.length, cell.kind, cell.base, cell.dataset
     # Words a data prefix's line holds after it: the true next word, or the real continuation.
     following = spec.continuation_words or 1
-
     # Which dataset line each item uses, if any.  In a ratings study every kind's item i of a
     # length takes the same line as the data item i (the paper's generation process: one
     # prompt C, a prefix from P_D or from P_M), a line long enough to hold the data
     # continuation that EB-M scores every kind's continuation against.
     # (Without a dataset, model prefixes without a prompt still need none: tests, benchmarks.)
-    paired = ratings and dataset is not None
-    line_key = "data" if paired else kind_key
-    if seq2seq or paired or (base.startswith("data") and not sampled_data):
+    paired = cell.ratings and dataset is not None
+    line_key = "data" if paired else kind
+    reads_line = base.startswith("data") and not cell.sampled_data
+    if cell.seq2seq or paired or reads_line:
         min_words = spec.prompt_words + length + following
     elif spec.prompt_words:
         min_words = spec.prompt_words
     else:
         min_words = 0
-    order: list[int] = []
     if min_words:
         if dataset is None:
             raise DatasetError(f"kind {kind!r} needs a dataset")
-        order = _line_order(dataset, seed, length, line_key, min_words)
-        if stop > len(order):
+        cell.order = _line_order(dataset, cell.seed, length, line_key, min_words)
+        if stop > len(cell.order):
             raise DatasetError(
                 f"{dataset.path}: item {stop - 1} of length {length} ({kind}) needs {stop} lines "
-                f"with at least {min_words} words; only {len(order)} are long enough"
+                f"with at least {min_words} words; only {len(cell.order)} are long enough"
             )
-    vocab: list[str] = []
-    if base in ("random", "data_corrupted", "model_corrupted"):
-        if dataset is None:
-            raise DatasetError(f"kind {kind!r} draws words from the dataset's vocabulary")
-        vocab = dataset.vocabulary()
-
     drafts = []
     for index in range(start, stop):
-        d = _Draft(index, np.random.default_rng(item_seed(seed, length, kind_key, index)))
-        d.info["seed"] = item_seed(seed, length, kind_key, index)
-        if order:
-            row = dataset.rows[order[index]]
+        d = _Draft(index, np.random.default_rng(item_seed(cell.seed, length, kind, index)))
+        d.info["seed"] = item_seed(cell.seed, length, kind, index)
+        if cell.order:
+            row = dataset.rows[cell.order[index]]
             d.line = row.line
             d.source = row.source
             d.prompt = list(row.words[: spec.prompt_words])
-            if base.startswith("data") and not sampled_data:
+            if reads_line:
                 end = spec.prompt_words + length
                 d.words = list(row.words[spec.prompt_words : end])
                 d.true_next = row.words[end]
-                if ratings:
+                if cell.ratings:
                     d.info["data_continuation"] = " ".join(row.words[end : end + following])
         drafts.append(d)
+    return drafts
 
-    # Rows per batch: the spec's, else what the device's free memory holds (`auto_batch_size`);
-    # the slots' KV cache then keeps within the rest of the budget, whatever the prefixes' width.
-    # A batch size given (`--batch-size`) is taken as is: the budget left after its logit
-    # buffers could be nothing, which would run the batch one row at a time.
+
+def _batch(model, spec: PrefixSpec, length: int) -> tuple[int, int | None]:
+    """Rows per batch and the slots' memory budget (bytes; None: no limit).
+
+    The spec's rows, else what the device's free memory holds (`auto_batch_size`); the slots'
+    KV cache then keeps within the rest of the budget, whatever the prefixes' width.  A batch
+    size given (``--batch-size``) is taken as is: the budget left after its logit buffers could
+    be nothing, which would run the batch one row at a time."""
     if spec.batch_size:
-        batch, memory = spec.batch_size, None
-    else:
-        budget = memory_budget(model)
-        batch = auto_batch_size(model, expected_columns(spec, length), budget=budget)
-        memory = max(0, budget - batch * LOGIT_BUFFERS * 4 * model.vocab_size)
-    if sampled_data:
-        # P_D's samples take the dataset lines' place; shuffling and corruption apply to them.
-        data_classes = get_token_classes(data_from, spec.punctuation_splits)
-        _sample_lm(
-            data_from,
-            data_classes,
-            drafts,
-            length,
-            spec,
-            seed,
-            kind_key,
-            batch,
-            search=False,
-            memory=memory,
-        )
-        for d in drafts:
-            d.info["data_prefix_model"] = data_from.name
-    if base == "data_shuffled":
+        return spec.batch_size, None
+    budget = memory_budget(model)
+    batch = auto_batch_size(model, expected_columns(spec, length), budget=budget)
+    return batch, max(0, budget - batch * LOGIT_BUFFERS * 4 * model.vocab_size)
+
+
+def _distort(cell: _Cell, drafts: list[_Draft]) -> None:
+    """The diagnostic kinds whose prefix is made from data before the model sees it: shuffled,
+    random and unrelated (corruption comes after the model's own prefixes, `_model_side`)."""
+    if cell.base == "data_shuffled":
         for d in drafts:
             d.words = [d.words[i] for i in d.rng.permutation(len(d.words))]
-    elif base == "random":
+    elif cell.base == "random":
         for d in drafts:
-            d.words = _random_words(length, vocab, d.rng)
-    elif base == "unrelated":
-        _unrelated_prefixes(dataset, order, drafts, length)
+            d.words = _random_words(cell.length, cell.vocab, d.rng)
+    elif cell.base == "unrelated":
+        _unrelated_prefixes(cell.dataset, cell.order, drafts, cell.length)
 
-    # This model's prefixes (with their next words, or a continuation, or neither).
+
+def _corrupt_drafts(cell: _Cell, drafts: list[_Draft]) -> None:
+    for d in drafts:
+        if d.skip is None:
+            d.words, d.info["corrupted_positions"] = _corrupt(d.words, cell.rate, cell.vocab, d.rng)
+
+
+def _model_side(
+    cell: _Cell, drafts: list[_Draft], *, keep_roots: bool, prefixes_only: bool
+) -> list[NextWords | None]:
+    """This model's prefixes (the model kinds), the corruptions, and each item's next words
+    (or a ratings item's continuation, or neither with ``prefixes_only``)."""
+    model, classes, spec, base = cell.model, cell.classes, cell.spec, cell.base
+    corrupted = base in ("model_corrupted", "data_corrupted")
     sample = functools.partial(
-        _sample_lm, model, classes, drafts, length, spec, seed, kind_key, batch, memory=memory
+        _sample_lm,
+        model,
+        classes,
+        drafts,
+        cell.length,
+        spec,
+        cell.seed,
+        cell.kind,
+        cell.batch,
+        memory=cell.memory,
     )
-    results: list[NextWords | None]
-    if seq2seq:
+    if cell.seq2seq:
         if base.startswith("model"):
-            _beam_prefixes(model, classes, drafts, length, spec, batch)
-        if base in ("model_corrupted", "data_corrupted"):
+            beam_prefixes(model, classes, drafts, cell.length, spec, cell.batch)
+        if corrupted:
+            _corrupt_drafts(cell, drafts)
             for d in drafts:
                 if d.skip is None:
-                    d.words, d.info["corrupted_positions"] = _corrupt(d.words, rate, vocab, d.rng)
                     d.context = None
-        results = _choices_seq2seq(model, classes, drafts, spec, batch, keep_roots)
-    elif base == "model" and ratings:
+        return seq2seq_choices(model, classes, drafts, spec, cell.batch, keep_roots)
+    if base == "model" and cell.ratings:
         # The continuation goes on from the prefix's own row and cache.
-        phase = None if prefixes_only else continuation(spec, seed, length, kind_key)
+        phase = None if prefixes_only else continuation(spec, cell.seed, cell.length, cell.kind)
         sample(search=False, continuation=phase)
-        results = [None] * len(drafts)
-    elif base == "model":
-        results = sample(keep_roots=keep_roots)
-    else:
-        if base == "model_corrupted":
-            sample(search=False)
-        if base in ("model_corrupted", "data_corrupted"):
-            for d in drafts:
-                if d.skip is None:
-                    d.words, d.info["corrupted_positions"] = _corrupt(d.words, rate, vocab, d.rng)
-        if not ratings:
-            results = _choices_lm_text(model, classes, drafts, spec, batch, keep_roots, memory)
-        else:
-            results = [None] * len(drafts)
-            if not prefixes_only:
-                continue_texts(model, classes, drafts, spec, seed, length, kind_key, batch, memory)
+        return [None] * len(drafts)
+    if base == "model":
+        return sample(keep_roots=keep_roots)
+    if base == "model_corrupted":
+        sample(search=False)
+    if corrupted:
+        _corrupt_drafts(cell, drafts)
+    if not cell.ratings:
+        return _choices_lm_text(model, classes, drafts, spec, cell.batch, keep_roots, cell.memory)
+    if not prefixes_only:
+        continue_texts(
+            model, classes, drafts, spec, cell.seed, cell.length, cell.kind, cell.batch,
+            cell.memory,
+        )  # fmt: skip
+    return [None] * len(drafts)
 
+
+def _items(cell: _Cell, drafts: list[_Draft], results: list[NextWords | None]) -> list[PrefixItem]:
+    """The drafts as items, with their choices and provenance."""
+    model = cell.model
     common = {
         "model": model.name,
         "task": model.task,
-        "kind": kind,
-        "spec": asdict(spec),
-        "token_convention": classes.convention,
+        "kind": cell.kind,
+        "spec": asdict(cell.spec),
+        "token_convention": cell.classes.convention,
     }
-    if dataset is not None:
-        common["dataset"] = dataset.provenance()
-    if vocab:
-        common["vocabulary"] = f"dataset words ({len(vocab)})"
+    if cell.dataset is not None:
+        common["dataset"] = cell.dataset.provenance()
+    if cell.vocab:
+        common["vocabulary"] = f"dataset words ({len(cell.vocab)})"
     items = []
     for d, res in zip(drafts, results, strict=True):
         prov = {**common, **d.info, "line": d.line}
         item = PrefixItem(
-            length=length,
-            kind=kind,
+            length=cell.length,
+            kind=cell.kind,
             index=d.index,
             words=d.words,
             prompt_words=d.prompt,
@@ -467,7 +537,7 @@ def _sample_lm(
     memory: int | None = None,
 ) -> list[NextWords | None]:
     """Model prefixes for a causal LM (`ContinuousSampler`), with their next words when
-    ``search`` or their ``continuation`` (a `worker.sampler.Continuation`); a re-sampled attempt
+    ``search`` or their ``continuation`` (a `worker.sampling.Continuation`); a re-sampled attempt
     draws from its own item seed."""
 
     def reseed(d: _Draft, attempt: int) -> np.random.Generator:
@@ -486,39 +556,6 @@ def _sample_lm(
         memory=memory,
     )
     return sampler.run(drafts)
-
-
-def search_settings(model, classes: TokenClasses, spec: PrefixSpec) -> SearchSettings:
-    """The word search of ``spec`` over ``model``'s vocabulary."""
-    return SearchSettings(
-        classes,
-        model.tokenizer,
-        k=spec.top_k,
-        policy=spec.special_policy,
-        max_expansions=spec.max_expansions,
-        max_word_tokens=spec.max_word_tokens,
-    )
-
-
-def search_words(model, state, root, classes, spec, depths=None) -> list[NextWords]:
-    """The next words after the contexts of ``state`` (``model.start``'s), by rounds of
-    ``model.extend`` (`worker.words.top_words`; ``depths`` as there)."""
-    return top_words(
-        root,
-        lambda rows, conts: model.extend(state, rows, conts),
-        classes,
-        model.tokenizer,
-        k=spec.top_k,
-        special_policy=spec.special_policy,
-        max_expansions=spec.max_expansions,
-        max_word_tokens=spec.max_word_tokens,
-        depths=depths,
-    )
-
-
-def _chunks(seq: Sequence, size: int):
-    for lo in range(0, len(seq), size):
-        yield seq[lo : lo + size]
 
 
 def _choices_lm_text(
@@ -549,65 +586,3 @@ def _choices_lm_text(
     )
     found = dict(zip([d.index for d in todo], sampler.run(todo, from_context=True), strict=True))
     return [found.get(d.index) for d in drafts]
-
-
-def _keep(chunk, root, keep_roots: bool) -> None:
-    if keep_roots:
-        kept = host_copy(root)
-        for i, d in enumerate(chunk):
-            d.root = kept[i]
-
-
-def _choices_seq2seq(model, classes, drafts, spec, batch, keep_roots) -> list[NextWords | None]:
-    results: dict[int, NextWords] = {}
-    todo = [d for d in drafts if d.skip is None]
-    for chunk in _chunks(todo, batch):
-        sources = [model.encode_source(d.source) for d in chunk]
-        prefixes = [
-            d.context if d.context is not None else model.encode_target(" ".join(d.words))
-            for d in chunk
-        ]
-        for d, src, ids in zip(chunk, sources, prefixes, strict=True):
-            d.source_ids, d.ids = src, list(ids)
-        root, state = model.start(sources, prefixes)
-        _keep(chunk, root, keep_roots)
-        for d, res in zip(chunk, search_words(model, state, root, classes, spec), strict=True):
-            results[d.index] = res
-    return [results.get(d.index) for d in drafts]
-
-
-def _beam_prefixes(model, classes, drafts, length, spec, batch) -> None:
-    """Seq2seq model prefixes: the first ``length`` words of a beam search of the source."""
-    max_new = spec.prefix_tokens_per_word * (length + 1)
-    for chunk in _chunks(drafts, batch):
-        outs = model.beam_search(
-            [model.encode_source(d.source) for d in chunk],
-            num_beams=spec.num_beams,
-            max_new_tokens=max_new,
-        )
-        for d, ids in zip(chunk, outs, strict=True):
-            d.info["beam"] = {"num_beams": spec.num_beams, "max_new_tokens": max_new}
-            groups = segment_words(ids, classes)
-            if len(groups) < length:
-                d.skip = "beam_too_short"
-                d.words = [decode_word(model.tokenizer, g) for g in groups]
-                continue
-            cut = _cut_after_words(ids, classes, length)
-            d.context = ids[:cut]
-            d.words = [decode_word(model.tokenizer, g) for g in groups[:length]]
-
-
-def _cut_after_words(ids: Sequence[int], classes: TokenClasses, length: int) -> int:
-    """Index of the token that starts word ``length + 1`` (or ``len(ids)``)."""
-    starts, blank = classes.starts.tolist(), classes.blank.tolist()
-    in_word, count = False, 0
-    for pos, t in enumerate(ids):
-        if blank[t]:
-            in_word = False
-            continue
-        if starts[t] or not in_word:
-            count += 1
-            if count > length:
-                return pos
-        in_word = True
-    return len(ids)

@@ -218,7 +218,7 @@ class Worker:
     def _claim_size(self, done: int) -> int:
         most = self.options.shards_per_claim
         if most is None:
-            from worker.hf import default_device
+            from worker.hf_common import default_device
 
             device = self.options.device or default_device().type
             most = service.SHARDS_PER_CLAIM.get(str(device).split(":")[0], 1)

@@ -47,11 +47,13 @@ from worker.models import (
     APPEND,
     CONTEXT,
     HOST_READ_EXACT,
-    grown_columns,
     host_read,
     release_heap,
 )
-from worker.words import NextWords, SearchSettings, TokenClasses, WordSearch, decode_word
+from worker.sampling import Continuation, sample_tokens, sampling_record
+from worker.slot_layout import SlotLayout
+from worker.tokens import TokenClasses, decode_word
+from worker.words import NextWords, SearchSettings, WordSearch
 
 # Tokens a row is expected to hold per word of its prompt, prefix and continuation, plus the
 # word search's partial words (`expected_columns`, for the batch size).
@@ -65,68 +67,6 @@ def expected_columns(spec, length: int) -> int:
     ``SEARCH_COLUMNS`` for the word search."""
     words = spec.prompt_words + length + 1 + spec.continuation_words
     return 1 + math.ceil(TOKENS_PER_WORD * words) + SEARCH_COLUMNS
-
-
-def sample_tokens(logprobs: torch.Tensor, u: torch.Tensor, spec, allowed: torch.Tensor | None):
-    """Inverse-CDF sampling, one uniform per row, after temperature / top-k / top-p.
-
-    ``logprobs`` are normalised log-probabilities (``allowed``: None when every token is).  The
-    CDF need not be normalised: the target is the uniform times its last value."""
-    if spec.temperature == 1.0 and not spec.sample_top_k and spec.sample_top_p in (None, 1):
-        # Plain ancestral sampling (the default): exp of the log-probabilities is already the
-        # distribution, so no softmax (two fewer passes over [rows, vocabulary] per step).
-        probs = logprobs.exp()
-        if allowed is not None:
-            probs = probs.masked_fill_(~allowed, 0.0)
-        cdf = probs.cumsum_(-1)
-    else:
-        cdf = _filtered_scores(logprobs, spec, allowed).softmax(-1).cumsum(-1)
-    total = cdf[:, -1:]
-    # Strictly below the total: a uniform that rounds to 1.0 in float32 (about 3e-8 a draw)
-    # would otherwise land past the last allowed token, on the vocabulary's last id.  The
-    # first CDF value above the target is then always a token of positive probability.
-    target = torch.minimum(u[:, None] * total, torch.nextafter(total, torch.zeros_like(total)))
-    return torch.searchsorted(cdf, target, right=True).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
-
-
-def _filtered_scores(logprobs: torch.Tensor, spec, allowed: torch.Tensor | None) -> torch.Tensor:
-    """Logits after temperature, the allowed tokens, top-k and top-p (-inf where dropped)."""
-    scores = logprobs if spec.temperature == 1.0 else logprobs / spec.temperature
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    if spec.sample_top_k:
-        kth = scores.topk(min(spec.sample_top_k, scores.shape[-1]), dim=-1).values[:, -1:]
-        scores = scores.masked_fill(scores < kth, float("-inf"))
-    if spec.sample_top_p is not None and spec.sample_top_p < 1:
-        sorted_scores, order = scores.sort(dim=-1, descending=True)
-        cum = sorted_scores.softmax(-1).cumsum(-1)
-        drop_sorted = (cum - sorted_scores.softmax(-1)) >= spec.sample_top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        scores = scores.masked_fill(drop, float("-inf"))
-    return scores
-
-
-@dataclass(frozen=True)
-class Continuation:
-    """What a row samples after its prefix: ``words`` more words (l_gen) with ``spec``'s
-    sampling (``temperature``, ``sample_top_k``, ``sample_top_p``), end-of-text policy
-    (``eos_policy``, ``max_attempts``) and token budget (``prefix_tokens_per_word`` per word,
-    plus one); ``reseed(draft, attempt)`` gives each attempt's generator (attempt 0 included:
-    a continuation never draws from its prefix's stream)."""
-
-    words: int
-    spec: Any
-    reseed: Callable[[Any, int], np.random.Generator]
-
-
-def sampling_record(spec) -> dict:
-    """The sampling settings of ``spec`` as recorded in an item's provenance."""
-    return {
-        "temperature": spec.temperature,
-        "top_k": spec.sample_top_k,
-        "top_p": spec.sample_top_p,
-        "eos_policy": spec.eos_policy,
-    }
 
 
 @dataclass(eq=False)
@@ -163,7 +103,7 @@ class _Row:
     rng_state: dict | None = None  # the draft's generator when the row began (`_evict`)
 
 
-class ContinuousSampler:
+class ContinuousSampler(SlotLayout):
     """Samples the prefixes of ``drafts`` and searches their next words (the module docstring).
 
     A draft (`worker.prefixes._Draft`) brings ``index``, ``rng``, ``prompt`` and ``info``; the
@@ -646,203 +586,3 @@ class ContinuousSampler:
         """Columns the row's slot holds: its context, its sampled tokens (but the one waiting to
         be fed), its partial words."""
         return r.fed + len(r.tokens) - (r.token is not None) + len(r.nodes)
-
-    def _swap(self, a: int, b: int) -> None:
-        rows = self.rows
-        self.model.swap_slots(self.state, a, b)
-        rows[a], rows[b] = rows[b], rows[a]
-        for i in (a, b):
-            if rows[i] is not None:
-                rows[i].slot = i
-
-    def _band_end(self, j: int) -> int:
-        return self.starts[j + 1] if j + 1 < len(self.starts) else len(self.rows)
-
-    def _refill(self) -> None:
-        """Waiting texts take the free slots, and the slots are sized for the next forward.
-
-        A free slot in a band of wider rows is first handed down to the narrowest band (the
-        band's first row moves into it).  With a memory budget the cache (slots x columns x KV
-        bytes a token: one dense buffer, so the widest row sets every slot's width) never
-        passes it (`_fit`).  In the tail (nothing waiting) the live rows are packed to the
-        front (a forward covers only those) and the slots shrink when half are free."""
-        model, rows, starts = self.model, self.rows, self.starts
-        live = sum(r is not None for r in rows)
-        limit = len(rows) if self.memory is None else self._row_limit()
-        more = min(limit, live + len(self.queue)) - len(rows)
-        if self.queue and more > 0:
-            # The budget holds more slots than there are (a wide row has left): add them, the
-            # columns cut to what the budget allows at that many (never below a live row's).
-            kv = model.kv_bytes_per_token
-            held = max((self._used(r) for r in rows if r is not None), default=1)
-            most = int(self.memory // ((len(rows) + more) * kv))
-            width = max(held, min(model.slot_columns(self.state), most))
-            model.resize_slots(self.state, len(rows) + more, width)
-            rows += [None] * more
-        if self.queue:
-            for j in range(len(starts) - 1, 0, -1):
-                for f in range(starts[j], self._band_end(j)):
-                    if rows[f] is None:
-                        if f != starts[j]:
-                            self._swap(starts[j], f)
-                        starts[j] += 1
-        self.paused = set()
-        for i, r in enumerate(rows):
-            if r is None and self.queue and live < limit:
-                new = self._next_row(*self.queue.popleft())
-                new.slot = i
-                model.clear_slots(self.state, [i])
-                rows[i] = new
-                live += 1
-        self.extra = self._extra()
-        if self.memory is not None:
-            self._fit()
-            return
-        if not self.queue and live <= len(rows) // 2:
-            self._pack()
-            target = max(1, live)
-            model.resize_slots(self.state, target)
-            del rows[target:]
-            self.starts = [min(b, target) for b in self.starts]
-        need = self._need()
-        if need > model.slot_columns(self.state):
-            model.resize_slots(self.state, len(rows), self._wider(need))
-
-    def _wider(self, need: int, most: int | None = None) -> int:
-        """Columns to widen the slots to (`worker.models.grown_columns`)."""
-        return grown_columns(self.model.slot_columns(self.state), need, most)
-
-    def _need(self) -> int:
-        """Columns the next forward may write to (an upper bound): each fed row's used columns
-        and its tokens this step (one, or with speculation 1 + ``self.extra``)."""
-        q = 1 + self.extra
-        return max(
-            (self._used(r) + q for r in self.rows if r is not None and r not in self.paused),
-            default=0,
-        )
-
-    def _row_limit(self) -> int:
-        """Rows the memory budget allows: at the width of the widest live row or at what a row
-        is expected to hold (``self.narrow``), whichever is more."""
-        widest = max((self._used(r) + 1 for r in self.rows if r is not None), default=0)
-        per_row = max(widest, self.narrow) * self.model.kv_bytes_per_token
-        return max(1, min(self.batch, int(self.memory // per_row)))
-
-    def _fit(self) -> None:
-        """Keep the slots' cache within the memory budget for the next forward.
-
-        Slots x columns x KV bytes a token must stay within ``self.memory``.  When a row needs
-        more columns than that allows: speculation keeps what fits; then the rows that need too many
-        columns for the rows now live pause (they keep their slot and are not fed, and no new
-        row comes in) until enough others have finished and the slots have shrunk to the live
-        rows; when every live row would pause, the narrowest go back to the front of the queue
-        (their work is redone, from the same random stream) until the rest fit.  The slots are
-        packed to the live rows whenever the budget binds, and their columns shrink back when
-        the widest row has left and fewer rows than the batch fit (one copy), so the rows grow
-        back.  A single row wider than the whole budget still runs (nothing smaller exists)."""
-        model, rows = self.model, self.rows
-        kv, budget = model.kv_bytes_per_token, self.memory
-        live = [r for r in rows if r is not None]
-        if not live:
-            return
-        columns = model.slot_columns(self.state)
-
-        def fits(n_rows: int, n_columns: int) -> bool:
-            return n_rows * n_columns * kv <= budget
-
-        need = self._need()
-        if not fits(len(live), need) and self.extra:
-            # As many speculative words as fit (each takes a column of every slot).
-            self.extra = max(0, min(self.extra, budget // (len(live) * kv) - (need - self.extra)))
-            need = self._need()
-        if not fits(len(live), need):
-            most = budget // (len(live) * kv)
-            self.paused = {r for r in live if self._used(r) + 1 > most}
-            while len(self.paused) == len(live) and len(live) > 1:
-                r = min(live, key=self._used)
-                self._evict(r)
-                live.remove(r)
-                most = budget // (len(live) * kv)
-                self.paused = {r for r in live if self._used(r) + 1 > most}
-            if len(live) == 1:
-                self.paused = set()
-            need = self._need()
-        target = len(rows)
-        held = max(self._used(r) for r in live)  # columns the live rows hold now
-        if not fits(len(rows), max(need, columns)) or (
-            not self.queue and len(live) <= len(rows) // 2
-        ):
-            self._pack()
-            target = len(live)
-        width = columns
-        if need > columns:
-            width = self._wider(need, most=budget // (target * kv))
-        elif not fits(target, columns):
-            width = max(held, need)
-        if target != len(rows) or width != columns:
-            model.resize_slots(self.state, target, width)
-            del rows[target:]
-            self.starts = [min(b, target) for b in self.starts]
-
-    def _paused_last(self) -> None:
-        """Move paused rows after every fed one: a forward covers the slots up to the last fed
-        row and pads each slot it covers by the step's tokens, so a paused (full) slot inside it
-        would need columns the budget does not hold."""
-        rows = self.rows
-        paused = sorted((r for r in self.paused), key=lambda r: r.slot)
-        fed = sorted(
-            (r for r in rows if r is not None and r not in self.paused), key=lambda r: -r.slot
-        )
-        for p, f in zip(paused, fed, strict=False):
-            if f.slot < p.slot:
-                break
-            self._swap(p.slot, f.slot)
-
-    def _evict(self, r: _Row) -> None:
-        """Put a row's text back at the front of the queue; it starts again from the beginning
-        of its phase with the same random stream (so its result does not change)."""
-        if r.search is not None:  # its prefix is done (the draft's ``ids``): search again
-            self.queue.appendleft((r.draft, 0, 2))
-        else:
-            if r.rng_state is not None:
-                r.draft.rng.bit_generator.state = r.rng_state
-            self.queue.appendleft((r.draft, r.attempt, r.phase))
-        self._free(r)
-
-    def _pack(self) -> None:
-        """Move the live rows to the front (a forward covers only those), band after band, so
-        that the bands stay apart.  This runs every step that leaves a slot free: a free slot
-        below the last live row would be a padded row of every forward, costing a whole row's
-        compute, where packing moves a row of each band above the free slot (a copy of their
-        columns, once).  With packing only once half the slots were free, 16 % of the forward
-        positions of 400 items at l = 20 on GPT-2 small's shape were such padding (2026-11-26)."""
-        rows, starts = self.rows, self.starts
-        live = [i for i, r in enumerate(rows) if r is not None]
-        if not live or live[-1] == len(live) - 1:
-            return  # the live rows already fill the first slots
-        first = 0
-        for j in range(len(starts)):
-            band = [r for r in rows[starts[j] : self._band_end(j)] if r is not None]
-            end = first + len(band)
-            holes = [i for i in range(first, end) if rows[i] is None]
-            for hole, r in zip(holes, [r for r in band if r.slot >= end], strict=True):
-                self._swap(r.slot, hole)
-            starts[j] = first
-            first = end
-
-    def _place(self) -> None:
-        """Rows that grew past their band's width move up to the next band (the bands are
-        contiguous runs of slots, narrowest first, at most a quarter, half and all of
-        ``self.narrow`` columns wide, then the rest): the forward's attention then reads each
-        band's width for its rows (`worker.hf`), not the widest row's for everyone."""
-        rows, starts, limits = self.rows, self.starts, self.band_limits
-        for j, limit in enumerate(limits):
-            i = starts[j]
-            while i < starts[j + 1]:
-                r = rows[i]
-                if r is not None and self._used(r) >= limit:
-                    starts[j + 1] -= 1
-                    if i != starts[j + 1]:
-                        self._swap(i, starts[j + 1])
-                    continue
-                i += 1

@@ -43,8 +43,9 @@ from dataclasses import dataclass
 import torch
 
 from worker.models import DEFAULT_BATCH_SIZE
-from worker.prefixes import PrefixItem, PrefixSpec, get_token_classes, search_words
+from worker.prefixes import PrefixItem, PrefixSpec, get_token_classes
 from worker.word_probs import word_level, word_probabilities
+from worker.words import search_words
 
 
 class IncompatibleReference(ValueError):

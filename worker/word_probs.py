@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from worker.words import Extend, TokenClasses, byte_decoder, decode_word
+from worker.tokens import TokenClasses, byte_decoder, decode_word
+from worker.words import Extend
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class PieceIndex:
 
 
 def _piece_bytes(token: str, convention: str) -> bytes:
-    """The text bytes one token adds (the conventions of `worker.words.detect_convention`)."""
+    """The text bytes one token adds (the conventions of `worker.tokens.detect_convention`)."""
     if convention == "byte_bpe":
         decoder = byte_decoder()
         return bytes(decoder.get(ch, 0x3F) for ch in token)

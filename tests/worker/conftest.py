@@ -26,7 +26,8 @@ from transformers import (
 )
 
 from app.db import build_engine, make_sessionmaker
-from worker.hf import HFCausalLM, HFSeq2SeqLM
+from worker.hf import HFCausalLM
+from worker.hf_seq2seq import HFSeq2SeqLM
 
 # Tiny models run fastest on one thread; several threads spin badly on a shared 2-core machine.
 torch.set_num_threads(1)

@@ -12,7 +12,7 @@ from app.precompute.datasets import DatasetError
 from tests.worker.conftest import tiny_gpt2, word_tokenizer
 from worker.hf import HFCausalLM
 from worker.prefixes import PrefixSpec, get_token_classes, make_items
-from worker.words import decode_word
+from worker.tokens import decode_word
 
 SPEC = PrefixSpec(batch_size=4)
 

@@ -27,8 +27,10 @@ from transformers.models.openai import modeling_openai
 
 from tests.worker.conftest import bpe_tokenizer, sp_tokenizer, tiny_gpt2
 from worker import hf_cache
-from worker.hf import HFCausalLM, HFSeq2SeqLM, fuse_gelu
+from worker.hf import HFCausalLM
 from worker.hf_cache import slot_cache_classes, slot_zeros
+from worker.hf_common import fuse_gelu
+from worker.hf_seq2seq import HFSeq2SeqLM
 from worker.models import (
     APPEND,
     CONTEXT,
@@ -461,7 +463,7 @@ def test_a_wide_slot_splits_the_attention_and_changes_no_distribution(wide, bpe_
     import worker.hf as hf
 
     splits = []
-    real = hf._row_groups
+    real = hf.row_groups
 
     def spy(widths, *inner):
         groups = real(widths, *inner)
@@ -469,7 +471,7 @@ def test_a_wide_slot_splits_the_attention_and_changes_no_distribution(wide, bpe_
             splits.append(groups)
         return groups
 
-    monkeypatch.setattr(hf, "_row_groups", spy)
+    monkeypatch.setattr(hf, "row_groups", spy)
     rng = random.Random(2)
     slots = bpe_lm.open_slots(6, 8)
     texts = [[bpe_lm.start_token_id] for _ in range(6)]
@@ -486,12 +488,12 @@ def test_a_wide_slot_splits_the_attention_and_changes_no_distribution(wide, bpe_
 
 
 def test_row_groups_read_fewer_columns():
-    from worker.hf import _row_groups
+    from worker.hf import row_groups
 
     bands = [2] * 10 + [10] * 10 + [40] * 2
-    assert _row_groups(bands) == [(0, 10, 2), (10, 20, 10), (20, 22, 40)]
-    assert _row_groups([3] * 8) == [(0, 8, 3)]  # nothing to gain: one group
-    assert _row_groups([9, 10, 8, 10]) == [(0, 4, 10)]  # less than a fifth: one group
+    assert row_groups(bands) == [(0, 10, 2), (10, 20, 10), (20, 22, 40)]
+    assert row_groups([3] * 8) == [(0, 8, 3)]  # nothing to gain: one group
+    assert row_groups([9, 10, 8, 10]) == [(0, 4, 10)]  # less than a fifth: one group
 
 
 def test_large_buffers_stay_on_the_heap_on_glibc():

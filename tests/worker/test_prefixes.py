@@ -18,8 +18,8 @@ from worker.prefixes import (
     parse_kind,
     stable_seed,
 )
-from worker.sampler import sample_tokens
-from worker.words import decode_word, segment_words
+from worker.sampling import sample_tokens
+from worker.tokens import decode_word, segment_words
 
 SPEC = PrefixSpec(batch_size=8)
 

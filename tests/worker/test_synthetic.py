@@ -23,10 +23,11 @@ from tests.worker.conftest import (
     word_tokenizer,
 )
 from worker.fake import FakeCausalLM
-from worker.hf import HFCausalLM, HFSeq2SeqLM
+from worker.hf import HFCausalLM
+from worker.hf_seq2seq import HFSeq2SeqLM
 from worker.prefixes import PrefixSpec, get_token_classes, make_items
 from worker.synthetic import IncompatibleReference, check_pair, reference_records
-from worker.words import decode_word, segment_words
+from worker.tokens import decode_word, segment_words
 
 SPEC = PrefixSpec(batch_size=8)
 

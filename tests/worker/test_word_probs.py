@@ -14,8 +14,9 @@ import torch
 
 from worker.fake import FakeCausalLM
 from worker.prefixes import get_token_classes
+from worker.tokens import decode_word
 from worker.word_probs import word_level, word_probabilities
-from worker.words import decode_word, top_words
+from worker.words import top_words
 
 
 def _plain_logprobs(lm, ids: list[int]) -> torch.Tensor:

@@ -7,7 +7,8 @@ import torch
 
 from tests.worker.conftest import bpe_tokenizer, sp_tokenizer, tiny_gpt2, word_tokenizer
 from worker.hf import HFCausalLM
-from worker.words import decode_word, segment_words, token_classes, top_words
+from worker.tokens import decode_word, segment_words, token_classes
+from worker.words import top_words
 
 
 def classes_of(tokenizer, **kwargs) -> dict[str, tuple[bool, bool, bool]]:

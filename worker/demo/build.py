@@ -239,7 +239,6 @@ def build_demo_model(
             return DemoModel(model_dir, heldout_path, train_path, meta, reused=True)
 
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
 
     t_start = time.monotonic()
     paragraphs = list(corpus) if corpus is not None else fetch_austen(out_dir / "austen")
@@ -258,77 +257,18 @@ def build_demo_model(
     eos = tokenizer.convert_tokens_to_ids(EOS)
     train_ids = _stream(tokenizer, train, eos)
     val_ids = _stream(tokenizer, heldout, eos)[:VAL_MAX_TOKENS]
-    data = torch.tensor(train_ids, dtype=torch.long)
-    if len(data) <= CONTEXT:
+    if len(train_ids) <= CONTEXT:
         raise CorpusError(
-            f"the demo corpus is too small: {len(data)} tokens for a context of {CONTEXT}; "
+            f"the demo corpus is too small: {len(train_ids)} tokens for a context of {CONTEXT}; "
             "give `ebc demo --corpus FILE` a text of at least a few thousand words"
         )
-
-    torch.manual_seed(seed)
-    config = GPT2Config(
-        vocab_size=len(tokenizer),
-        bos_token_id=eos,
-        eos_token_id=eos,
-        resid_pdrop=OPTIM["dropout"],
-        embd_pdrop=OPTIM["dropout"],
-        attn_pdrop=OPTIM["dropout"],
-        **MODEL,
-    )
-    model = GPT2LMHeadModel(config)
+    model = _new_model(len(tokenizer), eos, seed)
     n_params = sum(p.numel() for p in model.parameters())
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW(
-        [
-            {"params": decay, "weight_decay": OPTIM["weight_decay"]},
-            {"params": no_decay, "weight_decay": 0.0},
-        ],
-        lr=OPTIM["lr"],
-        betas=tuple(OPTIM["betas"]),
-    )
-    warmup = max(1, round(steps * OPTIM["warmup_fraction"]))
-    floor = OPTIM["min_lr_fraction"]
-
-    def lr_factor(step: int, elapsed: float) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = (step - warmup) / max(1, steps - warmup)
-        # On a slow or busy machine the decay follows the clock instead, so that a run cut by
-        # the cap still ends annealed (it then depends on the machine's speed; see `completed`).
-        if max_seconds > 0:
-            progress = max(progress, elapsed / max_seconds)
-        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
-
     val_loss_start, n_val = _eval_loss(model, val_ids, CONTEXT)
     say(f"model: {n_params:,} parameters; step 0 validation loss {val_loss_start:.3f}")
-
-    gen = torch.Generator().manual_seed(seed)
-    batch = OPTIM["batch_size"]
-    t_train = time.monotonic()
-    steps_done, last_loss = 0, float("nan")
-    model.train()
-    for step in range(steps):
-        elapsed = time.monotonic() - t_train
-        if elapsed > max_seconds:
-            break
-        for group in optimizer.param_groups:
-            group["lr"] = OPTIM["lr"] * lr_factor(step, elapsed)
-        starts = torch.randint(0, len(data) - CONTEXT, (batch,), generator=gen)
-        x = torch.stack([data[s : s + CONTEXT] for s in starts.tolist()])
-        # The model shifts the labels itself: pass the inputs, not inputs[1:].
-        loss = model(input_ids=x, labels=x).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), OPTIM["grad_clip"])
-        optimizer.step()
-        steps_done, last_loss = step + 1, loss.item()
-        if steps_done % 200 == 0:
-            say(
-                f"step {steps_done}/{steps}: train loss {last_loss:.3f} "
-                f"({time.monotonic() - t_train:.0f}s)"
-            )
-    train_seconds = time.monotonic() - t_train
+    steps_done, last_loss, train_seconds = _train(
+        model, torch.tensor(train_ids, dtype=torch.long), steps, max_seconds, seed, say
+    )
     val_loss, _ = _eval_loss(model, val_ids, CONTEXT)
     try:
         trigram = trigram_perplexity(train_ids, val_ids, len(tokenizer))
@@ -362,9 +302,88 @@ def build_demo_model(
         f"{meta['val_perplexity']} (step 0: {math.exp(val_loss_start):.0f}; count trigram: "
         f"{meta['trigram_val_perplexity']})"
     )
+    _write(out_dir, model, tokenizer, meta, train, heldout)
+    return DemoModel(model_dir, heldout_path, train_path, meta, reused=False)
 
-    # Write into a scratch directory, then move into place; the model directory (with
-    # ebc_demo.json) goes last, so an interrupted build is never taken for a finished one.
+
+def _new_model(vocab: int, eos: int, seed: int):
+    """The demo's GPT-2 (`MODEL`), freshly initialised from ``seed``."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    config = GPT2Config(
+        vocab_size=vocab,
+        bos_token_id=eos,
+        eos_token_id=eos,
+        resid_pdrop=OPTIM["dropout"],
+        embd_pdrop=OPTIM["dropout"],
+        attn_pdrop=OPTIM["dropout"],
+        **MODEL,
+    )
+    return GPT2LMHeadModel(config)
+
+
+def _train(model, data, steps: int, max_seconds: float, seed: int, say) -> tuple[int, float, float]:
+    """AdamW (`OPTIM`) on random windows of ``data`` for ``steps`` steps or ``max_seconds`` of
+    training, whichever comes first, with a warm-up and a cosine decay; returns the steps
+    done, the last training loss and the seconds."""
+    import torch
+
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": OPTIM["weight_decay"]},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=OPTIM["lr"],
+        betas=tuple(OPTIM["betas"]),
+    )
+    warmup = max(1, round(steps * OPTIM["warmup_fraction"]))
+    floor = OPTIM["min_lr_fraction"]
+
+    def lr_factor(step: int, elapsed: float) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, steps - warmup)
+        # On a slow or busy machine the decay follows the clock instead, so that a run cut by
+        # the cap still ends annealed (it then depends on the machine's speed; see `completed`).
+        if max_seconds > 0:
+            progress = max(progress, elapsed / max_seconds)
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+    gen = torch.Generator().manual_seed(seed)
+    batch = OPTIM["batch_size"]
+    t_train = time.monotonic()
+    steps_done, last_loss = 0, float("nan")
+    model.train()
+    for step in range(steps):
+        elapsed = time.monotonic() - t_train
+        if elapsed > max_seconds:
+            break
+        for group in optimizer.param_groups:
+            group["lr"] = OPTIM["lr"] * lr_factor(step, elapsed)
+        starts = torch.randint(0, len(data) - CONTEXT, (batch,), generator=gen)
+        x = torch.stack([data[s : s + CONTEXT] for s in starts.tolist()])
+        # The model shifts the labels itself: pass the inputs, not inputs[1:].
+        loss = model(input_ids=x, labels=x).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), OPTIM["grad_clip"])
+        optimizer.step()
+        steps_done, last_loss = step + 1, loss.item()
+        if steps_done % 200 == 0:
+            say(
+                f"step {steps_done}/{steps}: train loss {last_loss:.3f} "
+                f"({time.monotonic() - t_train:.0f}s)"
+            )
+    return steps_done, last_loss, time.monotonic() - t_train
+
+
+def _write(out_dir: Path, model, tokenizer, meta: dict, train: list, heldout: list) -> None:
+    """Write into a scratch directory, then move into place; the model directory (with
+    ebc_demo.json) goes last, so an interrupted build is never taken for a finished one."""
     out_dir.mkdir(parents=True, exist_ok=True)
     scratch = out_dir / f".build-{os.getpid()}"
     shutil.rmtree(scratch, ignore_errors=True)
@@ -375,12 +394,11 @@ def build_demo_model(
     (scratch / "model" / "ebc_demo.json").write_text(json.dumps(meta, indent=2) + "\n")
     (scratch / "train.txt").write_text("\n".join(train) + "\n", encoding="utf-8")
     (scratch / "heldout.txt").write_text("\n".join(heldout) + "\n", encoding="utf-8")
-    shutil.rmtree(model_dir, ignore_errors=True)
-    (scratch / "train.txt").replace(train_path)
-    (scratch / "heldout.txt").replace(heldout_path)
-    (scratch / "model").replace(model_dir)
+    shutil.rmtree(out_dir / "model", ignore_errors=True)
+    (scratch / "train.txt").replace(out_dir / "train.txt")
+    (scratch / "heldout.txt").replace(out_dir / "heldout.txt")
+    (scratch / "model").replace(out_dir / "model")
     shutil.rmtree(scratch, ignore_errors=True)
-    return DemoModel(model_dir, heldout_path, train_path, meta, reused=False)
 
 
 def top_next_words(model_dir: Path, prefixes: Sequence[str], k: int = 5) -> list[list[str]]:
