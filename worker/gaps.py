@@ -18,11 +18,12 @@ words (``gap_words``); the item's ``words`` are the l distorted words followed b
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
 
-from worker.sampler import ContinuousSampler
+from worker.sampler import TOKENS_PER_WORD, ContinuousSampler
 from worker.seeds import stable_seed
 from worker.words import NextWords, search_settings
 
@@ -59,8 +60,11 @@ def sample_gaps(
     def reseed(d, attempt: int) -> np.random.Generator:
         return np.random.default_rng(gap_seed(study_seed, length, kind, d.index, attempt))
 
-    # The slots' expected width counts the distorted words as prompt words.
-    wide = replace(spec, prompt_words=spec.prompt_words + length)
+    # The slots' expected width (`worker.sampler.expected_columns`) counts the context as prompt
+    # words, as many as its median encoded length makes at TOKENS_PER_WORD tokens a word.
+    tokens = sorted(len(model.encode(" ".join(d.prompt))) for d in todo) or [0]
+    context_words = math.ceil(tokens[len(tokens) // 2] / TOKENS_PER_WORD)
+    wide = replace(spec, prompt_words=max(spec.prompt_words + length, context_words))
     sampler = ContinuousSampler(
         model,
         classes,
