@@ -449,3 +449,56 @@ class ManifestOut(_Out):
         description="the software the worker made the items with, as recorded in the "
         "provenance of the first item of each kind (items made before it was recorded: none)",
     )
+
+
+class GapPoint(_Out):
+    """One point of the self-recovery figure (the later paper's Fig. 3): EB-C_gap of a gap
+    kind at prefix length l after l_gap words the model wrote itself."""
+
+    source: str = Field(description="people, or synthetic:<metric>")
+    kind: str = Field(description="the gap kind, e.g. data_corrupted@0.3+gap@5")
+    distorted_kind: str = Field(description="its prefix of l words: data_shuffled, ...")
+    c: float | None
+    length: int = Field(description="l: the distorted prefix's words")
+    l_gap: int
+    reference_length: int = Field(description="l + l_gap: the data cell it is over")
+    ebc_gap: Figure
+    low: Figure
+    high: Figure
+    p_value: Figure = Field(description="people: test of EB-C_gap = 1; synthetic: null")
+
+
+class CorruptionPoint(_Out):
+    """One point of CGD against the corruption rate (the first paper's Fig. 3): a corrupted
+    kind's CGD at length l beside the uncorrupted kinds' CGD(M|D) and CGD(M|M)."""
+
+    source: str
+    kind: str = Field(description="data_corrupted@c or model_corrupted@c")
+    corrupts: str = Field(description="the kind it corrupts: data or model")
+    c: float
+    length: int
+    cgd: Figure
+    low: Figure
+    high: Figure
+    cgd_data: Figure = Field(description="CGD(M|D) at the same length and source")
+    cgd_model: Figure = Field(description="CGD(M|M) at the same length and source")
+
+
+class RecoveryOut(_Out):
+    """The papers' self-recovery figures as data: EB-C_gap against l_gap (lines per l) and
+    CGD against the corruption rate (lines per l), from people and from the reference model,
+    taken from the diagnostics table (the same estimates and intervals)."""
+
+    study: str
+    options: ResultQuery
+    intervals: dict[str, str] = Field(
+        description="per source: the estimator and interval its figures carry, in words"
+    )
+    gap_curve: list[GapPoint]
+    corruption_curve: list[CorruptionPoint]
+    reference_values: list[dict[str, Any]] = Field(
+        description="the papers' published values drawn as a dashed line (empty: none cited)"
+    )
+    reference_note: str
+    n_simulated: int = 0
+    messages: list[str]
