@@ -149,9 +149,9 @@ class HFSeq2SeqLM:
         max_new_tokens: int,
     ) -> list[list[int]]:
         """Beam-search the rest of each translation after its forced target prefix (the first
-        paper's forced-prefix samples; the source intact): each whole target, the prefix's ids and then
-        the ones that follow it, without special tokens. Rows are decoded in groups of one
-        prefix length (the decoder's inputs are not padded)."""
+        paper's forced-prefix samples; the source intact): each whole target, the
+        prefix's ids and then the ones that follow it, without special tokens. Rows are
+        decoded in groups of one prefix length (the decoder's inputs are not padded)."""
         special = set(self.tokenizer.all_special_ids) | {self.decoder_start_id, self.pad_id}
         out: list[list[int]] = [[] for _ in sources]
         groups: dict[int, list[int]] = {}
