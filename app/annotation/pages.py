@@ -31,6 +31,7 @@ from app.annotation.identities import (
 )
 from app.annotation.leases import next_assignment, return_assignment, study_for
 from app.annotation.participants import (
+    check_asks_consent,
     consent_text,
     end_comment,
     extras_from,
@@ -89,7 +90,9 @@ def _consent_view(session: Session, annotator: AnnotatorRef) -> ConsentView:
 
 def invite_consent(session: Session, ref: InviteRef) -> ConsentView:
     """The consent page of an invite (or Prolific) link."""
-    return _consent_view(session, annotator_for_invite(session, ref))
+    annotator = annotator_for_invite(session, ref)
+    check_asks_consent(annotator)
+    return _consent_view(session, annotator)
 
 
 def accept_invite_consent(session: Session, ref: InviteRef, form: Mapping[str, str]) -> None:
@@ -193,7 +196,9 @@ def mturk_consent(
     session: Session, slug: str, params: Mapping[str, str], enrolment: Enrolment
 ) -> ConsentView:
     """The consent page of an MTurk worker (before their first HIT of the study)."""
-    return _consent_view(session, _mturk_worker(session, slug, params, enrolment))
+    annotator = _mturk_worker(session, slug, params, enrolment)
+    check_asks_consent(annotator)
+    return _consent_view(session, annotator)
 
 
 def accept_mturk_consent(

@@ -24,6 +24,7 @@ Services flush; the caller commits.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from sqlalchemy.orm import Session
 
 from app.annotation.errors import AnnotationError
 from app.annotation.schemas import AnnotatorRef, Lease, StudyRef
-from app.models import Annotator, Assignment, Channel, Study, utcnow
+from app.models import Annotator, Assignment, Channel, Hit, Study, utcnow
 
 MAX_COMMENT = 2000  # characters of one comment
 # A page signal's form field: `sig{position}` (a next-word HIT's item) or
@@ -82,11 +83,16 @@ def require_consent(annotator: AnnotatorRef) -> None:
         raise ConsentNeeded
 
 
+def check_asks_consent(annotator: AnnotatorRef) -> None:
+    """A study without a consent text has no consent page (404)."""
+    if not consent_text(annotator.study):
+        raise AnnotationError("This study has no consent form.", 404)
+
+
 def give_consent(session: Session, annotator: AnnotatorRef, form: Mapping[str, str]) -> None:
     """Record the participant's consent, once (a repeat keeps the first time). The form
     must carry the ticked box (`agree=yes`): else a 400 that stores nothing."""
-    if not consent_text(annotator.study):
-        return  # nothing to accept: the HIT page opens anyway
+    check_asks_consent(annotator)
     if form.get("agree") != "yes":
         raise AnnotationError("Tick the box to say that you agree, or close this page.", 400)
     if annotator.consented_at is not None:
@@ -161,10 +167,12 @@ def store_extras(
 
 def end_comment(session: Session, annotator: AnnotatorRef, form: Mapping[str, str]) -> bool:
     """Store the participant's comment on the study (the end-of-study box; a later one
-    replaces it). False: the study offers no comment box, or the comment was empty."""
+    replaces it). A study without comment boxes: 404; an empty comment: 400."""
+    if not comments_on(annotator.study):
+        raise AnnotationError("This study takes no comments.", 404)
     text = comment_from(form)
-    if text is None or not comments_on(annotator.study):
-        return False
+    if text is None:
+        raise AnnotationError("Write your comment first (nothing was sent).", 400)
     session.execute(
         update(Annotator)
         .where(Annotator.id == annotator.id)
@@ -184,6 +192,21 @@ def item_signals(signals: Mapping[str, Any] | None, position: int) -> tuple[int,
     return sum(int(v[0]) for v in found), sum(int(v[1]) for v in found)
 
 
+PAGE_SIGNAL_FIELDS = ["hit_comment", "page_away", "page_away_ms"]
+"""The export columns of an answer's participant side: its HIT's comment, and its item's
+page signals (times away from the page, milliseconds away; empty: none recorded)."""
+
+
+def with_page_signals(record: dict[str, Any]) -> dict[str, Any]:
+    """An export record with its assignment's `page_signals` made its item's `page_away`
+    and `page_away_ms` (by its `position`)."""
+    raw = record.pop("page_signals", None)
+    signals = json.loads(raw) if isinstance(raw, str) else raw
+    found = item_signals(signals, record["position"])
+    record["page_away"], record["page_away_ms"] = found if found is not None else (None, None)
+    return record
+
+
 def signal_totals(signals: Iterable[Mapping[str, Any] | None]) -> dict[str, int]:
     """Over assignments' page signals: the items recorded, those with time away, the times
     away and the seconds away (the Annotators page's figures)."""
@@ -195,6 +218,33 @@ def signal_totals(signals: Iterable[Mapping[str, Any] | None]) -> dict[str, int]
             times += int(value[0])
             ms += int(value[1])
     return {"items": items, "away_items": away_items, "times": times, "seconds": ms // 1000}
+
+
+@dataclass
+class ParticipantSide:
+    """One annotator's side on the Annotators page: their page signals over their HITs and
+    their comments on HITs (HIT index, text), oldest first."""
+
+    signals: dict[str, int]
+    comments: list[tuple[int, str]]
+
+
+def participant_sides(session: Session, study_id: int) -> dict[int, ParticipantSide]:
+    """Per annotator of the study with page signals or HIT comments: what they sent."""
+    rows = session.execute(
+        select(Assignment.annotator_id, Hit.index, Assignment.comment, Assignment.page_signals)
+        .join(Hit, Hit.id == Assignment.hit_id)
+        .where(Hit.study_id == study_id)
+        .where(Assignment.comment.is_not(None) | Assignment.page_signals.is_not(None))
+        .order_by(Assignment.annotator_id, Assignment.submitted_at, Assignment.id)
+    ).all()
+    signals: dict[int, list[Any]] = {}
+    comments: dict[int, list[tuple[int, str]]] = {}
+    for annotator_id, index, comment, page_signals in rows:
+        signals.setdefault(annotator_id, []).append(page_signals)
+        if comment:
+            comments.setdefault(annotator_id, []).append((index, comment))
+    return {a: ParticipantSide(signal_totals(s), comments.get(a, [])) for a, s in signals.items()}
 
 
 # -- exclusion of earlier studies' people ------------------------------------------------

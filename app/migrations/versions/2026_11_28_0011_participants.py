@@ -18,18 +18,20 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-
 revision: str = "0011"
 down_revision: str | None = "0009"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
+TIME = sa.DateTime(timezone=True)
+
+
 def upgrade() -> None:
     op.add_column("studies", sa.Column("participants", sa.JSON(), nullable=True))
-    op.add_column("annotators", sa.Column("consented_at", sa.DateTime(timezone=True), nullable=True))
+    op.add_column("annotators", sa.Column("consented_at", TIME, nullable=True))
     op.add_column("annotators", sa.Column("comment", sa.Text(), nullable=True))
-    op.add_column("annotators", sa.Column("commented_at", sa.DateTime(timezone=True), nullable=True))
+    op.add_column("annotators", sa.Column("commented_at", TIME, nullable=True))
     op.add_column("assignments", sa.Column("comment", sa.Text(), nullable=True))
     op.add_column("assignments", sa.Column("page_signals", sa.JSON(), nullable=True))
 

@@ -42,6 +42,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from app.annotation.participants import PAGE_SIGNAL_FIELDS, with_page_signals
 from app.models import Study
 from app.results.exports import (
     csv_cell,
@@ -63,7 +64,7 @@ RATING_FIELDS = [
     "consistency", "quality_ms", "consistency_ms", "quality_at", "consistency_at",
     "too_fast", "late", "annotator_id", "channel", "simulated", "annotator_blocked",
     "annotator_exclude_past", "assignment_status", "over_cap", "extra_replica",
-    "after_block", "unverified",
+    "after_block", "unverified", *PAGE_SIGNAL_FIELDS,
 ]  # fmt: skip
 TABLE_FIELDS = [
     "study", "exclusions", "figure", "length", "step", "kind", "estimate", "low", "high",
@@ -86,7 +87,7 @@ def _rating_batches(session: Session, study: Study) -> Iterator[list[dict[str, A
             r["prefix"] = r.pop("words")
             r["quality_at"] = iso_time(r["quality_at"])
             r["consistency_at"] = iso_time(r["consistency_at"])
-            batch.append({"study": slug, **r})
+            batch.append({"study": slug, **with_page_signals(r)})
         yield batch
 
 
