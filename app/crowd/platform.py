@@ -108,6 +108,14 @@ class Capabilities:
     # of these categories (none: the platform has no categories).
     rejection_min_chars: int = 0
     rejection_categories: tuple[str, ...] = ()
+    # The study file's prescreeners of this platform that it applies at publishing
+    # (`Platform.prescreeners_of`; Prolific's filters); none: it has none of its own.
+    prescreeners: tuple[str, ...] = ()
+    # How the platform itself keeps out the people of the earlier studies a study excludes
+    # (`participants.exclude_studies`), besides our records, which refuse them at entry on
+    # every channel: "previous-studies filter" (Prolific), "qualification" (MTurk); "":
+    # our records only (invite links, imported batch files).
+    excludes_earlier: str = ""
 
 
 @dataclass(frozen=True)
@@ -193,6 +201,11 @@ class Platform:
         """Whether work synced from a posting in `environment` counts for the study: sandbox
         work only while the study itself is in the sandbox (`channels.<name>.sandbox`)."""
         return environment != SANDBOX or bool(self.settings_of(study).get("sandbox", True))
+
+    def prescreeners_of(self, study: Any) -> dict[str, Any]:
+        """The study file's prescreeners that this platform applies (`caps.prescreeners`),
+        those set only ({}: none)."""
+        return {}
 
     def entry_url(self, settings: Settings, study: Any) -> str | None:
         """The URL researchers give the platform (the Annotators page); None: none (the

@@ -57,6 +57,7 @@ class MTurk(Platform):
         answers_on_platform=True,
         unverified_until_synced=True,
         batch_files=True,
+        excludes_earlier="qualification",
     )
 
     def provider(self, settings: Settings, env: str | None, how: ProviderOptions) -> CrowdProvider:

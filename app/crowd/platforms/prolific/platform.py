@@ -58,6 +58,8 @@ class Prolific(Platform):
         units="study",
         rejection_min_chars=REJECTION_MESSAGE_MIN,
         rejection_categories=tuple(c.value for c in RejectionCategory),
+        prescreeners=("first_languages", "fluent_languages", "countries", "min_approval_rate"),
+        excludes_earlier="previous-studies filter",
     )
 
     def provider(self, settings: Settings, env: str | None, how: ProviderOptions) -> CrowdProvider:
@@ -84,6 +86,12 @@ class Prolific(Platform):
 
     def ready(self, settings: Settings, environment: str) -> bool:
         return settings.prolific_api_token is not None
+
+    def prescreeners_of(self, study: Any) -> dict[str, Any]:
+        wanted = self.settings_of(study).get("prescreeners") or {}
+        return {
+            k: v for k, v in wanted.items() if k in self.caps.prescreeners and v not in (None, [])
+        }
 
     def entry_url(self, settings: Settings, study: Any) -> str | None:
         if not self.enabled(study):
