@@ -156,6 +156,11 @@ class Platform:
     work_ref: ClassVar[str]
     # The rejection category of a submission we never stored (the dashboard's form).
     never_stored_category: ClassVar[str | None] = None
+    # Where the Crowd page puts it (lowest first: the platforms crowds use today first); it
+    # opens on the first the study enables (`app.crowd.registry.page_order`).
+    page_rank: ClassVar[int] = 50
+    # What the Crowd page says of the platform itself besides its settings (its closure).
+    status_note: ClassVar[str] = ""
 
     # -- the provider --------------------------------------------------------------------
 
@@ -183,6 +188,10 @@ class Platform:
         only shows what is recorded, with the platform's notice)."""
         return True
 
+    def unready_reason(self, environment: str) -> str:
+        """Why this server may not act there (`ready` is False), in a few words."""
+        return "this server is not set up for it"
+
     # -- the study's channel -------------------------------------------------------------
 
     def settings_of(self, study: Any) -> dict:
@@ -192,6 +201,17 @@ class Platform:
     def enabled(self, study: Any) -> bool:
         """Whether the study takes workers through this platform (channels are opt-in)."""
         return bool(self.settings_of(study).get("enabled"))
+
+    def off_reason(self, study: Any, settings: Settings, environment: str) -> str | None:
+        """Why the study's Crowd page cannot publish here (None: it can)."""
+        if not self.enabled(study):
+            return (
+                f"the study does not enable it (set [channels.{self.name}] enabled = true in "
+                "the study file)"
+            )
+        if not self.ready(settings, environment):
+            return self.unready_reason(environment)
+        return None
 
     def study_environment(self, study: Any) -> str:
         """The environment the study file points the platform at (previews price it)."""

@@ -84,8 +84,13 @@ class Prolific(Platform):
             return "Prolific has no sandbox: run a small test study on Prolific itself."
         return super().environment_refused(environment)
 
+    page_rank = 10
+
     def ready(self, settings: Settings, environment: str) -> bool:
         return settings.prolific_api_token is not None
+
+    def unready_reason(self, environment: str) -> str:
+        return "no Prolific API token on this server (EBC_PROLIFIC_API_TOKEN)"
 
     def prescreeners_of(self, study: Any) -> dict[str, Any]:
         wanted = self.settings_of(study).get("prescreeners") or {}
