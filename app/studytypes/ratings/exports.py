@@ -15,7 +15,9 @@ judgments and the annotators page hold those), ``channel``, ``simulated`` (true:
 simulated crowd's annotator, not a person), ``annotator_blocked``,
 ``annotator_exclude_past``, ``assignment_status``, and the assignment's flags on kept
 work that may not count: ``over_cap``, ``extra_replica``, ``after_block``,
-``unverified``. Text cells a spreadsheet would run as a formula are neutralised as in
+``unverified``; the participant's side (issue 33): ``hit_comment`` (their comment on the
+HIT), ``page_away``, ``page_away_ms`` (how often and how long they left the page on this
+pair's two steps, where the page's script ran; empty: none recorded). Text cells a spreadsheet would run as a formula are neutralised as in
 every export (:mod:`app.results.exports`).
 
 ``ratings_table.csv`` columns, one row per figure, main variant first: ``study``,
