@@ -39,6 +39,7 @@ from app.annotation.participants import (
     require_consent,
     store_extras,
 )
+from app.annotation.queries import ANNOTATOR_BY_PLATFORM_ID
 from app.annotation.schemas import (
     AnnotatorRef,
     InviteRef,
@@ -208,7 +209,14 @@ def accept_mturk_consent(
 
 
 def mturk_comment(session: Session, slug: str, form: Mapping[str, str]) -> bool:
-    """The end-of-study comment of an MTurk worker."""
+    """The end-of-study comment of an MTurk worker the study knows (a made-up worker id is
+    refused, 404: a comment never makes an identity)."""
+    study = study_by_slug(session, slug)
+    channel_settings(study, Channel.mturk)
+    worker = platform_id(form.get("workerId"))
+    key = {"study_id": study.id, "channel": Channel.mturk, "external_id": worker}
+    if session.scalar(ANNOTATOR_BY_PLATFORM_ID, key) is None:
+        raise AnnotationError("This study does not know this worker.", 404)
     return end_comment(session, _mturk_worker(session, slug, form, None), form)
 
 

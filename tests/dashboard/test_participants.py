@@ -119,6 +119,16 @@ def test_mturk_redirects_to_consent_with_its_ids_then_back(client, session, stud
     assert r.status_code == 303
     r = client.get(r.headers["location"])
     assert r.template.name == "nextword/hit.html" and _hidden(r.text)["workerId"] == "W1"
+    # the end-of-study comment: a known worker's is kept, a made-up worker id makes nothing
+    made = _count(session, Annotator)
+    r = client.post(f"/mturk/{study.slug}/comment", data={**fields, "comment": "from MTurk"})
+    assert r.status_code == 200 and "Thank you for your comment" in r.text
+    stranger = {**fields, "workerId": "NOBODY", "comment": "spam"}
+    assert client.post(f"/mturk/{study.slug}/comment", data=stranger).status_code == 404
+    assert _count(session, Annotator) == made
+    worker = session.scalar(select(Annotator).where(Annotator.external_id == "W1"))
+    session.refresh(worker)
+    assert worker.comment == "from MTurk"
     # the preview (no assignment yet) is shown without asking
     preview = client.get(f"/mturk/{study.slug}?assignmentId=ASSIGNMENT_ID_NOT_AVAILABLE")
     assert preview.status_code == 200

@@ -17,8 +17,9 @@ simulated crowd's annotator, not a person), ``annotator_blocked``,
 work that may not count: ``over_cap``, ``extra_replica``, ``after_block``,
 ``unverified``; the participant's side (issue 33): ``hit_comment`` (their comment on the
 HIT), ``page_away``, ``page_away_ms`` (how often and how long they left the page on this
-pair's two steps, where the page's script ran; empty: none recorded). Text cells a spreadsheet would run as a formula are neutralised as in
-every export (:mod:`app.results.exports`).
+pair's two steps, where the page's script ran; empty: none recorded). Text cells a
+spreadsheet would run as a formula are neutralised as in every export
+(:mod:`app.results.exports`).
 
 ``ratings_table.csv`` columns, one row per figure, main variant first: ``study``,
 ``exclusions`` (on/off), ``figure`` (``mean`` of a kind; ``gap`` = data - model; ``ratio`` =
