@@ -37,6 +37,7 @@ from app.annotation.errors import AnnotationError
 from app.annotation.schemas import AnnotatorRef, Lease, StudyRef
 from app.models import Annotator, Assignment, Channel, Hit, Study, utcnow
 
+_assignments = Assignment.__table__
 MAX_COMMENT = 2000  # characters of one comment
 # A page signal's form field: `sig{position}` (a next-word HIT's item) or
 # `sig{position}.{step}` (a ratings HIT's step), valued "times away,milliseconds away".
@@ -154,15 +155,26 @@ def store_extras(
     session: Session, study: StudyRef | None, lease: Lease, extras: Extras, *, last_step: bool
 ) -> None:
     """Keep a stored post's page signals (each item's, as last sent) and, at the HIT's last
-    step, its comment (when the study offers comment boxes)."""
+    step, its comment (when the study offers comment boxes).
+
+    One statement when the assignment has no signals yet (a next-word HIT's one post, a
+    ratings HIT's first step); a later step's are merged with those stored (three)."""
     values: dict[str, Any] = {}
-    if extras.signals:
-        stored = session.scalar(select(Assignment.page_signals).where(Assignment.id == lease.id))
-        values["page_signals"] = {**(stored or {}), **extras.signals}
     if last_step and extras.comment is not None and comments_on(study):
         values["comment"] = extras.comment
+    this = _assignments.c.id == lease.id
+    if extras.signals:
+        first = session.execute(
+            update(_assignments)
+            .where(this, _assignments.c.page_signals.is_(None))
+            .values(page_signals=extras.signals, **values)
+        )
+        if first.rowcount:
+            return
+        stored = session.scalar(select(_assignments.c.page_signals).where(this))
+        values["page_signals"] = {**(stored or {}), **extras.signals}
     if values:
-        session.execute(update(Assignment).where(Assignment.id == lease.id).values(**values))
+        session.execute(update(_assignments).where(this).values(**values))
 
 
 def end_comment(session: Session, annotator: AnnotatorRef, form: Mapping[str, str]) -> bool:
