@@ -110,11 +110,15 @@ def _consent_then_hit(page, server, link) -> str:
     return page.locator("#hit-form input[name=assignment]").get_attribute("value")
 
 
-def _answer_and_comment(page, comment: str, *, tap: bool = False) -> None:
+def _answer(page, *, tap: bool = False) -> None:
     items = page.locator("fieldset.item")
     for i in range(items.count()):
         option = items.nth(i).locator("label.option").nth(1)
         option.tap() if tap else option.click()
+
+
+def _answer_and_comment(page, comment: str, *, tap: bool = False) -> None:
+    _answer(page, tap=tap)
     page.locator("#hit-comment summary").click()
     page.locator("#f-comment").fill(comment)
     page.locator("#send").click()
@@ -146,13 +150,25 @@ def test_desktop_consent_hit_comment_signals_and_layout(server, browser):
     page.evaluate("window.dispatchEvent(new Event('blur'))")
     page.wait_for_timeout(300)
     page.evaluate("window.dispatchEvent(new Event('focus'))")
+    _answer(page)
+    # then, on the last text, the tab hidden for a while (another tab in front)
+    for state in ("hidden", "visible"):
+        page.evaluate(
+            "s => { Object.defineProperty(document, 'visibilityState', "
+            "{configurable: true, get: () => s}); "
+            "document.dispatchEvent(new Event('visibilitychange')); }",
+            state,
+        )
+        page.wait_for_timeout(200)
     _answer_and_comment(page, "Text 3 was <odd>")
     _end_comment(page, "Thank you, it was fun")
     stored = _assignment(server, public_id)
     assert stored.comment == "Text 3 was <odd>"
     away, ms = stored.page_signals["0"]
     assert away == 1 and 250 <= ms < 10_000
-    assert all(v == [0, 0] for k, v in stored.page_signals.items() if k != "0")
+    hidden, hidden_ms = stored.page_signals["10"]
+    assert hidden == 1 and 150 <= hidden_ms < 10_000
+    assert all(v == [0, 0] for k, v in stored.page_signals.items() if k not in ("0", "10"))
     person = _person(server, public_id)
     assert person.consented_at is not None and person.comment == "Thank you, it was fun"
     context.close()
