@@ -8,8 +8,10 @@ from __future__ import annotations
 import pytest
 from botocore.stub import Stubber
 from sqlalchemy import select
+from typer.testing import CliRunner
 
 from app.annotation.participants import earlier_workers
+from app.cli import cli
 from app.crowd import common, publishing
 from app.crowd.audience import audience
 from app.crowd.base import PostingSpec, Qualifications
@@ -17,8 +19,8 @@ from app.crowd.platforms.mturk.client import make_client
 from app.crowd.platforms.mturk.formats import qualification_requirements
 from app.crowd.platforms.mturk.provider import MTurkProvider
 from app.crowd.registry import PLATFORMS
-from app.db import make_sessionmaker
-from app.models import Annotator, Channel, CrowdPosting
+from app.db import build_engine, make_sessionmaker
+from app.models import Annotator, Channel, CrowdPosting, StudyStatus
 from tests.crowd.mturk_standin import Server
 from tests.crowd.prolific_standin import FakeProlific
 from tests.hits.factory import make_study
@@ -210,3 +212,22 @@ def test_what_the_crowd_page_is_told(session):
     local = audience(session, study, PLATFORMS["local"])
     assert local.how == "" and local.excluded == ["pilot"]
     assert earlier_workers(session, study, Channel.mturk) == ["WOLD1", "WOLD2"]
+
+
+def test_the_cli_shows_who_may_take_part_before_publishing(migrated_copy, monkeypatch):
+    engine = build_engine(migrated_copy.settings())
+    with make_sessionmaker(engine)() as s, s.begin():
+        _earlier(s)
+        study = _study(s)
+        study.status = StudyStatus.collecting
+    monkeypatch.setenv("DATABASE_URL", migrated_copy.url)
+    monkeypatch.setenv("EBC_ENV", "test")
+    monkeypatch.setenv("EBC_BASE_URL", "https://ebc.example.org")
+    args = ["crowd", "publish", "main", "--provider", "local"]
+    out = CliRunner().invoke(cli, args, input="n\n")  # the preview, then "no"
+    engine.dispose()
+    assert out.exit_code == 1, out.output
+    assert "excluded: people of pilot (refused at entry; Local (invite links): our records" in (
+        out.output
+    )
+    assert "names 'never-made', which no study is" in out.output
