@@ -98,6 +98,7 @@ EXPECTED: dict[tuple[str, str], dict[str, int] | str] = {
     ("GET", "/api/v1/studies/{slug}/plot.{fmt}"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/judgments.{fmt}"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/items.{fmt}"): API_STUDY,
+    ("GET", "/api/v1/studies/{slug}/annotators.csv"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/results/ebm.{fmt}"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/samples.{fmt}"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/results/ratings_table.{fmt}"): API_STUDY,
@@ -173,6 +174,13 @@ EXPECTED: dict[tuple[str, str], dict[str, int] | str] = {
     ("GET", "/p/{slug}"): LINK,
     ("GET", "/mturk/{slug}"): LINK,
     ("POST", "/mturk/{slug}/submit"): LINK,
+    # Issue 33: the consent page (none in these studies: 404) and the end-of-study comment.
+    ("GET", "/a/{token}/consent"): LINK,
+    ("POST", "/a/{token}/consent"): LINK,
+    ("POST", "/a/{token}/comment"): LINK,
+    ("GET", "/mturk/{slug}/consent"): LINK,
+    ("POST", "/mturk/{slug}/consent"): LINK,
+    ("POST", "/mturk/{slug}/comment"): LINK,
 }
 # Path parameters other than the study and the annotator's link (see `_url`).
 FORMATS = {"plot.{fmt}": "svg"}
