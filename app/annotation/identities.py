@@ -259,14 +259,18 @@ def crowd_annotator(
     now: datetime | None = None,
     *,
     enrolment: Enrolment | None = None,
+    namespace: str | None = None,
 ) -> AnnotatorRef:
     """The study's annotator for a platform id (MTurk workerId, Prolific participant), made once.
 
     A new identity is made only within `enrolment`'s limits (429 past them), and records
-    the keyed hash of the address it came from.
+    the keyed hash of the address it came from. `namespace`: the id is one of that source's
+    (an offline batch's tool installation), stored as `namespace:id`.
     """
     now = now or utcnow()
     external_id = platform_id(external_id)
+    if namespace is not None:
+        external_id = f"{namespace}:{external_id}"
     begin_write(session)
     session.flush()  # Core statements do not autoflush pending ORM changes
     key = {"study_id": study.id, "channel": channel, "external_id": external_id}
