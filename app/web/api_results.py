@@ -28,7 +28,7 @@ from app.results.schemas import (
 from app.results.stats import PlanTarget, StudyPlan
 from app.studies.service import visible_studies
 from app.studytypes.base import OptionNotForThisType
-from app.studytypes.registry import study_type_of
+from app.studytypes.registry import STUDY_TYPES, study_type_of
 from app.web.deps import SessionDep
 from app.web.downloads import export_response
 from app.web.security import ApiStudyDep, ApiUserDep, api_user
@@ -114,6 +114,44 @@ def _refuse_options(study: Study, query: ResultQuery) -> None:
             for name in exc.fields
         ]
         raise RequestValidationError(errors) from None
+
+
+REFUSED_BY = "x-refused-by-study-types"
+"""The OpenAPI extension on a results option: the study types that refuse it (422)."""
+
+
+def refused_options() -> dict[str, list[str]]:
+    """Per results option, the study types (their names) that refuse it when given: each
+    type's own `check_options`, asked with the option alone set to its default."""
+    refused: dict[str, list[str]] = {}
+    for option, spec in ResultQuery.model_fields.items():
+        given = ResultQuery.model_validate({option: spec.default})
+        for plugin in STUDY_TYPES.values():
+            try:
+                plugin.results.check_options(given)
+            except OptionNotForThisType:
+                refused.setdefault(option, []).append(plugin.name.value)
+    return refused
+
+
+def document_refusals(schema: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAPI document per study type: every results option that a type refuses says
+    so, in words and as `REFUSED_BY` (a client, or schemathesis, reads which values a study
+    of each type takes). Changes `schema` in place and returns it."""
+    refused = refused_options()
+    nouns = {plugin.name.value: plugin.noun for plugin in STUDY_TYPES.values()}
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                types = refused.get(parameter["name"]) if parameter["in"] == "query" else None
+                if not types:
+                    continue
+                parameter[REFUSED_BY] = types
+                who = " or ".join(f"{nouns[t]} study" for t in types)
+                note = f"Refused by {who} (422 naming it): not an option of its figures."
+                described = parameter.get("description") or parameter["schema"].get("description")
+                parameter["description"] = f"{described} {note}" if described else note
+    return schema
 
 
 def result_options(study: StudyDep, query: Annotated[ResultQuery, Query()]) -> ResultQuery:
