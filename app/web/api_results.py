@@ -464,6 +464,12 @@ def manifest(study: StudyDep, session: SessionDep) -> ManifestOut:
     return catalog.manifest(session, study)
 
 
+_INFEASIBLE = (
+    "Values inside the range that ask for a plan no study can reach (with this study's "
+    "CGD(data) and design effect) are refused: 422, type plan_infeasible."
+)
+
+
 @router.get(
     "/studies/{slug}/plan",
     response_model=StudyPlan,
@@ -471,8 +477,10 @@ def manifest(study: StudyDep, session: SessionDep) -> ManifestOut:
         **_404_NEXTWORD,
         422: {
             "model": ValidationErrorOut,
-            "description": "invalid parameters, or a target no study can reach (the detail "
-            "says why: EB-C x CGD(data) >= 1, or more judgments than any study collects)",
+            "description": "invalid parameters, or a target no study can reach: an error "
+            "of type plan_infeasible whose detail says why (EB-C x CGD(data) >= 1, or more "
+            "judgments than any study collects); which values those are depends on the "
+            "study's measured CGD(data) and design effect",
         },
     },
     summary="Power and budget planner (design effect measured on the study's data; "
@@ -481,10 +489,25 @@ def manifest(study: StudyDep, session: SessionDep) -> ManifestOut:
 def plan(
     study: PlanStudyDep,
     session: SessionDep,
-    target_ebc: Annotated[float | None, Query(gt=1.0, le=3.0)] = PlanTarget.target_ebc,
-    halfwidth: Annotated[float | None, Query(gt=0, le=1)] = PlanTarget.halfwidth,
-    power: Annotated[float, Query(gt=0.05, lt=1)] = PlanTarget.power,
-    alpha: Annotated[float, Query(gt=0, lt=0.5)] = PlanTarget.alpha,
+    target_ebc: Annotated[
+        float | None, Query(gt=1.0, le=3.0, description=f"the EB-C to detect. {_INFEASIBLE}")
+    ] = PlanTarget.target_ebc,
+    halfwidth: Annotated[
+        float | None,
+        Query(
+            gt=0,
+            le=1,
+            description="plan an interval of this half-width instead of a test. A half-"
+            "width below about 1e-4 (at the defaults; more with a larger design effect) "
+            f"needs over 10^9 judgments per cell. {_INFEASIBLE}",
+        ),
+    ] = PlanTarget.halfwidth,
+    power: Annotated[
+        float, Query(gt=0.05, lt=1, description=f"power of the test. {_INFEASIBLE}")
+    ] = PlanTarget.power,
+    alpha: Annotated[
+        float, Query(gt=0, lt=0.5, description=f"two-sided level. {_INFEASIBLE}")
+    ] = PlanTarget.alpha,
     seed: Annotated[int, Query(ge=0, lt=2**63)] = 0,
 ) -> StudyPlan:
     target = PlanTarget(target_ebc=target_ebc, halfwidth=halfwidth, power=power, alpha=alpha)
