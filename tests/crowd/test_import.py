@@ -353,6 +353,7 @@ def edit_rows(results: str, keep: list[int]) -> str:
     return "\r\n".join([lines[0], *(lines[i + 1] for i in keep)]) + "\r\n"
 
 
+@pytest.mark.sqlite  # the file's reading: the same on every backend
 def test_an_anonymous_row_names_the_setting_to_change(session):
     study, results, _ = batch(session, "im12", per_cell=20)
     report = import_results(
@@ -392,6 +393,7 @@ def test_a_row_with_an_unanswered_text_is_refused_whole_as_the_page_refuses_it(s
         submit(session, person, work.public_id, answers)
 
 
+@pytest.mark.sqlite  # the file's reading: the same on every backend
 def test_a_huge_cell_is_quoted_cut_in_the_report(session):
     study, results, _ = batch(session, "im14", per_cell=20)
     huge = "9" * 100_000
@@ -408,6 +410,7 @@ def test_a_huge_cell_is_quoted_cut_in_the_report(session):
     assert len(messages[3].message) < 300 and "(100,000 characters)" in messages[3].message
 
 
+@pytest.mark.sqlite  # the file's reading: the same on every backend
 def test_results_of_a_batch_with_one_row_per_replica_still_import(session):
     study, results, _ = batch(session, "im15", per_cell=20)
     rows = read_csv(results)
