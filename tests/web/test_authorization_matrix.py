@@ -27,9 +27,9 @@ from app.annotation.identities import invite_token
 from app.auth.service import create_api_token, hash_password, revoke_api_token
 from app.models import Base, Judgment, StudyMember, User
 from app.studies.schemas import RESERVED_SLUGS
-from tests.dashboard.conftest import PASSWORD, csrf_of, login
 from tests.hits.factory import annotator, make_study
 from tests.hits.ratings_factory import make_ratings_study
+from tests.web.accounts import PASSWORD, csrf_of, login
 
 try:  # FastAPI >= 0.16x flattens included routers lazily
     from fastapi.routing import iter_route_contexts
@@ -194,7 +194,7 @@ def _routes(app) -> list[tuple[str, str]]:
 
 
 @cache
-def _password_hash() -> str:
+def password_hash() -> str:
     return hash_password(PASSWORD)
 
 
@@ -221,7 +221,7 @@ def world(client, session, settings) -> World:
     other = make_study(session, slug="s2", lengths=(10,), per_cell=5)
     users = {}
     for name in RESEARCHERS:
-        users[name] = User(username=name, password_hash=_password_hash(), is_admin=name == ADMIN)
+        users[name] = User(username=name, password_hash=password_hash(), is_admin=name == ADMIN)
         session.add(users[name])
     session.flush()
     ratings = make_ratings_study(session, slug="r1", per_cell=5)
