@@ -33,6 +33,7 @@ from app.web import (
     annotate_participants,
     api,
     api_docs,
+    api_results,
     dashboard,
     dashboard_annotators,
     dashboard_crowd,
@@ -106,6 +107,14 @@ def create_app(settings: Settings | None = None, *, bind: Connection | None = No
         lifespan=lifespan,
     )
     app.state.settings = settings
+    openapi = app.openapi  # FastAPI's, which caches the document it makes
+
+    def documented() -> dict:
+        made = app.openapi_schema is None
+        schema = openapi()
+        return api_results.document_refusals(schema) if made else schema
+
+    app.openapi = documented  # type: ignore[method-assign]
     # Checking every template file on disk per render only helps while editing them.
     templates.env.auto_reload = settings.env is Environment.development
     app.add_middleware(

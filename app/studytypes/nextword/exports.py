@@ -34,7 +34,6 @@ CSV cells, JSON lines and failures mid-way follow :mod:`app.results.exports`.
 
 from __future__ import annotations
 
-import csv
 import io
 from collections.abc import Iterator
 from typing import Any
@@ -42,6 +41,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.annotation.participants import PAGE_SIGNAL_FIELDS, with_page_signals
+from app.csvfiles import DictCsvWriter
 from app.models import Study
 from app.results.exports import (
     csv_cell,
@@ -152,7 +152,7 @@ def _result_rows(results: ResultsOut, rs: ResultSet) -> Iterator[dict[str, Any]]
 def results_csv(results: ResultsOut) -> str:
     """Every figure, one row per quantity, main variant first, then the other."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, RESULT_FIELDS, lineterminator="\n", extrasaction="ignore")
+    writer = DictCsvWriter(buf, RESULT_FIELDS, extras="ignore")
     writer.writeheader()
     for rs in (results.results, results.other):
         if rs is None:

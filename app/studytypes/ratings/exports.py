@@ -38,7 +38,6 @@ Empty cells are nulls.
 
 from __future__ import annotations
 
-import csv
 import io
 from collections.abc import Iterator
 from typing import Any
@@ -46,6 +45,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.annotation.participants import PAGE_SIGNAL_FIELDS, with_page_signals
+from app.csvfiles import DictCsvWriter
 from app.models import Study
 from app.results.exports import (
     csv_cell,
@@ -180,7 +180,7 @@ def ratings_table_csv(res: ResultsOut) -> str:
     """Every figure of a ratings study, one row each, main variant first (only the header
     when there are none)."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, TABLE_FIELDS, lineterminator="\n")
+    writer = DictCsvWriter(buf, TABLE_FIELDS)
     writer.writeheader()
     for v in _variants(res.ratings):
         for row in _table_rows(res.study, v):
