@@ -10,12 +10,11 @@ translations after forced prefixes); no page or API serves them yet.
 
 from __future__ import annotations
 
-import csv
-import io
 from dataclasses import asdict, dataclass
 from html import escape
 
-from app.results.exports import csv_text, tex_escape
+from app.csvfiles import write_csv
+from app.results.exports import tex_escape
 
 
 @dataclass(frozen=True)
@@ -37,12 +36,8 @@ SAMPLE_FIELDS = list(Sample.__dataclass_fields__)
 
 
 def samples_csv(samples: list[Sample]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, SAMPLE_FIELDS, lineterminator="\n")
-    writer.writeheader()
-    for s in samples:
-        writer.writerow({k: csv_text(v) if isinstance(v, str) else v for k, v in asdict(s).items()})
-    return buf.getvalue()
+    """One line per sample, text cells neutralised (`app.csvfiles`)."""
+    return write_csv(SAMPLE_FIELDS, (asdict(s) for s in samples), lineterminator="\n")
 
 
 def samples_latex(samples: list[Sample], caption: str) -> str:

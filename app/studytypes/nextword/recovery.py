@@ -18,14 +18,13 @@ writers give CSV (one line per point, text cells neutralised), LaTeX and the plo
 
 from __future__ import annotations
 
-import csv
-import io
 from typing import Any, Literal
 
 from sqlalchemy.orm import Session
 
+from app.csvfiles import write_csv
 from app.models import Study
-from app.results.exports import csv_text, tex_escape
+from app.results.exports import tex_escape
 from app.results.schemas import (
     CorruptionPoint,
     DiagnosticsOut,
@@ -152,14 +151,15 @@ def _lines(rec: RecoveryOut) -> list[dict[str, Any]]:
 
 
 def recovery_csv(rec: RecoveryOut) -> str:
-    """One line per point; empty cells for what a point does not have or cannot compute."""
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, RECOVERY_FIELDS, lineterminator="\n", extrasaction="ignore")
-    writer.writeheader()
-    for line in _lines(rec):
-        row = {"study": rec.study, **line}
-        writer.writerow({k: csv_text(v) if isinstance(v, str) else v for k, v in row.items()})
-    return buf.getvalue()
+    """One line per point; empty cells for what a point does not have or cannot compute; text
+    cells neutralised (`app.csvfiles`)."""
+    rows = [{"study": rec.study, **line} for line in _lines(rec)]
+    fields = set(RECOVERY_FIELDS)
+    return write_csv(
+        RECOVERY_FIELDS,
+        ({k: v for k, v in row.items() if k in fields} for row in rows),
+        lineterminator="\n",
+    )
 
 
 def _num(v: Any) -> str:
