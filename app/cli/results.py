@@ -126,7 +126,7 @@ def diagnostics(
     exclusions: Exclusions = "on",
 ) -> None:
     """Print a study's diagnostics: CGD per prefix kind and length from people and from the
-    reference model, with the self-recovery gaps (the same table as
+    reference model, with the corruption ratios and EB-C_gap (the same table as
     GET /api/v1/studies/{slug}/results/diagnostics; next-word studies)."""
     from app.cli.common import fail, load_settings, session_scope, study_named
     from app.studytypes.registry import study_type_of

@@ -21,7 +21,7 @@ Exclusions (blocked annotators, failed attention checks, too-fast answers) are a
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
@@ -96,7 +96,8 @@ class Quantity:
     """One reported number with its uncertainty.
 
     ``name`` is ``"cgd"`` (one cell), ``"ebc"`` (model over data at one length),
-    ``"ratio"`` (a diagnostic kind over data at one length) or ``"trend"`` (slope of
+    ``"ratio"`` (a diagnostic kind over data at one length), ``"ebc_gap"`` (a gap kind at
+    length l over data at ``reference_length`` = l + g: EB-C_gap) or ``"trend"`` (slope of
     ``ln EB-C`` per word of prefix length, OLS over the lengths).
 
     ``estimate, se, low, high`` come from the chosen method (``method``): ``"wild"``
@@ -116,7 +117,7 @@ class Quantity:
     the trend under the default, the jackknife t test of slope = 0; NaN otherwise.
     """
 
-    name: Literal["cgd", "ebc", "ratio", "trend"]
+    name: Literal["cgd", "ebc", "ratio", "ebc_gap", "trend"]
     length: int | None
     kind: Kind | None
     reference_kind: Kind | None
@@ -138,6 +139,11 @@ class Quantity:
     few_annotators: bool
     n_effective: Figure = float("nan")
     p_value: Figure = float("nan")
+    reference_length: int | None = None  # a ratio's denominator cell's length
+
+
+RATIO_NAMES = ("ebc", "ratio", "ebc_gap")
+"""The quantities that are ratios of two cells' CGDs (their intervals and tests are a ratio's)."""
 
 
 @dataclass(frozen=True)
@@ -292,15 +298,19 @@ def _totals(g: np.ndarray, cell: np.ndarray, v: np.ndarray, n_cells: int) -> np.
 
 
 def _quantity_matrix(
-    cells: np.ndarray, data_kind: int, model_kind: int
+    cells: np.ndarray, data_kind: int, model_kind: int, gaps: Mapping[int, int] | None = None
 ) -> tuple[np.ndarray, list[tuple], np.ndarray]:
     """Every reported quantity as a linear map of ``ln CGD`` per cell.
 
-    Rows: ``ln CGD_j`` for each cell; ``ln CGD_(l,k) - ln CGD_(l,data)`` for each
-    length and non-data kind; the OLS slope ``sum_l c_l ln EB-C_l`` with
-    ``c_l = (l - mean l) / sum (l - mean l)^2`` when two or more lengths have EB-C.
-    Returns ``(A, labels, exp_scale)``; ``exp_scale`` marks rows reported as ``exp``.
+    Rows: ``ln CGD_j`` for each cell; ``ln CGD_(l,k) - ln CGD_(l,data)`` for each length and
+    non-data kind, but a gap kind (``gaps``: its code -> g), whose row is ``ln CGD_(l,k) - ln
+    CGD_(l+g,data)`` (EB-C_gap, where that data cell exists); the OLS slope ``sum_l c_l ln
+    EB-C_l`` with ``c_l = (l - mean l) / sum (l - mean l)^2`` when two or more lengths have
+    EB-C.
+    Returns ``(A, labels, exp_scale)``; ``exp_scale`` marks rows reported as ``exp``; a
+    label is (name, length, kind, reference kind, reference length).
     """
+    gaps = gaps or {}
     n_cells = cells.shape[0]
     rows: list[np.ndarray] = []
     labels: list[tuple] = []
@@ -308,7 +318,7 @@ def _quantity_matrix(
         r = np.zeros(n_cells)
         r[j] = 1.0
         rows.append(r)
-        labels.append(("cgd", int(length), int(kind), None))
+        labels.append(("cgd", int(length), int(kind), None, None))
     index = {(int(a), int(b)): j for j, (a, b) in enumerate(cells)}
     ebc_rows: list[tuple[int, np.ndarray]] = []
     for length in np.unique(cells[:, 0]):
@@ -316,21 +326,28 @@ def _quantity_matrix(
         if ref is None:
             continue
         for kind in np.unique(cells[cells[:, 0] == length, 1]):
-            if kind == data_kind:
+            if kind == data_kind or int(kind) in gaps:
                 continue
             r = np.zeros(n_cells)
             r[index[(int(length), int(kind))]] += 1.0
             r[ref] -= 1.0
             rows.append(r)
             name = "ebc" if kind == model_kind else "ratio"
-            labels.append((name, int(length), int(kind), data_kind))
+            labels.append((name, int(length), int(kind), data_kind, int(length)))
             if kind == model_kind:
                 ebc_rows.append((int(length), r))
+    for (length, kind), j in index.items():  # EB-C_gap: over data at l + g
+        ref = index.get((length + gaps.get(kind, 0), data_kind))
+        if kind in gaps and ref is not None:
+            r = np.zeros(n_cells)
+            r[j], r[ref] = 1.0, -1.0
+            rows.append(r)
+            labels.append(("ebc_gap", length, kind, data_kind, length + gaps[kind]))
     if len(ebc_rows) >= 2:
         ls = np.array([length for length, _ in ebc_rows], dtype=float)
         c = (ls - ls.mean()) / np.sum((ls - ls.mean()) ** 2)
         rows.append(sum(ci * r for ci, (_, r) in zip(c, ebc_rows, strict=True)))
-        labels.append(("trend", None, model_kind, data_kind))
+        labels.append(("trend", None, model_kind, data_kind, None))
     a = np.array(rows)
     exp_scale = np.array([lab[0] != "trend" for lab in labels])
     return a, labels, exp_scale
@@ -448,9 +465,9 @@ class _Fit:
     counted: dict[int, np.ndarray] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, des: _Design, data_kind: int, model_kind: int) -> _Fit:
+    def of(cls, des: _Design, data_kind: int, model_kind: int, gaps=None) -> _Fit:
         n_cells = des.cells.shape[0]
-        a, labels, exp_scale = _quantity_matrix(des.cells, data_kind, model_kind)
+        a, labels, exp_scale = _quantity_matrix(des.cells, data_kind, model_kind, gaps)
         tot_s = np.bincount(des.cell, weights=des.y, minlength=n_cells)
         tot_n = np.bincount(des.cell, weights=des.w, minlength=n_cells)
         est = _theta(tot_s, tot_n, a, exp_scale)
@@ -464,7 +481,8 @@ class _Fit:
         return self.des.cells.shape[0]
 
     def named(self, *names: str) -> np.ndarray:
-        """Which quantities are named one of `names` ("cgd", "ebc", "ratio", "trend")."""
+        """Which quantities are named one of `names` ("cgd", "ebc", "ratio", "ebc_gap",
+        "trend")."""
         return np.array([lab[0] in names for lab in self.labels])
 
     def rows(self, *names: str) -> list[int]:
@@ -555,7 +573,7 @@ class _Headline:
         # them whatever the resampling unit.
         s_a, n_a = fit.totals(fit.des.annotator)
         n_eff = effective_clusters(n_a @ fit.involved.T)
-        ratio_rows, ebc_rows = fit.rows("ebc", "ratio"), fit.rows("ebc")
+        ratio_rows, ebc_rows = fit.rows(*RATIO_NAMES), fit.rows("ebc")
         num = np.where(fit.a[ratio_rows] > 0, 1.0, 0.0)
         den = np.where(fit.a[ratio_rows] < 0, 1.0, 0.0)
         pooled = len(ebc_rows) >= 2
@@ -649,7 +667,7 @@ def _wild_bars(
     with _quiet_nan():
         jack = _theta(fit.tot_s - s_g, fit.tot_n - n_g, fit.a, fit.exp_scale)
         # Symmetric scale: ln of a ratio; a CGD and the (log-scale) slope as they are.
-        is_ratio = fit.named("ebc", "ratio")
+        is_ratio = fit.named(*RATIO_NAMES)
         sym = np.where(is_ratio, np.log(est), est)
         jack = np.where(is_ratio, np.log(jack), jack)
         se_sym, tq, p_jack = jackknife_t(
@@ -766,6 +784,7 @@ def _quantities(
             few_annotators=bool(few[k]),
             n_effective=float(head.n_eff[k]),
             p_value=float(bars.p_value[k]),
+            reference_length=lab[4],
         )
         for k, lab in enumerate(fit.labels)
     ]
@@ -790,6 +809,7 @@ def estimate_ebc(
     model_kind: int = MODEL_KIND,
     attention: np.ndarray | None = None,
     keep: np.ndarray | None = None,
+    gaps: Mapping[int, int] | None = None,
 ) -> EBCResults:
     """CGD per cell, EB-C (and each diagnostic kind over ``data``) per length, and the
     trend of ``ln EB-C`` over length, each with an error bar.
@@ -798,7 +818,9 @@ def estimate_ebc(
         single:    ``CGD_j = sum_{r in j} d_r / n_j`` over judgments (the paper's).
         plurality: ``CGD_j = sum_{i in j} d_i / n_items_j`` with ``d_i`` from
                    :func:`plurality_by_item`.
-        ``EB-C_l = CGD_(l,model) / CGD_(l,data)``; diagnostic ratios likewise;
+        ``EB-C_l = CGD_(l,model) / CGD_(l,data)``; diagnostic ratios likewise; a gap
+        kind's (``gaps``: kind code -> g) ``EB-C_gap_l = CGD_(l,kind) / CGD_(l+g,data)``
+        (the later paper's App. A eq. 9), with a ratio's intervals and test;
         trend = OLS slope of ``ln EB-C_l`` on ``l`` (per word).
 
     Estimand: the population CGD and EB-C of :mod:`app.results.stats.cluster` (the
@@ -850,7 +872,7 @@ def estimate_ebc(
     if ci not in ("wild", "percentile", "bca"):
         raise ValueError(f"unknown interval method {ci!r}")
     des = _design(d, length, kind, annotator, hit, item, choice, estimator, attention, keep)
-    fit = _Fit.of(des, data_kind, model_kind)
+    fit = _Fit.of(des, data_kind, model_kind, gaps)
     n_judg = fit.involved @ np.bincount(des.cell, minlength=fit.n_cells)
     n_items = fit.n_present(des.item)
     n_annot = fit.n_present(des.annotator)
@@ -885,7 +907,7 @@ def estimate_ebc(
         n_clusters=int(fit.unit(unit).max()) + 1,
         few_annotators=bool(few.any()),
         cgd=[q for q in quantities if q.name == "cgd"],
-        ratios=[q for q in quantities if q.name in ("ebc", "ratio")],
+        ratios=[q for q in quantities if q.name in RATIO_NAMES],
         trend=next((q for q in quantities if q.name == "trend"), None),
         warnings=notes,
         n_effective=float(effective_clusters(head.n_a.sum(axis=1))),
@@ -896,9 +918,9 @@ def estimate_ebc(
 
 
 def _describe(label: tuple) -> str:
-    name, length, kind, _ = label
+    name, length, kind = label[:3]
     if name == "trend":
         return "the trend"
     if name == "cgd":
         return f"CGD at l={length} (kind {kind})"
-    return f"{'EB-C' if name == 'ebc' else 'a ratio'} at l={length}"
+    return f"{ {'ebc': 'EB-C', 'ebc_gap': 'EB-C_gap'}.get(name, 'a ratio') } at l={length}"

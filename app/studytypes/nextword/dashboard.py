@@ -13,6 +13,7 @@ from app.results.stats import PlanTarget
 from app.studytypes.nextword import diagnostics, planning
 from app.studytypes.nextword.downloads import CATALOGUE
 from app.studytypes.nextword.plot import diagnostics_plot, results_plot
+from app.studytypes.nextword.recovery import recovery_from, recovery_plot
 
 ANSWERS_LABEL, ITEMS_LABEL = "Judgments", "Items"  # as the study page names them
 
@@ -29,9 +30,12 @@ def results_page(session: Session, study: Study, options: Any) -> tuple[str, dic
     plot = None
     if res.results is not None:
         plot = base64.b64encode(results_plot(res, "svg")).decode()
-    diag_plot = None
+    diag_plot = recovery_svg = None
     if diag is not None:
         diag_plot = base64.b64encode(diagnostics_plot(diag, "svg")).decode()
+        rec = recovery_from(diag)
+        if rec.gap_curve or rec.corruption_curve:
+            recovery_svg = base64.b64encode(recovery_plot(rec, "svg")).decode()
     return "nextword/results.html", {
         "study": study,
         "res": res,
@@ -41,7 +45,10 @@ def results_page(session: Session, study: Study, options: Any) -> tuple[str, dic
         "planner": options,
         "diagnostics": diag,
         "diagnostics_plot": diag_plot,
-        "downloads": [n for n in CATALOGUE if diag or not n.startswith("diagnostics.")],
+        "recovery_plot": recovery_svg,
+        "downloads": [
+            n for n in CATALOGUE if diag or not n.startswith(("diagnostics.", "recovery."))
+        ],
     }
 
 

@@ -57,7 +57,7 @@ from app.results.stats.agreement import AGREEMENT_B
 from app.studytypes.nextword import exports, queries
 from app.studytypes.nextword.planning import plan_from_judgments
 from app.studytypes.nextword.queries import Judgments, References
-from app.studytypes.nextword.synthetic import reference_model, synthetic_results
+from app.studytypes.nextword.synthetic import gap_codes, reference_model, synthetic_results
 
 
 class _Variant(NamedTuple):
@@ -246,6 +246,7 @@ def _result_set(
         level=query.level,
         seed=query.seed,
         keep=mask,
+        gaps=gap_codes(j.kinds),  # EB-C_gap of the gap kinds, as the diagnostics count it
     )
     kinds = j.kinds
     sub = j if mask.all() else j.take(mask)
