@@ -302,7 +302,7 @@ def main() -> None:
             f"COPY in {t_copy:.1f} s"
         )
 
-        query = ResultQuery(b=args.b, unit="annotator", seed=args.seed)
+        query = ResultQuery(b=args.b, seed=args.seed)  # unit auto: nested here, annotator
         rows: list[tuple[str, Timing, Timing | None, str]] = []
         with make_sessionmaker(engine)() as session:
             from app.models import Study

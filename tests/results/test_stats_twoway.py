@@ -27,7 +27,7 @@ def test_the_rule_nested_overlap_and_replicas():
     ann = (np.arange(150) * 7) % 11
     crossed = detect_design(item, ann)
     assert crossed.design == "crossed" and crossed.shared_share == 1.0
-    assert crossed.annotators_per_item == pytest.approx(3.0)
+    assert crossed.judgments_per_item == pytest.approx(3.0)
     assert "crossed" in crossed.reason and "two-way" in crossed.reason
     # An overlap subset: m of 100 items judged by 3 annotators, the rest once; share
     # 3m / (100 - m + 3m). The default 5% gives 13.6%: nested; 15% gives 34.6%: crossed.

@@ -58,14 +58,13 @@ class Crossing:
     """Which design the judgments have, and why (:func:`detect_design`).
 
     ``shared_share``: share of the judgments on items that two or more distinct
-    annotators judged; ``annotators_per_item``: the mean number of distinct annotators
-    over those items (NaN when there are none); ``reason``: the rule and the figures in a
-    sentence.
+    annotators judged; ``judgments_per_item``: the mean number of judgments on those
+    items (NaN when there are none); ``reason``: the rule and the figures in a sentence.
     """
 
     design: Literal["nested", "crossed"]
     shared_share: float
-    annotators_per_item: float
+    judgments_per_item: float
     reason: str
 
 
@@ -74,25 +73,25 @@ def detect_design(
 ) -> Crossing:
     """Nested or crossed, from the judgments' item and annotator codes (0..n-1 each).
 
-    Crossed when ``shared_share >= threshold``. Only items with two or more judgments are
-    looked at pair by pair, so a nested study costs one ``bincount``."""
+    Crossed when ``shared_share >= threshold``. An item is shared when one of its
+    judgments has another annotator than the one written last for it (a scatter, a
+    gather and a compare over the judgments: no sort)."""
     item = np.asarray(item)
     n = item.size
     if n == 0:
         return Crossing("nested", 0.0, float("nan"), "nested: no judgments")
-    per_item = np.bincount(item)
-    multi = per_item[item] >= 2
-    share, mean_k = 0.0, float("nan")
-    if multi.any():
-        it, an = item[multi].astype(np.int64), np.asarray(annotator)[multi].astype(np.int64)
-        pairs = np.unique(it * (int(an.max()) + 1) + an)
-        k = np.bincount(pairs // (int(an.max()) + 1), minlength=per_item.size)
-        shared = k >= 2
-        share = float(per_item[shared].sum() / n)
-        mean_k = float(k[shared].mean()) if shared.any() else float("nan")
+    annotator = np.asarray(annotator)
+    n_items = int(item.max()) + 1
+    some = np.empty(n_items, dtype=annotator.dtype)
+    some[item] = annotator
+    shared = np.zeros(n_items, dtype=bool)
+    shared[item[annotator != some[item]]] = True
+    k = np.bincount(item, minlength=n_items)
+    share = float(k[shared].sum() / n)
+    mean_k = float(k[shared].mean()) if shared.any() else float("nan")
     crossed = share >= threshold
     where = f"{share:.0%} of the judgments are on items that several annotators judged" + (
-        f" ({mean_k:.1f} annotators an item there)" if np.isfinite(mean_k) else ""
+        f" ({mean_k:.1f} judgments an item there)" if np.isfinite(mean_k) else ""
     )
     if crossed:
         reason = (
