@@ -80,13 +80,14 @@ def detect_design(
     n = item.size
     if n == 0:
         return Crossing("nested", 0.0, float("nan"), "nested: no judgments")
-    annotator = np.asarray(annotator)
-    n_items = int(item.max()) + 1
-    some = np.empty(n_items, dtype=annotator.dtype)
-    some[item] = annotator
-    shared = np.zeros(n_items, dtype=bool)
-    shared[item[annotator != some[item]]] = True
-    k = np.bincount(item, minlength=n_items)
+    k = np.bincount(item)
+    shared = np.zeros(k.size, dtype=bool)
+    if k.max() >= 2:  # only the rows of items judged more than once are looked at
+        multi = k[item] >= 2
+        it, an = item[multi], np.asarray(annotator)[multi]
+        some = np.empty(k.size, dtype=an.dtype)
+        some[it] = an
+        shared[it[an != some[it]]] = True
     share = float(k[shared].sum() / n)
     mean_k = float(k[shared].mean()) if shared.any() else float("nan")
     crossed = share >= threshold
