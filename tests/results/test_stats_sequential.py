@@ -154,4 +154,6 @@ def test_estimate_ebc_carries_holm_and_the_anytime_interval():
     assert pooled.av_low < pooled.estimate < pooled.av_high
     for q in res.cgd:
         assert math.isnan(q.av_low) and math.isnan(q.p_holm)
+    widest = max(q.av_half_width for q in res.ratios if q.name == "ebc")
+    assert res.stop(widest) and not res.stop(widest * 0.99)
     assert ANYTIME_LABEL == "valid however often you look"

@@ -33,7 +33,7 @@ from .bootstrap import bca_interval, percentile_interval, resample_cluster_total
 from .cluster import WildRatio, effective_clusters, jackknife_t, wild_ratio
 from .columns import DATA_KIND, MODEL_KIND, Kind, cells, codes, unique_inverse
 from .figure import Figure
-from .sequential import anytime_interval, half_width, holm
+from .sequential import anytime_interval, half_width, holm, stop_now
 from .twoway import (
     TWOWAY_TEST_METHOD,
     TWOWAY_TEST_NULL,
@@ -248,6 +248,12 @@ class EBCResults:
             if q.name == "ebc" and q.length == length:
                 return q
         raise KeyError(length)
+
+    def stop(self, h: float) -> bool:
+        """The stop rule (:func:`~.sequential.stop_now`): every EB-C's anytime-valid
+        interval has a half-width of at most ``h``."""
+        ebc = [q for q in self.ratios if q.name == "ebc"]
+        return stop_now([q.av_low for q in ebc], [q.av_high for q in ebc], h)
 
     def cell(self, length: int, kind: int) -> Quantity:
         for q in self.cgd:
