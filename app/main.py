@@ -30,6 +30,7 @@ from app.results.stats.power import PlanError
 from app.validation import BadInput
 from app.web import (
     annotate,
+    annotate_participants,
     api,
     api_docs,
     dashboard,
@@ -125,6 +126,7 @@ def create_app(settings: Settings | None = None, *, bind: Connection | None = No
     # The annotator pages come first: the router tries routes in order, and these are
     # the ones a crowd hits at high rates (no other route matches their paths).
     app.include_router(annotate.router)
+    app.include_router(annotate_participants.router)
     app.include_router(health.router)
     api_docs.install(app)
     app.include_router(api.router)

@@ -21,6 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.annotation.errors import AnnotationError
+from app.annotation.participants import check_not_excluded, earlier_labels
 from app.annotation.queries import (
     ANNOTATOR_BY_PLATFORM_ID,
     LOCK,
@@ -120,6 +121,12 @@ def create_local_annotators(
     """Create `count` invited annotators (channel local), each with its own link nonce."""
     if count < 1:
         raise AnnotationError("count must be at least 1")
+    if label and label in earlier_labels(session, study):
+        raise AnnotationError(
+            f"{label!r} took part in an earlier study that this one excludes "
+            "(participants.exclude_studies): no link was made",
+            409,
+        )
     made = [
         Annotator(
             study_id=study.id,
@@ -272,6 +279,8 @@ def crowd_annotator(
     key = {"study_id": study.id, "channel": channel, "external_id": external_id}
     annotator_id = session.scalar(ANNOTATOR_BY_PLATFORM_ID, key)
     if annotator_id is None:
+        # People of the earlier studies named (`participants.exclude_studies`): refused.
+        check_not_excluded(session, study, channel, external_id)
         address = None
         if enrolment is not None:
             address = address_key(enrolment.secret_key, enrolment.address)

@@ -17,6 +17,7 @@ import typer
 from app.annotation.admin import MAX_BATCH
 from app.audit.service import CLI
 from app.cli.common import command_engine, fail, load_settings
+from app.crowd.audience import Audience, audience
 from app.crowd.registry import DEFAULT, PLATFORMS
 
 crowd_cli = typer.Typer(
@@ -147,6 +148,8 @@ def publish(
         with unit_of_work(make_session) as session:
             found = study_named(session, study)
             cost = publishing.estimate(session, settings, found, made, options)
+            who = audience(session, found, PLATFORMS[made.name])
+        _echo_audience(who, PLATFORMS[made.name].label)
         typer.echo(
             f"{made.name} ({made.environment}): rewards {_cents(cost.rewards_cents)}, fees "
             f"{_cents(cost.fees_cents)}, total {_cents(cost.total_cents)}"
@@ -171,6 +174,21 @@ def publish(
         from app.cli.hits import annotators_invite
 
         annotators_invite(study, count=invites, label=None, csv_out=None)
+
+
+def _echo_audience(who: Audience, label: str) -> None:
+    """Who may take part, before publishing (as the Crowd page shows it)."""
+    for key, value in sorted(who.prescreeners.items()):
+        shown = ", ".join(map(str, value)) if isinstance(value, list) else value
+        typer.echo(f"prescreener {key}: {shown}")
+    if who.excluded:
+        how = f"; {label}'s {who.how}" if who.how else f"; {label}: our records only"
+        typer.echo(
+            f"excluded: people of {', '.join(who.excluded)} (refused at entry{how}: "
+            f"{len(who.units)} earlier postings, {who.workers} earlier workers)"
+        )
+    for slug in who.unknown:
+        typer.echo(f"warning: participants.exclude_studies names {slug!r}, which no study is")
 
 
 @crowd_cli.command("sync")

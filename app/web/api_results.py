@@ -325,6 +325,24 @@ def items(
 
 
 @router.get(
+    "/studies/{slug}/annotators.csv",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "content": {"text/csv": {}},
+            "description": "every annotator with their consent, comments and page signals",
+        },
+        **_404,
+    },
+    summary="Annotators as CSV: consent, comments, page signals",
+)
+def annotators(
+    request: Request, study: StudyDep, session: SessionDep, user: ApiUserDep
+) -> Response:
+    return _streamed(request, study, session, user, "annotators.csv")
+
+
+@router.get(
     "/studies/{slug}/results/ebm.{fmt}",
     response_class=Response,
     responses={

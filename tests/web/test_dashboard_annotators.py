@@ -161,7 +161,7 @@ def _judgments(session, annotator_row) -> int:
 
 
 def test_the_annotator_table_shows_the_llm_assistance_signal(logged_in, session):
-    from tests.dashboard.test_results_page import _crowd_with_an_assisted_annotator
+    from tests.web.test_dashboard_results_page import _crowd_with_an_assisted_annotator
 
     _crowd_with_an_assisted_annotator(session, "llm2")
     r = logged_in.get("/dashboard/studies/llm2/annotators")

@@ -19,7 +19,7 @@ from app.results.stats.sequential import (
     holm,
     stop_now,
 )
-from tests.results.test_stats_cluster import _skewed
+from tests.results.stats.test_cluster import _skewed
 
 
 def test_cs_multiplier_is_the_papers_boundary_in_standard_errors():
