@@ -47,7 +47,10 @@ Estimator = Annotated[
 ]
 Unit = Annotated[
     str | None,
-    typer.Option(help="annotator (default) | twoway | hit | item; next-word studies"),
+    typer.Option(
+        help="auto (default: the design decides) | annotator | twoway | hit | item; "
+        "next-word studies"
+    ),
 ]
 B = Annotated[int, typer.Option("--b", help="bootstrap resamples")]
 Ci = Annotated[

@@ -32,6 +32,7 @@ from app.results.stats import (
 )
 from app.results.stats.ebc import CiMethod, Estimator, Unit
 from app.results.stats.ebm import EBMScores
+from app.results.stats.sequential import ANYTIME_LABEL, FIXED_LABEL
 from app.studytypes.ratings.schemas import RatingsOut
 
 OnOff = Literal["on", "off"]
@@ -46,9 +47,10 @@ class ResultQuery(_Out):
 
     estimator: Estimator = Field("single", description="single (the paper's) or plurality")
     unit: Unit = Field(
-        "annotator",
-        description="resampling unit: annotator (default, nested designs), twoway "
-        "(Cameron-Gelbach-Miller, crossed designs), hit or item (secondary figures)",
+        "auto",
+        description="unit of the intervals and tests: auto (default: the design decides, "
+        "annotator when nested, twoway when items are shared), annotator, twoway "
+        "(annotator x item), hit or item (secondary figures)",
     )
     b: int = Field(
         10_000, ge=100, le=200_000, description="bootstrap resamples (wild: draws of weights)"
@@ -116,11 +118,18 @@ class ResultSet(_Out):
 
     exclusions_applied: bool
     estimator: Estimator
-    unit: Unit
+    unit: Unit = Field(description="the unit the intervals and tests used (auto resolved)")
     ci: str
     b: int
     seed: int | None
     level: float
+    design: Literal["nested", "crossed"] = Field(
+        "nested", description="the design detected from the judgments (docs/statistics.md)"
+    )
+    design_reason: str = Field("", description="which design was detected and why, a sentence")
+    shared_share: Figure = Field(
+        0.0, description="share of the judgments on items that several annotators judged"
+    )
     n_judgments: int
     n_items: int
     n_annotators: int
@@ -140,9 +149,23 @@ class ResultSet(_Out):
     trend: Quantity | None = Field(description="slope of ln EB-C per word of prefix length")
     tests: list[ClusterTest] = Field(
         default_factory=list,
-        description="headline tests of EB-C = 1 per length, and pooled (length null); "
-        "null: population EB-C = 1, annotators as the sampled unit",
+        description="headline tests of EB-C = 1 per length, and pooled (length null), by "
+        "the intervals' unit (their null and method say which); p_holm: Holm-adjusted over "
+        "the lengths; av_low/av_high: the anytime-valid interval",
     )
+    secondary_tests: list[ClusterTest] = Field(
+        default_factory=list,
+        description="secondary: the annotator-only wild tests and intervals, when the "
+        "headline unit is another (e.g. two-way in a crossed design)",
+    )
+    multiplicity: str = Field(
+        "", description="with several lengths: which tests are the headline, a sentence"
+    )
+    anytime_label: str = Field(
+        ANYTIME_LABEL, description="the label of the av_low/av_high intervals"
+    )
+    fixed_label: str = Field(FIXED_LABEL, description="the label of the low/high intervals")
+
     permutation: list[PermutationTest] = Field(
         description="secondary: within-HIT permutation tests (see their label)"
     )
