@@ -444,7 +444,9 @@ def test_ebc_crowd_import_results(migrated_copy, tmp_path):
 
     engine = build_engine(migrated_copy.settings())
     with make_sessionmaker(engine)() as s, s.begin():
-        study = make_study(s, slug="imcli", lengths=(10,), per_cell=20)
+        study = make_study(
+            s, slug="imcli", lengths=(10,), per_cell=20, participants={"consent": "We ask."}
+        )
         exported = export_batch(s, study)
     results, _ = turkle_results(exported)
     good = tmp_path / "Batch_1_results.csv"
@@ -453,7 +455,11 @@ def test_ebc_crowd_import_results(migrated_copy, tmp_path):
     rows = read_csv(results)
     bad.write_bytes(
         edit(
-            results, {0: {"AssignmentId": "9000", "Input.option_0_0": "=HYPERLINK(" + "x" * 9000}}
+            results,
+            {
+                0: {"AssignmentId": "9000", "Input.option_0_0": "=HYPERLINK(" + "x" * 9000},
+                1: {"AssignmentId": "9001", "Answer.consent": ""},  # the box not ticked
+            },
         ).encode()
     )
 
@@ -468,10 +474,11 @@ def test_ebc_crowd_import_results(migrated_copy, tmp_path):
     assert "stored 0, repeated 4, refused 0" in out.stdout
     out = run(bad, "--source", "lab-turkle", check=False)
     assert out.returncode == 3
-    assert "stored 0, repeated 3, refused 1" in out.stdout
+    assert "stored 0, repeated 2, refused 2" in out.stdout
     hit = rows[0]["Input.hit"]
     assert f"refused line 2 (HIT {hit}): tampered: Input.option_0_0" in out.stdout
-    assert len(out.stdout) < 1000  # the cell is not quoted
+    assert f"refused line 3 (HIT {rows[1]['Input.hit']}): no consent:" in out.stdout
+    assert len(out.stdout) < 1500  # the cell is not quoted
     no_source = run(good, check=False)
     assert no_source.returncode == 2 and "--source" in no_source.stderr
     bad_source = run(good, "--source", "Lab/1", check=False)
@@ -493,7 +500,7 @@ def test_ebc_crowd_import_results(migrated_copy, tmp_path):
         assert [(e["stored"], e["skipped"], e["source"]) for e in events] == [
             (4, 0, "lab-turkle"),
             (0, 0, "lab-turkle"),
-            (0, 1, "lab-turkle"),
+            (0, 2, "lab-turkle"),
         ]
     engine.dispose()
 
