@@ -76,7 +76,8 @@ def test_the_page_is_read_as_a_browser_shows_it():
     )
     page = read_page(httpx.Response(200, text=html))
     assert page.kind == HIT_PAGE and page.action == "/a/T/submit"
-    assert page.fields == {"assignment": "A1"}
+    # Each item's page-signal field is sent empty without JavaScript, as a browser would.
+    assert page.fields == {"assignment": "A1", "sig0": "", "sig1": ""}
     assert page.shown(0) == list(WORDS) and page.shown(1) == list(WORDS[1:])
     assert page.none == {0: 5, 1: 4}
     message = '<section class="card message" data-kind="cap_reached"><h1>Done</h1></section>'
