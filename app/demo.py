@@ -61,7 +61,7 @@ def _row(words: str, answer: str, distractors: str) -> dict[str, object]:
     return {"words": words, "answer": answer, "distractors": distractors.split()}
 
 
-# The demo study's attention items (DESIGN.md: about one per HIT, the same for both kinds),
+# The demo study's attention items (docs/design.md: about one per HIT, the same for both kinds),
 # a researcher's attention file (`ebc hits attention`, app.hits.service.load_attention_items)
 # written in the demo's tokenisation (lower case, punctuation split off). The demo model,
 # small and trained for minutes, hardly ever predicts a held-out line's next word with

@@ -52,7 +52,7 @@ a GPU the CPU time says little; read the wall-clock figures there.  "tok/s" is t
 per second of ours (CPU time on a CPU, wall clock on a GPU): constant when the cost is linear in
 l.  Peak memory is measured per part (the process's peak resident set since the part began, or
 the GPU's peak allocation).  Also counted: items whose search was flagged inexact, items whose
-words merged several tokenisations of one string (DESIGN.md: identical strings are one word),
+words merged several tokenisations of one string (docs/design.md: identical strings are one word),
 skipped items.  ``--demo-model DIR`` (a built demo model, ``python -m worker.demo.build``) counts
 the merges on it too.
 

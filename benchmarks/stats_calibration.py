@@ -1,5 +1,5 @@
 """Benchmark: does the headline test of EB-C = 1 hold its level, and do the intervals
-cover, when annotators differ (issue 11, DESIGN.md §1)?
+cover, when annotators differ (issue 11, docs/design.md §1)?
 
 Simulated studies, each run through the service's own statistics
 (``app.results.stats.estimate_ebc`` and ``permutation_test``), never a re-implementation.

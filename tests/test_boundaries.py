@@ -1,4 +1,4 @@
-"""The architecture's import rules (DESIGN.md §3), checked on the source and at run time."""
+"""The architecture's import rules (docs/design.md §3), checked on the source and at run time."""
 
 import ast
 import re

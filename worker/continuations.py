@@ -1,4 +1,4 @@
-"""Continuations of ratings studies (the later paper's second protocol, DESIGN.md).
+"""Continuations of ratings studies (the later paper's second protocol, docs/design.md).
 
 A ratings item is a prompt C (data words), a prefix W of l words, and a continuation of l_gen
 words sampled from P_M given (C, W), which people rate for quality and then for consistency with

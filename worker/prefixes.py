@@ -1,4 +1,4 @@
-"""Prefixes of every kind (DESIGN.md §1) and their top-k next words, one shard at a time.
+"""Prefixes of every kind (docs/design.md §1) and their top-k next words, one shard at a time.
 
 Determinism: item ``index`` of cell (length, kind) draws all its randomness from
 ``item_seed(study_seed, length, kind, index, attempt)`` (sha256, not Python's ``hash``), and the

@@ -11,7 +11,7 @@ boundary rule are `worker.tokens`'):
   probability of a string is the sum over its tokenisations); strings that are empty or not
   valid UTF-8 are dropped.
 - Word-level vocabularies (every token starts a word): the words are the top-k tokens with the
-  special tokens removed (method ``"word-level-topk"``), as DESIGN.md says.
+  special tokens removed (method ``"word-level-topk"``), as docs/design.md says.
 - Subword vocabularies: exact best-first search (method ``"best-first"``, `WordSearch`).
   Partial words and completed words share one max-heap per context; the search is sequential:
   the most probable open entry is taken, a partial word is expanded (its next-token

@@ -1,7 +1,7 @@
 """What the annotation service hands to the pages: screen data only.
 
 Nothing here carries an item id, a kind, a model rank or a probability: the
-page can only show what these objects hold (DESIGN.md §2, "Annotators never
+page can only show what these objects hold (docs/design.md §2, "Annotators never
 learn an item's kind, the model's ranking or probabilities").
 """
 

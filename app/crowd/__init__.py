@@ -1,4 +1,4 @@
-"""Crowd platforms: publishing a study's HITs, syncing submissions, paying (DESIGN.md §2).
+"""Crowd platforms: publishing a study's HITs, syncing submissions, paying (docs/design.md §2).
 
 Where things live:
 

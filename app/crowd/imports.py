@@ -1,5 +1,5 @@
 """Import an MTurk-format results file (`Batch_results.csv` of MTurk's requester site, Turkle
-or another MTurk-compatible tool) of a study's batch (app.crowd.batch; DESIGN.md §2).
+or another MTurk-compatible tool) of a study's batch (app.crowd.batch; docs/design.md §2).
 
 Every row is stored through the annotator pages' own submission code: the row's worker is
 found or made (`identities.crowd_annotator`, which locks them), a lease is taken on exactly

@@ -1,4 +1,4 @@
-"""Build HITs from a study's items (DESIGN.md §2). Services flush; the caller commits.
+"""Build HITs from a study's items (docs/design.md §2). Services flush; the caller commits.
 
 A HIT holds the study's mix of kinds (default 5 `data` + 5 `model`) of one
 prefix length plus its attention items, in random order; each position stores

@@ -89,7 +89,7 @@ class Assignment(Base):
     submitted_at: Mapped[datetime | None]
     returned_at: Mapped[datetime | None]
     late: Mapped[bool] = mapped_column(default=False)
-    # Flags on work that is kept but may not count (DESIGN.md §2: an answer is never
+    # Flags on work that is kept but may not count (docs/design.md §2: an answer is never
     # thrown away). The results apply them as documented exclusion rules.
     over_cap: Mapped[bool] = mapped_column(default=False, server_default=false())
     extra_replica: Mapped[bool] = mapped_column(default=False, server_default=false())

@@ -21,7 +21,7 @@ class Task(StrEnum):
 
 
 class StudyType(StrEnum):
-    """What people do in a study (DESIGN.md §1 and "Second protocol")."""
+    """What people do in a study (docs/design.md §1 and "Second protocol")."""
 
     nextword = "nextword"  # pick the most plausible next word: CGD, EB-C
     ratings = "ratings"  # rate continuations for quality, then consistency: EB-M

@@ -12,7 +12,7 @@ from app.models.base import Base, utcnow
 
 
 class Item(Base):
-    """One prefix W_{1:l} with its choices (DESIGN.md §1).
+    """One prefix W_{1:l} with its choices (docs/design.md §1).
 
     `words` is the prefix as space-joined words (the dataset's own
     tokenisation, so the join is lossless). `choices` is the model's top-k next

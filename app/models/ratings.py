@@ -12,7 +12,7 @@ from app.models.base import Base, utcnow
 
 
 class Rating(Base):
-    """One annotator's ratings of one context-continuation pair (DESIGN.md "Second protocol").
+    """One annotator's ratings of one context-continuation pair (docs/design.md "Second protocol").
 
     The quality rating is given first, with only the continuation shown, and is stored at
     that moment (`quality_at`); the context is revealed only after, and the consistency

@@ -13,7 +13,7 @@ from app.models.enums import SpecialTop1, StudyStatus, StudyType, Task, str_enum
 
 
 class Study(Base):
-    """One study (DESIGN.md §2). Columns mirror `app.studies.schemas.StudyConfig`.
+    """One study (docs/design.md §2). Columns mirror `app.studies.schemas.StudyConfig`.
 
     Lists and nested settings (lengths, kinds, decoding, HIT layout, channels,
     exclusion rules) are JSON; the knobs the HIT engine filters on while the

@@ -8,7 +8,7 @@ Formats (chosen by extension, or explicitly):
   ``{"source": ..., "target": ...}`` for translation;
 - TSV (``.tsv``): ``source<TAB>target`` per line.
 
-Words are whitespace-separated units of the text as it is (DESIGN.md §1).  Every row keeps its
+Words are whitespace-separated units of the text as it is (docs/design.md §1).  Every row keeps its
 1-based line number for provenance, and the dataset carries the sha256 of the file.
 """
 

@@ -1,4 +1,4 @@
-"""The study's pre-declared exclusion rules (DESIGN.md §1, "Random clicking"): which
+"""The study's pre-declared exclusion rules (docs/design.md §1, "Random clicking"): which
 judgments (of a ratings study: ratings) they keep, and what they dropped and why.
 
 Every result is computed with and without them (each type's results); MTurk work not

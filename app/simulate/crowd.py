@@ -1,6 +1,6 @@
 """A simulated crowd: a stand-in P_D with a chosen true EB-C, and annotator behaviours.
 
-The stand-in person (DESIGN.md §1, "The measurement"). Annotator ``a`` looking at item
+The stand-in person (docs/design.md §1, "The measurement"). Annotator ``a`` looking at item
 ``i`` (a prefix of length ``l`` and kind ``k``, shown with the model's top-k words and
 "none") has a next-word distribution over the k + 1 answers whose mass on the model's
 top-1 word is::
@@ -21,7 +21,7 @@ Behaviours of an honest annotator:
 
 Truth. Annotators differ, so "the" CGD is the researcher's population figure: the
 expected ``d`` of one judgment by an annotator drawn from the population on a prefix
-drawn from the kind, ``E_(a,i)[P(d = 1 | a, i)]`` (DESIGN.md: the headline figures answer
+drawn from the kind, ``E_(a,i)[P(d = 1 | a, i)]`` (docs/design.md: the headline figures answer
 the researcher's question about the population). With ``s^2`` the sum of the three
 variances it is exact::
 
@@ -311,7 +311,7 @@ def deliver(
 
 def expected_with_random_clicks(cgd: float, share: float, k: int = 5) -> float:
     """``E[d]`` when a share of judgments are uniform clicks over k words and "none":
-    ``(1 - share) CGD + share k/(k+1)`` (DESIGN.md: d = 5/6 for a random answer)."""
+    ``(1 - share) CGD + share k/(k+1)`` (docs/design.md: d = 5/6 for a random answer)."""
     return (1.0 - share) * cgd + share * k / (k + 1)
 
 

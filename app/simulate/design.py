@@ -90,7 +90,7 @@ class Design:
 
     @classmethod
     def simple(cls, lengths=(10, 20, 30), **fields: Any) -> Design:
-        """A data/model study with DESIGN.md's defaults (for tests and the benchmark)."""
+        """A data/model study with docs/design.md's defaults (for tests and the benchmark)."""
         return cls(
             lengths=tuple(lengths),
             kinds=["data", "model", ATTENTION_KIND],

@@ -7,7 +7,7 @@ its action, its hidden fields (the assignment, the pair's position, the step: qu
 consistency) and the scale's points in screen order, as the radios ``rating`` post them.
 A message page's kind (``data-kind``: cap_reached, no_work, ...); the heading and any
 error, for messages and refusals. Only what the page shows: nothing of an item's kind, its
-model ranks or probabilities is there to read (DESIGN.md §2).
+model ranks or probabilities is there to read (docs/design.md §2).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The study file (TOML), its validation, and the one mapping of its settings.
 
-One `StudyConfig` describes a whole study (DESIGN.md §2) and holds every setting's
+One `StudyConfig` describes a whole study (docs/design.md §2) and holds every setting's
 default. `STUDY_COLUMNS` maps it onto the `studies` table and back (`study_columns`,
 `config_from_columns`), `WORKER_SETTINGS` onto the precompute worker's settings
 (`worker_settings`), and `SETTINGS` lists its settings by dotted name for the dashboard's

@@ -1,5 +1,5 @@
 """Reference statistics used only by the tests: the textbook formulas the estimators in
-``app.results.stats`` are checked against (DESIGN.md §1, "Toy checks")."""
+``app.results.stats`` are checked against (docs/design.md §1, "Toy checks")."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def toy_ebc(
     p_data_next: Sequence[Sequence[float]] = ((0.5, 0.5), (0.5, 0.5)),
     divergence: Literal["tv", "gd"] = "tv",
 ) -> ToyResult:
-    """EB-C at ``l = 1`` in the paper's two-word toy (DESIGN.md §1, "Toy checks").
+    """EB-C at ``l = 1`` in the paper's two-word toy (docs/design.md §1, "Toy checks").
 
     Vocabulary ``V`` indexed ``0..V-1``; ``p_*_first[w] = P(W1 = w)`` and
     ``p_*_next[w][v] = P(W2 = v | W1 = w)``. Then::

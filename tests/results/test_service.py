@@ -10,7 +10,7 @@ With the exclusions (C blocked with exclude_past, E failed attention, A's D2 too
     data  d: A 0  F 0,1  B 0,1                   -> 2/5 = 0.4
     model d: A 1,0  F 1,0  B 1,1                 -> 4/6            EB-C = 5/3
 
-Plurality (per item, DESIGN.md's tie rule), without exclusions:
+Plurality (per item, docs/design.md's tie rule), without exclusions:
     D1 {0,1,0} -> 0; D2 {1,1,1} -> 1; D3 {0,0} -> 0; D4 {none,0} -> 1/2   CGD = 1.5/4
     M1 {2,1,1} -> 1; M2 {0,1,0} -> 0; M3 {none,0} -> 1/2; M4 {3,0} -> 1/2 CGD = 2/4
 with exclusions:

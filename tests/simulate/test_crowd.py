@@ -64,7 +64,7 @@ def test_screen_slots_and_ranks_agree():
 
 
 def test_pure_random_clicks_give_five_sixths():
-    """DESIGN.md: with shuffled choices a random answer has d = 5/6 whatever the prefix."""
+    """docs/design.md: with shuffled choices a random answer has d = 5/6 whatever the prefix."""
     rng = np.random.default_rng(3)
     n = 200_000
     s = StandIn.calibrated([10], 2, cgd_data=0.3, hetero=Heterogeneity())

@@ -1,7 +1,7 @@
 """Pure, seeded statistics of an EB-C study: numpy arrays in, numbers out.
 
 No database, no web: ``app/results/queries.py`` loads the judgment columns and the
-service calls these functions. See DESIGN.md §1 ("Estimators and error bars"). Their
+service calls these functions. See docs/design.md §1 ("Estimators and error bars"). Their
 result dataclasses are what the API writes, as they are; a number that cannot be computed
 is NaN here and null there (:mod:`.figure`).
 """

@@ -1,4 +1,4 @@
-"""Inter-annotator agreement on the model rank of the chosen word (DESIGN.md §1, "Agreement").
+"""Inter-annotator agreement on the model rank of the chosen word (docs/design.md §1, "Agreement").
 
 Judgments are coded by the **model rank** of the chosen word (1..k, and one code for
 "none"), never by the shuffled screen position. Only items with at least two

@@ -1,5 +1,5 @@
 """LLM-assistance signal: annotators who agree with a reference model's argmax far beyond
-the crowd (issue 14; DESIGN.md §1, "Quality and sanity").
+the crowd (issue 14; docs/design.md §1, "Quality and sanity").
 
 Crowd workers may answer with a language model's help; such an annotator's choices agree
 with a model's top-1 word much more often than people's do. The reference is given per

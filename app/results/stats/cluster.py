@@ -1,7 +1,7 @@
 """Small-cluster inference for ratios of pooled means: the headline test of EB-C = 1 and
 the intervals that hold their level when a few annotators do most of the work.
 
-The estimand (DESIGN.md §1). Annotators are a sample from a population of people,
+The estimand (docs/design.md §1). Annotators are a sample from a population of people,
 prefixes a sample of texts. For a cell j (prefix length x kind) the **population CGD**
 is the judgment-weighted expectation ``p_j = E[S_gj] / E[N_gj]`` over annotators g (and,
 inside ``E``, over the texts they judge), where ``S_gj`` sums d and ``N_gj`` counts the

@@ -1,4 +1,4 @@
-"""CGD and EB-C from human next-word judgments: estimators and error bars (DESIGN.md §1).
+"""CGD and EB-C from human next-word judgments: estimators and error bars (docs/design.md §1).
 
 Every function here is pure: numpy arrays in, numbers out, randomness only through an
 explicit ``seed``. One row of the inputs is one **judgment** (one annotator's choice
@@ -70,7 +70,7 @@ INTERVAL_LABELS = {
 def plurality_by_item(
     item: np.ndarray, choice: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Plurality estimator of ``d_GD`` per item, with DESIGN.md's tie rule.
+    """Plurality estimator of ``d_GD`` per item, with docs/design.md's tie rule.
 
     For item i with judgments choosing ranks ``c_1..c_m``, let ``M_i`` be the set of
     modal (most frequent) choices and ``k = |M_i|``. Then::

@@ -1,5 +1,5 @@
 """EB-M: exposure bias from automatic scores of continuations (the later paper's first
-measure; DESIGN.md "Second protocol"), with intervals over prompts.
+measure; docs/design.md "Second protocol"), with intervals over prompts.
 
 Generation (the worker): a prompt C of data words, a prefix W of l words from the data
 (kind ``data``) or sampled from the model given C (``model``; diagnostic kinds alike), then a

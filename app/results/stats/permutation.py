@@ -1,4 +1,4 @@
-"""Within-HIT permutation test of EB-C = 1 (DESIGN.md §1, "Test of EB-C = 1")."""
+"""Within-HIT permutation test of EB-C = 1 (docs/design.md §1, "Test of EB-C = 1")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Power and budget planner for an EB-C study (DESIGN.md §1, "Power").
+"""Power and budget planner for an EB-C study (docs/design.md §1, "Power").
 
 Normal approximation on the log scale: with ``n`` independent judgments per cell,
 ``Var(ln EB-C_hat) ~= V / n`` where ``V = (1 - p_D)/p_D + (1 - p_M)/p_M`` (delta
@@ -110,7 +110,7 @@ def smallest_detectable_ebc(
     design_effect: float = 1.0,
 ) -> float:
     """Smallest ``R > 1`` with :func:`power_at` ``(n, R) = power``, solved exactly (the
-    variance moves with ``p_M = R p_D``). About 1.043 at n = 3,000, p_D = 0.73; DESIGN.md's
+    variance moves with ``p_M = R p_D``). About 1.043 at n = 3,000, p_D = 0.73; docs/design.md's
     "≈ 1.045" evaluates the variance at ``p_M = p_D``."""
     upper = min(1.0 / cgd_data, 10.0) * (1 - 1e-9)
 
@@ -150,7 +150,7 @@ def design_effect(results: EBCResults) -> float:
 
 @dataclass(frozen=True)
 class StudyPlan:
-    """Judgments, HITs, annotators and cost for a target (DESIGN.md's power formula).
+    """Judgments, HITs, annotators and cost for a target (docs/design.md's power formula).
 
     The target as asked (``target_ebc``, ``halfwidth``, ``alpha``, ``power_target``);
     what the plan assumes: ``cgd_data`` (measured on the study's data, or the paper's

@@ -1,4 +1,4 @@
-"""Quality and sanity figures from the judgment columns (DESIGN.md §1, "Quality and sanity").
+"""Quality and sanity figures from the judgment columns (docs/design.md §1, "Quality and sanity").
 
 Coding as elsewhere: ``choice`` is the model rank of the chosen word, ``1..k`` for
 the k shown words and any other code (0 or k+1) for "none"; ``position`` is the

@@ -1,4 +1,4 @@
-"""Statistics of a ratings study (DESIGN.md "Second protocol: ratings of continuations").
+"""Statistics of a ratings study (docs/design.md "Second protocol: ratings of continuations").
 
 The dataclasses below are what the service, the pages, the exports and the simulation
 read. One rating is one annotator's rating of one context-continuation pair at one step

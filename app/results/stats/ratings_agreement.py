@@ -1,4 +1,4 @@
-"""Inter-annotator agreement on ratings (DESIGN.md "Second protocol": Krippendorff's alpha
+"""Inter-annotator agreement on ratings (docs/design.md "Second protocol": Krippendorff's alpha
 for interval/ordinal data, and the later paper's "agreement").
 
 Only pairs (units) rated by two or more annotators enter. Every figure is a function of

@@ -1,5 +1,5 @@
 """Intervals for the mean ratings of a ratings study, their gaps, ratios and trends
-(DESIGN.md "Second protocol" and "Estimators and error bars").
+(docs/design.md "Second protocol" and "Estimators and error bars").
 
 The ratings design is **crossed**: each pair is rated by several annotators (5 by
 default) and each annotator rates many pairs. A rating ``y`` of pair ``i`` by annotator
@@ -16,7 +16,7 @@ each term a leave-one-cluster-out jackknife variance (CV3 of MacKinnon, Nielsen 
 232(2)), which unlike the sandwich is not pulled down by the busiest annotators fitting
 themselves; the interval is ``theta -+ t_(G_eff - 1) se`` with ``G_eff`` the effective
 number of annotators (:func:`~app.results.stats.cluster.effective_clusters`), the
-small-cluster correction DESIGN.md asks for. An annotator rates a pair at most once, so
+small-cluster correction docs/design.md asks for. An annotator rates a pair at most once, so
 the intersection clusters are single ratings.
 
 Measured coverage of the true gap / ratio at a nominal 95% (:mod:`app.studytypes.ratings.raters`,

@@ -9,7 +9,7 @@ checks both):
 
 - **BLEU** (Papineni et al. 2002): sacrebleu's corpus BLEU, 4-grams, brevity penalty, its
   corpus default smoothing ("exp"), ``tokenize="none"``: the texts are already the study's
-  words (DESIGN.md §1), so no tokenizer splits them again. Per-hypothesis match counts add
+  words (docs/design.md §1), so no tokenizer splits them again. Per-hypothesis match counts add
   up; ``BLEU.compute_bleu`` turns a resample's sums into its score.
   :class:`PairedBleu`: one reference per hypothesis (the data continuation of the same
   prompt). :class:`SharedBleu`: every hypothesis against one whole set of references (the

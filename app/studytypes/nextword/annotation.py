@@ -47,7 +47,7 @@ CROWD_KEYWORDS = ("language", "next word", "guess", "research")
 @dataclass
 class HitPage:
     """A next-word HIT as shown: its texts and options in screen order (no item id, no
-    kind, no rank: DESIGN.md §2). Its options are rendered once per HIT and process
+    kind, no rank: docs/design.md §2). Its options are rendered once per HIT and process
     (``fragment``, kept by the web layer unless `answers` refill a refused form)."""
 
     public_id: str

@@ -1,4 +1,4 @@
-"""The power and budget planner of a study (DESIGN.md §1, "Power"), one path for every
+"""The power and budget planner of a study (docs/design.md §1, "Power"), one path for every
 caller: the results' default plan, ``GET /plan`` and the dashboard's planner.
 
 :func:`plan_from_judgments` measures the planner's inputs on the study's judgments

@@ -3,7 +3,7 @@
 ``load_and_compute`` loads the judgments (``queries.load_judgments``) and hands them to
 ``compute_results``, which is pure: arrays in, ``ResultsOut`` out (``load_and_compute``
 also hands back the judgments and the main estimate, which the diagnostics reuse). Every
-result is computed twice, with and without the study's pre-declared exclusions (DESIGN.md §1:
+result is computed twice, with and without the study's pre-declared exclusions (docs/design.md §1:
 "results always reported with and without exclusions"; :mod:`app.results.exclusions`);
 the ``exclusions`` option only says which of the two is the main one. The statistics'
 dataclasses go into the document as they come, their kind codes named. A study with a
@@ -132,7 +132,7 @@ def compute_results(
     started: float | None = None,
     references: References | None = None,
 ) -> ResultsOut:
-    """Every figure of DESIGN.md §1 from the judgment columns (no database); with the
+    """Every figure of docs/design.md §1 from the judgment columns (no database); with the
     items' divergences from a reference model (`references`), the synthetic figures."""
     return _compute(study, j, query, started=started, references=references)[0]
 

@@ -1,4 +1,4 @@
-"""Results of a ratings study (DESIGN.md "Second protocol: ratings of continuations").
+"""Results of a ratings study (docs/design.md "Second protocol: ratings of continuations").
 
 ``ratings_document`` loads the study's ratings (:func:`~.queries.load_ratings`) and hands
 them to ``compute_ratings``, which is pure: columns in, :class:`RatingsOut` out.

@@ -1,4 +1,4 @@
-"""Power and budget planner (app/results/stats/power.py) against DESIGN.md's numbers."""
+"""Power and budget planner (app/results/stats/power.py) against docs/design.md's numbers."""
 
 import itertools
 import math

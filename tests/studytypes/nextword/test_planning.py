@@ -22,7 +22,7 @@ def test_empty_study_has_no_figures_but_a_plan(session):
     assert res.results is None and res.other is None and res.messages
     plan = study_plan(session, f.study)
     assert not plan.design_effect_measured and plan.cgd_data == 0.73
-    # DESIGN.md: about 14,300 judgments per cell for 1.02 vs 1.00 at CGD 0.73.
+    # docs/design.md: about 14,300 judgments per cell for 1.02 vs 1.00 at CGD 0.73.
     assert 14_000 < plan.judgments_per_cell_iid < 14_600
 
 

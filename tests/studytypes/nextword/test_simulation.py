@@ -240,7 +240,7 @@ def test_the_results_service_reads_the_simulated_columns():
 def test_coverage_of_the_default_interval_with_annotator_effects():
     """Over 600 small studies whose annotators differ in skill and in how they treat data
     and model prefixes, with heavy-tailed activity, the default 95% interval covers the
-    population EB-C within Monte Carlo tolerance (DESIGN.md: ~93-95% for annotator
+    population EB-C within Monte Carlo tolerance (docs/design.md: ~93-95% for annotator
     resampling)."""
     hetero = Heterogeneity(sd_annotator=0.6, sd_annotator_kind=0.5, sd_item=0.8, activity_tail=1.1)
     design = small(items_per_cell=1000, cap=25)
@@ -266,7 +266,7 @@ def test_coverage_of_the_default_interval_with_annotator_effects():
 
 def test_the_coverage_check_can_fail_item_resampling_under_covers():
     """The same studies with item-level resampling (ignoring the annotator x kind effect)
-    fall well short of 95% (DESIGN.md: ~75-80%), so the coverage check above has teeth."""
+    fall well short of 95% (docs/design.md: ~75-80%), so the coverage check above has teeth."""
     from app.results.stats import estimate_ebc
 
     hetero = Heterogeneity(sd_annotator=0.6, sd_annotator_kind=0.5, sd_item=0.8)

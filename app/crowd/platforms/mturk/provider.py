@@ -1,4 +1,4 @@
-"""Mechanical Turk through boto3: the `mturk` crowd provider (DESIGN.md §2, issue 13).
+"""Mechanical Turk through boto3: the `mturk` crowd provider (docs/design.md §2, issue 13).
 
 A study is one HIT type (`CreateHITType`) and one MTurk HIT per HIT of ours
 (`CreateHITWithHITType`, an ExternalQuestion pointing at `/mturk/{study}`), each with a
