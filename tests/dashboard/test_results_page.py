@@ -97,7 +97,10 @@ def test_a_figure_without_a_value_shows_as_a_dash(logged_in, session):
     assert math.isnan(row.cgd_data.se) and math.isnan(row.ebc.high)
     # Attribute values hold random tokens (CSRF), which may spell "nan" or "inf".
     page = re.sub(r'="[^"]*"', "", r.text).lower()
-    assert "nan" not in page.replace("none of the above", "") and "inf" not in page
+    assert "nan" not in page.replace("none of the above", "")
+    assert "inf" not in page.replace("informative", "")
+    # No interval at all is said in words, not drawn as an unbounded one.
+    assert "at l = 10 there is no interval (too few annotators to compute one)" in r.text
     assert '<span class="est">0.500</span>' in r.text and "[?" not in r.text
     assert '<span class="se">' not in r.text.split("<tbody>")[1].split("</tr>")[0]
 

@@ -9,10 +9,12 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.models import Study
-from app.results.stats import PlanTarget
+from app.results.schemas import DiagnosticsOut, ResultsOut
+from app.results.stats import PlanTarget, StudyPlan
 from app.studytypes.nextword import diagnostics, planning
 from app.studytypes.nextword.downloads import CATALOGUE
 from app.studytypes.nextword.plot import diagnostics_plot, results_plot
+from app.studytypes.nextword.readable import interval_sentence
 
 ANSWERS_LABEL, ITEMS_LABEL = "Judgments", "Items"  # as the study page names them
 
@@ -26,18 +28,32 @@ def results_page(session: Session, study: Study, options: Any) -> tuple[str, dic
     plan = res.plan  # the default target's
     if options.target() != PlanTarget():
         plan = planning.study_plan(session, study, options.target(), seed=query.seed)
+    return "nextword/results.html", results_context(study, res, diag, plan, options)
+
+
+def results_context(
+    study: Study,
+    res: ResultsOut,
+    diag: DiagnosticsOut | None,
+    plan: StudyPlan | None,
+    options: Any,
+) -> dict[str, Any]:
+    """What the results page shows of computed results: the plots drawn, uninformative
+    intervals said in words (no database)."""
     plot = None
     if res.results is not None:
         plot = base64.b64encode(results_plot(res, "svg")).decode()
     diag_plot = None
     if diag is not None:
         diag_plot = base64.b64encode(diagnostics_plot(diag, "svg")).decode()
-    return "nextword/results.html", {
+    return {
         "study": study,
         "res": res,
         "plan": plan,
         "plot": plot,
-        "query": query,
+        # Uninformative EB-C intervals said in words, with the planner's answer.
+        "uninformative": interval_sentence(study, res),
+        "query": options.results_query(),
         "planner": options,
         "diagnostics": diag,
         "diagnostics_plot": diag_plot,
