@@ -19,8 +19,11 @@ from app.studytypes.nextword.readable import interval_sentence
 ANSWERS_LABEL, ITEMS_LABEL = "Judgments", "Items"  # as the study page names them
 
 
-def results_page(session: Session, study: Study, options: Any) -> tuple[str, dict]:
-    """The results page's template and context (`options`: the page's query)."""
+def results_page(
+    session: Session, study: Study, options: Any, *, costs: Any = None
+) -> tuple[str, dict]:
+    """The results page's template and context (`options`: the page's query; `costs`: the
+    plan's price on each channel, ``app.simulate.costs.plan_costs`` bound)."""
     query = options.results_query()
     # One load of the judgments for the figures and the diagnostics (None: no section, and
     # no diagnostics downloads).
@@ -28,7 +31,9 @@ def results_page(session: Session, study: Study, options: Any) -> tuple[str, dic
     plan = res.plan  # the default target's
     if options.target() != PlanTarget():
         plan = planning.study_plan(session, study, options.target(), seed=query.seed)
-    return "nextword/results.html", results_context(study, res, diag, plan, options)
+    context = results_context(study, res, diag, plan, options)
+    context["plan_costs"] = costs(plan) if costs is not None and plan is not None else []
+    return "nextword/results.html", context
 
 
 def results_context(
