@@ -35,11 +35,12 @@ def uninformative(q: Quantity | None) -> bool:
     return high / low > UNINFORMATIVE_SPAN
 
 
-def _span(length: int, q: Quantity) -> str:
+def _span(length: int, q: Quantity, *, named: bool) -> str:
+    where = f"at l = {length} " if named else ""
     if math.isnan(q.low) or math.isnan(q.high):
-        return f"at l = {length} there is no interval (too few annotators to compute one)"
+        return f"{where}there is no interval (too few annotators to compute one)"
     low, high = finite_or_none(q.low), finite_or_none(q.high)
-    return f"at l = {length} it runs from {bound_text(low, high=False)} to {bound_text(high)}"
+    return f"{where}it runs from {bound_text(low, high=False)} to {bound_text(high)}"
 
 
 def interval_sentence(study: Study, res: ResultsOut) -> str | None:
@@ -54,12 +55,13 @@ def interval_sentence(study: Study, res: ResultsOut) -> str | None:
         return None
     g = finite_or_none(rs.n_effective)
     who = f"{g:.1f} effective annotators" if g is not None else f"{rs.n_annotators} annotators"
-    which = (
-        "no EB-C interval here is informative"
-        if len(wide) == len(rows)
-        else "the EB-C interval is not informative at l = " + ", ".join(str(r.length) for r in wide)
-    )
-    spans = "; ".join(_span(r.length, r.ebc) for r in wide)
+    if len(wide) == len(rows):
+        which = "no EB-C interval here is informative"
+    else:
+        which = "the EB-C interval at l = " + ", ".join(str(r.length) for r in wide)
+        which += " is not informative" if len(wide) == 1 else " are not informative"
+    named = len(wide) > 1 or len(wide) == len(rows)  # else the length is named above
+    spans = "; ".join(_span(r.length, r.ebc, named=named) for r in wide)
     need = annotators_for_halfwidth(study, res.plan, rs.n_annotators)
     if need.total is None:
         planner = f"the planner cannot size a study for a half-width of {need.halfwidth:g}: " + (

@@ -108,7 +108,9 @@ def test_the_sentence_names_the_effective_annotators_the_bounds_and_the_planner(
     assert uninformative(replace(rs.table[0].ebc, high=math.inf))
     sentence = interval_sentence(study, res)
     assert sentence.startswith(f"With {rs.n_effective:.1f} effective annotators")
-    assert "at l = 10 it runs from 0.682 to 5.4·10⁷" in sentence
+    assert "the EB-C interval at l = 10 is not informative (it runs from 0.682 to 5.4·10⁷)" in (
+        sentence
+    )
     # The planner's number, computed here the way the page does.
     need = annotators_for_halfwidth(study, res.plan, rs.n_annotators)
     assert need.total is not None and need.more == need.total - rs.n_annotators > 0
@@ -161,7 +163,7 @@ def test_informative_intervals_need_no_sentence(session, pilot):
     rs = narrow.results
     wide_rest = [r for r in rs.table if uninformative(r.ebc)]
     if wide_rest:  # the other length of this pilot is still wide: named alone
-        assert "not informative at l = 20" in interval_sentence(study, narrow)
+        assert "the EB-C interval at l = 20 is not informative" in interval_sentence(study, narrow)
     every = narrow.model_copy(
         update={
             "results": rs.model_copy(
@@ -175,3 +177,33 @@ def test_informative_intervals_need_no_sentence(session, pilot):
         }
     )
     assert interval_sentence(study, every) is None
+
+
+def test_a_browser_shows_the_sentence_and_the_clipped_plot(session, settings, pilot):
+    """The server-rendered page in Chromium: the sentence is visible above the table and
+    the plot (an <img> of the SVG) loads and is drawn; a screenshot goes to
+    var/screenshots/ (CI artifacts)."""
+    import playwright.sync_api as playwright_api
+
+    from app.config import ROOT
+    from tests.browser.test_annotate_browser import CHROMIUM
+
+    study, res = pilot
+    html = render_page(settings, results_context(study, res, None, res.plan, PageQuery(b=500)))
+    shots = ROOT / "var" / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--headless", "--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.set_content(html, wait_until="load")
+        page.add_style_tag(path=str(ROOT / "app" / "static" / "style.css"))
+        said = page.locator("#uninformative")
+        assert said.is_visible() and "5.4·10⁷" in said.inner_text()
+        assert "more annotators" in said.inner_text()
+        box, table = said.bounding_box(), page.locator("table.results").first.bounding_box()
+        assert box["y"] < table["y"]  # said before the figures
+        plot = page.locator("#plot")
+        plot.scroll_into_view_if_needed()
+        assert plot.evaluate("img => img.complete && img.naturalWidth > 500")
+        page.screenshot(path=str(shots / "results-pilot-clipped.png"), full_page=True)
+        browser.close()
