@@ -111,6 +111,7 @@ class Preview(shared.PreviewRun):
     assumptions: tuple[str, ...]
     workload: Workload
     verdict: str = ""  # too small or enough, and what would be (`verdict.verdict`)
+    enough: bool = False  # the verdict's
 
     def row(self, variant: str, length: int) -> PreviewRow:
         return next(x for x in self.rows if x.variant == variant and x.length == length)
@@ -192,7 +193,8 @@ def simulate_before_paying(
         price=(lambda grown: price(study, settings, grown, options.providers)) if price else None,
     )
     return Preview(
-        verdict=said,
+        verdict=said.text,
+        enough=said.enough,
         crowd=crowd.describe(),
         level=level,
         alpha=target.alpha,

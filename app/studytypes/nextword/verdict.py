@@ -20,7 +20,7 @@ proportion to the work); its cost is each channel's fee rule on the grown design
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -64,6 +64,13 @@ def measured_design_effect(summary: SimulationSummary, n_now: int, cgd_data: flo
     return float(np.mean(out)) if out else math.nan
 
 
+class Verdict(NamedTuple):
+    """Whether the design is enough, and the sentence that says so."""
+
+    enough: bool
+    text: str
+
+
 def verdict(
     study: Any,
     summary: SimulationSummary,
@@ -73,8 +80,8 @@ def verdict(
     cgd_data: float,
     rejection: str,
     price: Any = None,
-) -> str:
-    """The sentence (module docstring); `price(size)` prices a grown design on each
+) -> Verdict:
+    """The verdict (module docstring); `price(size)` prices a grown design on each
     channel (None: no prices)."""
     rows = [s for s in summary.rows if s.variant == MAIN]
     level = summary.level
@@ -98,7 +105,7 @@ def verdict(
         )
     facts.append(f"with {g:.1f} effective annotators on average ({FEW_ANNOTATORS} wanted)")
     if len(covered) == len(rows) and powered and crowded:
-        return "Enough: " + ", ".join(facts) + "."
+        return Verdict(True, "Enough: " + ", ".join(facts) + ".")
     cells = [n for k, n in size.judgments_per_cell.items() if k in ("data", "model")]
     n_now = min(cells) if cells else 0
     deff = measured_design_effect(summary, n_now, cgd_data) if n_now else math.nan
@@ -123,7 +130,7 @@ def verdict(
     if not math.isfinite(factor) or factor <= 1:
         factor = max(factor, 1.0) if math.isfinite(factor) else 1.0
         enough = "more replications to tell (the shortfall is within the simulation's noise)"
-        return f"Too small: {', '.join(facts)}; {enough}{planned}."
+        return Verdict(False, f"Too small: {', '.join(facts)}; {enough}{planned}.")
     bigger = grown(size, factor)
     items = math.ceil(int(study.items_per_cell) * factor)
     scale = (
@@ -140,7 +147,7 @@ def verdict(
     priced = [f"{usd(c.estimate.total_cents)} on {c.provider}" for c in costs if c.estimate]
     if priced:
         enough += ", costing " + ", ".join(priced)
-    return f"Too small: {', '.join(facts)}; {enough}{planned}."
+    return Verdict(False, f"Too small: {', '.join(facts)}; {enough}{planned}.")
 
 
-__all__ = ["grown", "measured_design_effect", "verdict"]
+__all__ = ["Verdict", "grown", "measured_design_effect", "verdict"]

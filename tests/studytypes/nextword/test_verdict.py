@@ -56,7 +56,7 @@ def test_a_small_design_is_too_small_and_says_what_would_be_enough(session, sett
     study = _study(session, reward_cents=37)
     p = simulate_before_paying(study, settings, PreviewOptions(**QUICK), price=channel_costs)
     s = p.summary
-    assert p.verdict.startswith("Too small: ")
+    assert p.verdict.startswith("Too small: ") and not p.enough
     worst = min(r.coverage for r in s.rows if r.variant == "with exclusions")
     assert f"cover the truth in {worst:.0%} of the simulated studies at worst" in p.verdict
     pooled = s.pooled_reject["with exclusions"]
@@ -85,5 +85,5 @@ def test_a_large_effect_on_a_large_crowd_is_enough(session, settings):
     options = PreviewOptions(**QUICK, target_ebc=1.3, cgd_data=0.5)
     p = simulate_before_paying(study, settings, options, price=channel_costs)
     assert p.summary.mean_effective >= FEW_ANNOTATORS
-    assert p.verdict.startswith("Enough: "), p.verdict
+    assert p.verdict.startswith("Enough: ") and p.enough, p.verdict
     assert re.search(r"detects EB-C 1.3 with power (0\.9\d|1\.00)", p.verdict)
