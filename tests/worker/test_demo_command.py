@@ -100,7 +100,8 @@ def test_demo_runs_the_whole_loop_and_is_fast_the_second_time(tmp_path, corpus):
         assert httpx.get(f"{base}/healthz").json()["status"] == "ok"
         page = httpx.get(link)
         assert page.status_code == 200 and "None of the above is plausible" in page.text
-        with httpx.Client(base_url=base, follow_redirects=True) as c:
+        # A results page on a loaded machine may take more than httpx's default 5 s.
+        with httpx.Client(base_url=base, follow_redirects=True, timeout=120) as c:
             form = c.get("/login").text
             token = re.search(r'name="csrf_token" value="([^"]+)"', form).group(1)
             r = c.post("/login", data={"username": username, "password": password,
