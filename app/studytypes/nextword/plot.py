@@ -51,14 +51,21 @@ CLIP_FACTOR = 4.0
 
 def ratio_limits(points: list[tuple[float, float | None, float | None]]) -> tuple[float, float]:
     """The log axis of a ratio's panel for `points` (estimate, low, high): the estimates,
-    the line at 1 and the interval ends within `CLIP_FACTOR` of them, with a margin."""
+    the line at 1 and the interval ends within `CLIP_FACTOR` of them, with a margin of a
+    tenth of the range on the log scale (at least 0.5%)."""
     ests = [e for e, _, _ in points if e > 0] + [1.0]
     core_lo, core_hi = min(ests), max(ests)
     lows = [lo for _, lo, _ in points if lo is not None and lo > 0]
     highs = [hi for _, _, hi in points if hi is not None and math.isfinite(hi)]
     lo = max(min([*lows, core_lo]), core_lo / CLIP_FACTOR)
     hi = min(max([*highs, core_hi]), core_hi * CLIP_FACTOR)
-    return lo / 1.15, hi * 1.15
+    pad = max(0.1 * math.log(hi / lo), 0.005)
+    return lo * math.exp(-pad), hi * math.exp(pad)
+
+
+def _minor_label(v: float, _pos: object = None) -> str:
+    mantissa = round(v / 10 ** math.floor(math.log10(v)), 6) if v > 0 else 0
+    return f"{v:.3g}" if mantissa in (2, 3, 5) else ""
 
 
 def _ratio_panel(ax, rows) -> None:
@@ -78,14 +85,19 @@ def _ratio_panel(ax, rows) -> None:
     from matplotlib.ticker import FuncFormatter
 
     ax.set_yscale("log")
-    plain = FuncFormatter(lambda v, _: f"{v:.3g}")  # 0.5, 2, 4: not 5x10^-1
-    ax.yaxis.set_major_formatter(plain)
-    ax.yaxis.set_minor_formatter(plain)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))  # 0.1, not 10^-1
+    ax.yaxis.set_minor_formatter(FuncFormatter(_minor_label))  # 2, 3, 5, 20, 0.5: no crowding
     ax.axhline(1.0, color="0.5", linestyle="--", linewidth=1)
     if not pts:
         return
     bottom, top = ratio_limits([(e, lo, hi) for _, e, lo, hi in pts])
     ax.set_ylim(bottom, top)
+    if top / bottom < 4:  # a narrow range: evenly spaced labelled ticks, not 1 alone
+        from matplotlib.ticker import MaxNLocator, NullLocator, ScalarFormatter
+
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=6))
+        ax.yaxis.set_major_formatter(ScalarFormatter(useOffset=False))
+        ax.yaxis.set_minor_locator(NullLocator())
     for x, _est, low, high in pts:
         lo_drawn = bottom if low is None else max(low, bottom)
         hi_drawn = top if high is None else min(high, top)

@@ -71,11 +71,12 @@ def test_bounds_are_written_out_readably():
 
 def test_the_ratio_axis_stops_within_the_clip_factor_of_the_estimates():
     lo, hi = ratio_limits([(1.304, 0.682, 53_974_915.931), (1.1, 0.9, 1.3)])
-    assert hi <= 1.304 * CLIP_FACTOR * 1.15 + 1e-9 and hi > 1.304
-    assert lo <= 0.682 and lo > 0.682 / 1.2
-    # Narrow intervals: the axis hugs them (and the line at 1).
+    pad = 0.1 * math.log(1.304 * CLIP_FACTOR / 0.682)
+    assert hi == pytest.approx(1.304 * CLIP_FACTOR * math.exp(pad))
+    assert lo == pytest.approx(0.682 * math.exp(-pad))
+    # Narrow intervals: the axis hugs them and the line at 1 (a margin of at least 0.5%).
     lo, hi = ratio_limits([(1.02, 1.01, 1.03)])
-    assert lo == pytest.approx(1.0 / 1.15) and hi == pytest.approx(1.03 * 1.15)
+    assert lo == pytest.approx(math.exp(-0.005)) and hi == pytest.approx(1.03 * math.exp(0.005))
 
 
 def test_a_ten_million_wide_interval_is_clipped_with_an_arrow_and_its_bound(pilot):
