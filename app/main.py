@@ -30,8 +30,10 @@ from app.results.stats.power import PlanError
 from app.validation import BadInput
 from app.web import (
     annotate,
+    annotate_participants,
     api,
     api_docs,
+    api_results,
     dashboard,
     dashboard_annotators,
     dashboard_crowd,
@@ -105,6 +107,14 @@ def create_app(settings: Settings | None = None, *, bind: Connection | None = No
         lifespan=lifespan,
     )
     app.state.settings = settings
+    openapi = app.openapi  # FastAPI's, which caches the document it makes
+
+    def documented() -> dict:
+        made = app.openapi_schema is None
+        schema = openapi()
+        return api_results.document_refusals(schema) if made else schema
+
+    app.openapi = documented  # type: ignore[method-assign]
     # Checking every template file on disk per render only helps while editing them.
     templates.env.auto_reload = settings.env is Environment.development
     app.add_middleware(
@@ -125,6 +135,7 @@ def create_app(settings: Settings | None = None, *, bind: Connection | None = No
     # The annotator pages come first: the router tries routes in order, and these are
     # the ones a crowd hits at high rates (no other route matches their paths).
     app.include_router(annotate.router)
+    app.include_router(annotate_participants.router)
     app.include_router(health.router)
     api_docs.install(app)
     app.include_router(api.router)

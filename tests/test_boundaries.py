@@ -421,3 +421,44 @@ default = StudyType.nextword
 plugin = STUDY_TYPES[study.study_type]
 """
     assert _type_branches_in(ast.parse(code)) == [2, 3, 4, 5, 6]
+
+
+# -- one CSV writer ------------------------------------------------------------------------
+
+CSV_HOME = Path("app/csvfiles.py")
+
+
+def _csv_writers(root: Path, folder: str) -> list[str]:
+    """Calls of `csv.writer` / `csv.DictWriter` (or imports of them) outside the one writer."""
+    found = []
+    for path in sorted((root / folder).rglob("*.py")):
+        if path.relative_to(root) == CSV_HOME:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            direct = (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id == "csv"
+                and node.attr in ("writer", "DictWriter")
+            )
+            imported = (
+                isinstance(node, ast.ImportFrom)
+                and node.module == "csv"
+                and any(a.name in ("writer", "DictWriter") for a in node.names)
+            )
+            if direct or imported:
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
+    return found
+
+
+def test_every_csv_file_is_written_by_the_one_writer():
+    """Every export neutralises formulas the same way: app/csvfiles.py writes them all."""
+    assert _csv_writers(ROOT, "app") == []
+
+
+def test_the_csv_writer_rule_catches_each_form(tmp_path):
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "a.py").write_text("import csv\nw = csv.writer(None)\n")
+    (tmp_path / "app" / "b.py").write_text("from csv import DictWriter\n")
+    (tmp_path / "app" / "csvfiles.py").write_text("import csv\nw = csv.writer(None)\n")
+    assert _csv_writers(tmp_path, "app") == ["app/a.py:2", "app/b.py:1"]

@@ -12,7 +12,6 @@ link and the old one stays dead. Their judgments are kept either way.
 
 from __future__ import annotations
 
-import csv
 import io
 import secrets
 from collections.abc import Iterable
@@ -23,6 +22,7 @@ from sqlalchemy.orm import Session
 from app.annotation.errors import AnnotationError
 from app.annotation.identities import create_local_annotators, invite_token
 from app.audit.service import Actor, record_by
+from app.csvfiles import CsvWriter
 from app.models import Annotator, Channel, Study, utcnow
 
 MAX_BATCH = 1000
@@ -112,7 +112,7 @@ def find_annotator(session: Session, study: Study, ref: str) -> Annotator:
 
 def links_csv(base_url: str, secret_key: str, annotators: Iterable[Annotator]) -> str:
     out = io.StringIO()
-    writer = csv.writer(out)
+    writer = CsvWriter(out, lineterminator="\r\n")  # a label is the researcher's text
     writer.writerow(["label", "link"])
     for a in annotators:
         link = invite_link(base_url, secret_key, a)

@@ -21,6 +21,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.annotation.errors import AnnotationError
+from app.annotation.participants import check_not_excluded, earlier_labels
 from app.annotation.queries import (
     ANNOTATOR_BY_PLATFORM_ID,
     LOCK,
@@ -120,6 +121,12 @@ def create_local_annotators(
     """Create `count` invited annotators (channel local), each with its own link nonce."""
     if count < 1:
         raise AnnotationError("count must be at least 1")
+    if label and label in earlier_labels(session, study):
+        raise AnnotationError(
+            f"{label!r} took part in an earlier study that this one excludes "
+            "(participants.exclude_studies): no link was made",
+            409,
+        )
     made = [
         Annotator(
             study_id=study.id,
@@ -223,11 +230,17 @@ def platform_id(value: str | None, what: str = "worker id", *, required: bool = 
 
 
 def _check_enrolment(
-    session: Session, study: Study, enrolment: Enrolment, key: str | None, now: datetime
+    session: Session,
+    study: Study,
+    channel: Channel,
+    enrolment: Enrolment,
+    key: str | None,
+    now: datetime,
 ) -> None:
     """Refuse a new identity (429) past the study's limits (`key`: its address's
-    `address_key`). Soft limits: two first requests at the same instant may both pass,
-    which is harmless at these rates."""
+    `address_key`, counted within `channel`: each channel has its own bucket per address;
+    the study's per-minute limit counts every crowd channel together). Soft limits: two
+    first requests at the same instant may both pass, which is harmless at these rates."""
     if enrolment.per_study_per_minute > 0:
         n, _ = session.execute(
             RECENT_CROWD, {"study_id": study.id, "since": now - timedelta(minutes=1)}
@@ -239,7 +252,8 @@ def _check_enrolment(
                 retry_after=60,
             )
     if key and enrolment.per_address_per_hour > 0:
-        params = {"study_id": study.id, "since": now - timedelta(hours=1), "key": key}
+        since = now - timedelta(hours=1)
+        params = {"study_id": study.id, "since": since, "key": key, "channel": channel}
         n, oldest = session.execute(RECENT_FROM, params).one()
         if n >= enrolment.per_address_per_hour:
             wait = 3600 - (now - oldest).total_seconds() if oldest is not None else 3600
@@ -259,23 +273,29 @@ def crowd_annotator(
     now: datetime | None = None,
     *,
     enrolment: Enrolment | None = None,
+    namespace: str | None = None,
 ) -> AnnotatorRef:
     """The study's annotator for a platform id (MTurk workerId, Prolific participant), made once.
 
     A new identity is made only within `enrolment`'s limits (429 past them), and records
-    the keyed hash of the address it came from.
+    the keyed hash of the address it came from. `namespace`: the id is one of that source's
+    (an offline batch's tool installation), stored as `namespace:id`.
     """
     now = now or utcnow()
     external_id = platform_id(external_id)
+    if namespace is not None:
+        external_id = f"{namespace}:{external_id}"
     begin_write(session)
     session.flush()  # Core statements do not autoflush pending ORM changes
     key = {"study_id": study.id, "channel": channel, "external_id": external_id}
     annotator_id = session.scalar(ANNOTATOR_BY_PLATFORM_ID, key)
     if annotator_id is None:
+        # People of the earlier studies named (`participants.exclude_studies`): refused.
+        check_not_excluded(session, study, channel, external_id)
         address = None
         if enrolment is not None:
             address = address_key(enrolment.secret_key, enrolment.address)
-            _check_enrolment(session, study, enrolment, address, now)
+            _check_enrolment(session, study, channel, enrolment, address, now)
         try:
             with session.begin_nested():
                 new = Annotator(

@@ -9,9 +9,11 @@ strings them together in the order each page needs them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.annotation.errors import AnnotationError, FormRefused
@@ -28,6 +30,16 @@ from app.annotation.identities import (
     study_by_slug,
 )
 from app.annotation.leases import next_assignment, return_assignment, study_for
+from app.annotation.participants import (
+    check_asks_consent,
+    consent_text,
+    end_comment,
+    extras_from,
+    give_consent,
+    require_consent,
+    store_extras,
+)
+from app.annotation.queries import ANNOTATOR_BY_PLATFORM_ID
 from app.annotation.schemas import (
     AnnotatorRef,
     InviteRef,
@@ -45,9 +57,11 @@ from app.studytypes.registry import study_type_of
 
 
 def open_invite(session: Session, ref: InviteRef) -> PageData:
-    """An invite (or Prolific) link's page: the annotator's HIT, resumed or newly claimed."""
+    """An invite (or Prolific) link's page: the annotator's HIT, resumed or newly claimed
+    (`ConsentNeeded` before the study's consent text is accepted: nothing is claimed)."""
     now = utcnow()
     annotator = annotator_for_invite(session, ref, now)
+    require_consent(annotator)
     work = next_assignment(
         session, annotator, now=now, external_session_id=ref.session_id, serve=True
     )
@@ -59,6 +73,37 @@ def send_invite(session: Session, ref: InviteRef, form: Mapping[str, str]) -> Se
     stored, or (incomplete, a bad option, a step out of order) shown again."""
     annotator = annotator_for_invite(session, ref)
     return _send(session, annotator, form, external_session_id=ref.session_id)
+
+
+@dataclass(frozen=True)
+class ConsentView:
+    """The consent page: the study's title and the researcher's text (untrusted: escaped)."""
+
+    title: str
+    text: str
+    given: bool
+
+
+def _consent_view(session: Session, annotator: AnnotatorRef) -> ConsentView:
+    title = session.scalar(select(Study.title).where(Study.id == annotator.study_id)) or ""
+    return ConsentView(title, consent_text(annotator.study), annotator.consented_at is not None)
+
+
+def invite_consent(session: Session, ref: InviteRef) -> ConsentView:
+    """The consent page of an invite (or Prolific) link."""
+    annotator = annotator_for_invite(session, ref)
+    check_asks_consent(annotator)
+    return _consent_view(session, annotator)
+
+
+def accept_invite_consent(session: Session, ref: InviteRef, form: Mapping[str, str]) -> None:
+    """The consent form posted (`give_consent`: the ticked box, or a 400)."""
+    give_consent(session, annotator_for_invite(session, ref), form)
+
+
+def invite_comment(session: Session, ref: InviteRef, form: Mapping[str, str]) -> bool:
+    """The end-of-study comment of an invite (or Prolific) link's participant."""
+    return end_comment(session, annotator_for_invite(session, ref), form)
 
 
 def return_invite(session: Session, ref: InviteRef, public_id: str) -> None:
@@ -101,6 +146,7 @@ def open_mturk(
     hit_id = platform_id(hit_id, "HIT id", required=False)
     origin = check_submit_to(study, submit_to)
     annotator = crowd_annotator(session, study, Channel.mturk, worker_id, enrolment=enrolment)
+    require_consent(annotator)
     now = utcnow()
     work = next_assignment(
         session,
@@ -133,6 +179,47 @@ def send_mturk(session: Session, slug: str, form: Mapping[str, str]) -> MturkDon
     return _mturk_done(session, study, sent.assignment, sent.kept) if sent.completed else sent
 
 
+def _mturk_worker(
+    session: Session, slug: str, params: Mapping[str, str], enrolment: Enrolment | None
+) -> AnnotatorRef:
+    """The MTurk worker a consent or comment form names (never a preview's)."""
+    study = study_by_slug(session, slug)
+    channel_settings(study, Channel.mturk)
+    assignment_id = params.get("assignmentId", "")
+    if not assignment_id or assignment_id == PREVIEW_ASSIGNMENT:
+        raise AnnotationError("Accept the HIT on MTurk first.", 400)
+    platform_id(assignment_id, "assignment id")
+    worker = params.get("workerId", "")
+    return crowd_annotator(session, study, Channel.mturk, worker, enrolment=enrolment)
+
+
+def mturk_consent(
+    session: Session, slug: str, params: Mapping[str, str], enrolment: Enrolment
+) -> ConsentView:
+    """The consent page of an MTurk worker (before their first HIT of the study)."""
+    annotator = _mturk_worker(session, slug, params, enrolment)
+    check_asks_consent(annotator)
+    return _consent_view(session, annotator)
+
+
+def accept_mturk_consent(
+    session: Session, slug: str, form: Mapping[str, str], enrolment: Enrolment
+) -> None:
+    give_consent(session, _mturk_worker(session, slug, form, enrolment), form)
+
+
+def mturk_comment(session: Session, slug: str, form: Mapping[str, str]) -> bool:
+    """The end-of-study comment of an MTurk worker the study knows (a made-up worker id is
+    refused, 404: a comment never makes an identity)."""
+    study = study_by_slug(session, slug)
+    channel_settings(study, Channel.mturk)
+    worker = platform_id(form.get("workerId"))
+    key = {"study_id": study.id, "channel": Channel.mturk, "external_id": worker}
+    if session.scalar(ANNOTATOR_BY_PLATFORM_ID, key) is None:
+        raise AnnotationError("This study does not know this worker.", 404)
+    return end_comment(session, _mturk_worker(session, slug, form, None), form)
+
+
 def _mturk_done(session: Session, study: Study, assignment: Lease, kept: Any = None) -> MturkDone:
     origin = check_submit_to(study, assignment.submit_to or "")
     # Read back, not taken from the form: after a repeat that differed, the kept ones.
@@ -154,10 +241,14 @@ def _send(
     """Store a posted page through its study type (`StudyTypePlugin.send`); a refused form
     gets the annotator's page again, with the reason, under the refusal's 4xx (`lease`: as
     `next_assignment` finds it)."""
+    require_consent(annotator)  # no consent, no work: a 403 that stores nothing
+    extras = extras_from(form)  # a bad comment or page field: 400 before anything is stored
     try:
-        return study_type_of(annotator.study).pages.send(session, annotator, form)
+        sent = study_type_of(annotator.study).pages.send(session, annotator, form)
     except FormRefused as exc:
         return _refused(session, annotator, exc, form, mturk, lease)
+    store_extras(session, annotator.study, sent.assignment, extras, last_step=sent.completed)
+    return sent
 
 
 def _refused(

@@ -151,7 +151,11 @@ _annotators_since = (
 # Identities arriving over HTTP: invite links are made by the researcher, batch workers by
 # an import, so neither counts towards the rate limit on new crowd identities.
 RECENT_CROWD = _annotators_since.where(annotators.c.channel.in_(self_enrolling()))
-RECENT_FROM = _annotators_since.where(annotators.c.enrolled_from == bindparam("key"))
+# One bucket per channel: a lab's address that sends both panel participants and MTurk
+# workers is limited on each separately.
+RECENT_FROM = _annotators_since.where(
+    annotators.c.enrolled_from == bindparam("key"), annotators.c.channel == bindparam("channel")
+)
 
 # -- leases and claims ------------------------------------------------------------------
 

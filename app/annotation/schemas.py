@@ -38,6 +38,7 @@ class StudyRef:
     channels: dict[str, Any]
     study_type: StudyType
     ratings: dict[str, Any] | None  # a ratings study's scale (`RatingsSection`); else {}/None
+    participants: dict[str, Any] | None  # consent, comments, exclusions (`ParticipantsSection`)
 
 
 @dataclass(slots=True)
@@ -51,6 +52,7 @@ class AnnotatorRef:
     invite_nonce: str | None
     hit_cap: int | None
     blocked: bool
+    consented_at: datetime | None  # the study's consent text accepted (None: not yet)
     study: StudyRef | None = None
 
 

@@ -17,6 +17,7 @@ import typer
 from app.annotation.admin import MAX_BATCH
 from app.audit.service import CLI
 from app.cli.common import command_engine, fail, load_settings
+from app.crowd.audience import Audience, audience
 from app.crowd.registry import DEFAULT, PLATFORMS
 
 crowd_cli = typer.Typer(
@@ -147,6 +148,8 @@ def publish(
         with unit_of_work(make_session) as session:
             found = study_named(session, study)
             cost = publishing.estimate(session, settings, found, made, options)
+            who = audience(session, found, PLATFORMS[made.name])
+        _echo_audience(who, PLATFORMS[made.name].label)
         typer.echo(
             f"{made.name} ({made.environment}): rewards {_cents(cost.rewards_cents)}, fees "
             f"{_cents(cost.fees_cents)}, total {_cents(cost.total_cents)}"
@@ -171,6 +174,21 @@ def publish(
         from app.cli.hits import annotators_invite
 
         annotators_invite(study, count=invites, label=None, csv_out=None)
+
+
+def _echo_audience(who: Audience, label: str) -> None:
+    """Who may take part, before publishing (as the Crowd page shows it)."""
+    for key, value in sorted(who.prescreeners.items()):
+        shown = ", ".join(map(str, value)) if isinstance(value, list) else value
+        typer.echo(f"prescreener {key}: {shown}")
+    if who.excluded:
+        how = f"; {label}'s {who.how}" if who.how else f"; {label}: our records only"
+        typer.echo(
+            f"excluded: people of {', '.join(who.excluded)} (refused at entry{how}: "
+            f"{len(who.units)} earlier postings, {who.workers} earlier workers)"
+        )
+    for slug in who.unknown:
+        typer.echo(f"warning: participants.exclude_studies names {slug!r}, which no study is")
 
 
 @crowd_cli.command("sync")
@@ -389,20 +407,34 @@ def platforms() -> None:
 def export_batch(
     study: Study,
     out: Annotated[
-        Path, typer.Option("--out", help="directory for hit_template.html and input.csv")
+        Path, typer.Option("--out", help="directory for hit_template.html and the input CSVs")
     ],
 ) -> None:
-    """Write the study's MTurk-format batch (HIT template + input CSV; Turkle reads it)."""
+    """Write the study's MTurk-format batch (HIT template + input CSV; Turkle reads it).
+
+    One row per HIT: set the tool's assignments per task (MaxAssignments) to the number
+    printed for each input file (the HIT's replicas). HITs with other replicas (overlap
+    HITs) are in an input file of their own: load each as its own batch.
+    """
     from app.cli.common import session_scope, study_named
     from app.crowd.batch import BatchError, write_batch
 
     with session_scope(load_settings()) as session:
         found = study_named(session, study)
         try:
-            template_path, input_path = write_batch(session, found, out)
+            template_path, batch = write_batch(session, found, out)
         except BatchError as exc:
             fail(str(exc))
-    typer.echo(f"wrote {template_path} and {input_path}")
+    typer.echo(f"wrote {template_path}")
+    for made in batch.inputs:
+        typer.echo(
+            f"wrote {out / made.name}: {made.hits} HITs, one row each; "
+            f"set assignments per task (MaxAssignments) to {made.assignments}"
+        )
+    typer.echo('Turkle: tick "Login required" (rows without a worker are refused at import).')
+
+
+ROWS_REFUSED = 3  # import-results: some rows refused (0: all stored; 1: nothing read)
 
 
 @crowd_cli.command("import-results")
@@ -414,14 +446,25 @@ def import_results(
             help="the tool's results file (Batch_results.csv)", exists=True, dir_okay=False
         ),
     ],
+    source: Annotated[
+        str,
+        typer.Option(
+            "--source",
+            help="the tool installation the file comes from (e.g. lab-turkle): worker and "
+            "assignment ids are taken within it; keep the name from one import to the next",
+        ),
+    ],
 ) -> None:
     """Store an MTurk-format results file (MTurk, Turkle) of the study's batch.
 
-    Safe to run again: rows stored before are not stored twice. Exits with 1 when rows
-    were skipped (the others are stored).
+    Safe to run again: rows stored before are not stored twice. A row that leaves a text
+    unanswered is refused whole, as the service's own page refuses it. Exit codes: 0 every
+    row is stored (now or by an earlier import); 3 some rows were refused (the others are
+    stored; each refusal is printed); 1 nothing was read (no such study, a closed study, a
+    bad source name, a file that is not a results file of this batch).
     """
     from app.cli.common import session_scope, study_named
-    from app.crowd.batch import BatchError
+    from app.crowd.batch import BatchError, cell
     from app.crowd.imports import import_results as store_results
     from app.db import begin_write
 
@@ -433,16 +476,16 @@ def import_results(
         begin_write(session)  # SQLite: a writer from the start (many rows, one transaction)
         found = study_named(session, study)
         try:
-            report = store_results(session, found, text, by=CLI)
+            report = store_results(session, found, text, source=source, by=CLI)
         except BatchError as exc:
             fail(str(exc))
     typer.echo(
-        f"stored {report.stored}, repeated {report.repeated}, skipped {report.skipped}"
+        f"stored {report.stored}, repeated {report.repeated}, refused {report.skipped}"
         + (f" ({report.too_fast} judgments faster than the minimum)" if report.too_fast else "")
     )
-    for verb, rows in (("skipped", report.errors), ("repeated", report.differing)):
+    for verb, rows in (("refused", report.errors), ("repeated", report.differing)):
         for row in rows:
-            hit = row.hit if row.hit and row.hit.isdigit() else repr(row.hit)  # from the file
+            hit = row.hit if row.hit and row.hit.isdigit() else cell(row.hit)  # from the file
             typer.echo(f"{verb} line {row.line} (HIT {hit}): {row.message}")
     if report.errors:
-        raise typer.Exit(1)
+        raise typer.Exit(ROWS_REFUSED)

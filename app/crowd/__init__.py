@@ -26,6 +26,8 @@ Where things live:
 - `payments`: approve, reject, bonus, block, unblock, expire, balance, bulk approval
   (reopen is made by `publish`);
 - `bonuses`, `overview`: bulk bonuses with a preview, and what the Crowd page shows;
+- `audience`: who may take part through a platform (its prescreeners from the study file,
+  the earlier studies excluded), as a posting carries it and as the Crowd page shows it;
 - `batch`, `imports`: the offline MTurk-format batch export and results import.
 
 The dashboard and the CLI call the same functions; providers only talk to their platform.

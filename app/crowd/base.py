@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 class CrowdError(Exception):
@@ -75,6 +75,9 @@ class Qualifications:
     masters: bool = False
     # A custom "reached the cap" qualification the worker must NOT have (MTurk).
     cap_qualification_id: str | None = None
+    # A custom "took part in an earlier study" qualification the worker must NOT have
+    # (MTurk: granted to the earlier studies' workers, `ExclusionQualifying`).
+    exclusion_qualification_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,13 @@ class PostingSpec:
     # study's internal name, the cap qualification's name), so that two databases or a
     # study re-created under the same slug never share them.
     key: str = ""
+    # Who may take part, issue 33 (`app.crowd.audience`): the platform's prescreeners from
+    # the study file (`Platform.prescreeners_of`), and the people of the earlier studies
+    # the study excludes: their units on this platform (a Prolific study's id: its
+    # previous-studies filter) and their worker ids (an MTurk exclusion qualification).
+    prescreeners: dict[str, Any] = field(default_factory=dict)
+    exclude_units: tuple[str, ...] = ()
+    exclude_workers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -185,6 +195,18 @@ class CrowdProvider(Protocol):
 
     def expire(self, external_id: str, unit_external_ids: Sequence[str]) -> None:
         """Stop new work: expire every listed unit (or stop the Prolific study)."""
+        ...
+
+
+@runtime_checkable
+class ExclusionQualifying(Protocol):
+    """Optional: a platform on which a qualification keeps out the workers of earlier
+    studies (MTurk): a type of the posting's own, granted to each of them silently; the
+    HIT type requires that it does not exist."""
+
+    def exclusion_qualification(self, spec: PostingSpec) -> str:
+        """The posting's "took part before" qualification type, made once and granted to
+        `spec.exclude_workers` (each grant may be repeated); its id."""
         ...
 
 

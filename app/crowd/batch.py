@@ -2,11 +2,16 @@
 
 `export_batch` makes a HIT template (an HTML fragment with `${var}` placeholders, no
 `<form>`: MTurk and Turkle wrap it in theirs, add a Submit button and post its fields as
-`Answer.<name>`) and an input CSV with one row per HIT replica. A row carries only opaque
-ids (the study's slug, the HIT's number, the replica) and what the annotator sees: each
-position's text and options in the HIT's stored screen order; "None of the above is
-plausible" is the template's last option of every text. No kind, rank, probability or
-item id is in either file.
+`Answer.<name>`) and an input CSV with one row per HIT. A HIT's replicas are the tool's
+"assignments per task" (MTurk's MaxAssignments), never repeated rows: a tool hands a worker
+the next row, so adjacent copies of a HIT would go to the same person. HITs with other
+replicas (the overlap HITs) go to an input file of their own, one per assignments count.
+A row carries only opaque ids (the study's slug, the HIT's number) and what the annotator
+sees: each position's text and options in the HIT's stored screen order; "None of the
+above is plausible" is the template's last option of every text. No kind, rank,
+probability or item id is in either file. The ids are hidden fields of the template too,
+so every column is a `${var}` of it (Turkle warns of columns that are not) and they come
+back as `Answer.study` and `Answer.hit` as well as `Input.*`.
 
 The fields the template posts are those of our own page: `o{position}` is the chosen
 screen slot (`k`, the study's top-k, is "none") and `ms{position}` the milliseconds spent
@@ -19,11 +24,16 @@ HTML character reference, which the page shows unchanged; `csv_text` then has no
 to neutralise but still guards every cell.
 
 `parse_results` reads a `Batch_results.csv` back into typed rows (`ResultRow`), checking
-each row against the batch as exported: the echoed `Input.*` columns must be what this
-export writes for that HIT and replica (else the row is reported as tampered), and the
-answers must be slots of the texts the row showed. It stores nothing: a row's `answers`
-and `times` have the shapes of `app.annotation.submissions.answers_from_form`, for an
-importer to pass to the submission service.
+each row against the batch as exported: the echoed `Input.*` columns (and the ids posted
+back as `Answer.*`) must be what this export writes for that HIT (else the row is reported
+as tampered), and the answers must be slots of the texts the row showed. A row must answer
+every text of its HIT, as a post of the service's own page must (a HIT's texts are
+balanced together: the attention item, the kinds); a row with an unanswered text is
+refused whole and names them. Results of batches exported with one row per replica (an
+`Input.replica` column) still read. A file's cells quoted in a message are cut to
+`CELL_LIMIT` characters. It stores nothing: a row's `answers` and `times` have the shapes
+of `answers_from_form` of the next-word type, for an importer to pass to the submission
+service.
 """
 
 from __future__ import annotations
@@ -32,7 +42,6 @@ import csv
 import html
 import io
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,20 +50,27 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.config import PACKAGE
+from app.csvfiles import FORMULA_START, csv_text, write_csv
 from app.models import Hit, HitPosition, Item, Study, Task
-from app.results.exports import FORMULA_START, csv_text
 from app.studytypes.registry import study_type_of
 
 NONE_TEXT = "None of the above is plausible"
 TEMPLATE_FILE = "hit_template.html"
 INPUT_FILE = "input.csv"
-ID_COLUMNS = ("study", "hit", "replica")
+ID_COLUMNS = ("study", "hit")
+LEGACY_REPLICA = "Input.replica"  # batches exported with one row per replica
 # Columns of a results file that every row needs (MTurk and Turkle both write them).
 RESULT_COLUMNS = ("AssignmentId", "WorkerId")
 _DIGITS = re.compile(r"[0-9]{1,6}")
 _MS = re.compile(r"-?[0-9]{1,12}")
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z0-9_]+)\}")
 _MAX_ID = 255
+CELL_LIMIT = 200  # characters of a file's cell quoted in a message
+ANONYMOUS = (
+    "no WorkerId: the tool let someone work without logging in, and work that names no "
+    "person cannot be capped, blocked or kept to one answer per HIT; in Turkle, tick "
+    '"Login required" on the project and its batches (MTurk always sends a WorkerId)'
+)
 
 _templates = jinja2.Environment(
     loader=jinja2.FileSystemLoader(PACKAGE / "templates"),
@@ -171,8 +187,8 @@ def shown(text: str | None) -> str:
     return csv_text(out)
 
 
-def _row(study: Study, layout: Layout, hit: _Hit, replica: int) -> dict[str, str]:
-    row = {"study": csv_text(study.slug), "hit": str(hit.index), "replica": str(replica)}
+def _row(study: Study, layout: Layout, hit: _Hit) -> dict[str, str]:
+    row = {"study": csv_text(study.slug), "hit": str(hit.index)}
     for p in range(layout.positions):
         pos = hit.positions[p] if p < len(hit.positions) else None
         row[f"text_{p}"] = shown(pos.words if pos else "")
@@ -184,12 +200,6 @@ def _row(study: Study, layout: Layout, hit: _Hit, replica: int) -> dict[str, str
             options = pos.options if pos else ()
             row[f"option_{p}_{s}"] = shown(options[s] if s < len(options) else "")
     return row
-
-
-def _rows(study: Study, layout: Layout, hits: list[_Hit]) -> Iterator[tuple[_Hit, int, dict]]:
-    for hit in hits:
-        for replica in range(hit.replicas):
-            yield hit, replica, _row(study, layout, hit, replica)
 
 
 def template_html(study: Study, layout: Layout) -> str:
@@ -209,6 +219,7 @@ def template_html(study: Study, layout: Layout) -> str:
         for p in range(layout.positions)
     ]
     return _templates.get_template("crowd/batch_hit.html").render(
+        ids=[(name, var(name)) for name in ID_COLUMNS],
         positions=positions,
         none_slot=layout.options,
         none_text=NONE_TEXT,
@@ -217,26 +228,56 @@ def template_html(study: Study, layout: Layout) -> str:
     )
 
 
-def export_batch(session: Session, study: Study) -> tuple[str, str]:
-    """The study's HIT template and input CSV (one row per HIT replica, by HIT number)."""
+@dataclass(frozen=True)
+class InputFile:
+    """One input CSV of a batch: its HITs, one row each, all wanting `assignments` workers
+    (the tool's "assignments per task", MTurk's MaxAssignments)."""
+
+    name: str
+    assignments: int
+    hits: int
+    text: str
+
+
+@dataclass(frozen=True)
+class ExportedBatch:
+    template: str
+    inputs: tuple[InputFile, ...]  # by assignments; one file when every HIT has the same
+
+
+def input_name(assignments: int, groups: int) -> str:
+    """`input.csv` when the HITs all want as many workers; else one file per count."""
+    return INPUT_FILE if groups == 1 else f"input-{assignments}-assignments.csv"
+
+
+def export_batch(session: Session, study: Study) -> ExportedBatch:
+    """The study's HIT template and its input CSVs: one row per HIT (by HIT number), one
+    file per replicas count."""
     hits = _hits(session, study)
     layout = _layout(study, hits)
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=layout.columns, lineterminator="\r\n")
-    writer.writeheader()
-    for _, _, row in _rows(study, layout, hits):
-        writer.writerow(row)
-    return template_html(study, layout), out.getvalue()
+    groups = sorted({h.replicas for h in hits})
+    inputs = []
+    for assignments in groups:
+        chosen = [h for h in hits if h.replicas == assignments]
+        inputs.append(
+            InputFile(
+                name=input_name(assignments, len(groups)),
+                assignments=assignments,
+                hits=len(chosen),
+                text=write_csv(layout.columns, (_row(study, layout, h) for h in chosen)),
+            )
+        )
+    return ExportedBatch(template_html(study, layout), tuple(inputs))
 
 
-def write_batch(session: Session, study: Study, out_dir: Path) -> tuple[Path, Path]:
-    """Write `hit_template.html` and `input.csv` into `out_dir` (made if missing)."""
-    template, rows = export_batch(session, study)
+def write_batch(session: Session, study: Study, out_dir: Path) -> tuple[Path, ExportedBatch]:
+    """Write `hit_template.html` and the input CSVs into `out_dir` (made if missing)."""
+    batch = export_batch(session, study)
     out_dir.mkdir(parents=True, exist_ok=True)
-    template_path, input_path = out_dir / TEMPLATE_FILE, out_dir / INPUT_FILE
-    template_path.write_text(template, encoding="utf-8")
-    input_path.write_text(rows, encoding="utf-8", newline="")
-    return template_path, input_path
+    (out_dir / TEMPLATE_FILE).write_text(batch.template, encoding="utf-8")
+    for made in batch.inputs:
+        (out_dir / made.name).write_text(made.text, encoding="utf-8", newline="")
+    return out_dir / TEMPLATE_FILE, batch
 
 
 def placeholders(template: str) -> set[str]:
@@ -259,7 +300,6 @@ class ResultRow:
     line: int  # in the results file (the header is line 1)
     hit_id: int  # our HIT's database id
     hit_index: int  # the HIT's number, as in the file
-    replica: int
     worker_id: str
     assignment_id: str  # the tool's assignment id
     answers: dict[int, int]
@@ -285,6 +325,14 @@ class ParsedResults:
     errors: list[RowError] = field(default_factory=list)
 
 
+def cell(value: str | None) -> str:
+    """A cell of the file as a message quotes it: repr'd, cut to `CELL_LIMIT` characters."""
+    value = value or ""
+    if len(value) > CELL_LIMIT:
+        return repr(value[:CELL_LIMIT]) + f"... ({len(value):,} characters)"
+    return repr(value)
+
+
 def parse_results(session: Session, study: Study, text: str) -> ParsedResults:
     """Read an MTurk or Turkle `Batch_results.csv` of `study`'s batch into typed rows.
 
@@ -308,20 +356,25 @@ def parse_results(session: Session, study: Study, text: str) -> ParsedResults:
     seen_workers: dict[tuple[str, int], int] = {}
     for raw in reader:
         line = reader.line_num
+        hit_ref = (raw.get("Input.hit") or "")[:CELL_LIMIT] or None
         if None in raw:  # more cells than the header names
-            result.errors.append(RowError(line, raw.get("Input.hit"), "the row has extra cells"))
+            result.errors.append(RowError(line, hit_ref, "the row has extra cells"))
             continue
         row = {k: (v or "") for k, v in raw.items()}
         problems: list[str] = []
-        hit_ref = row["Input.hit"]
         hit = _check_ids(study, by_index, row, problems)
-        replica = int(row["Input.replica"]) if hit else -1
         if hit is not None:
-            expected = _row(study, layout, hit, replica)
+            expected = _row(study, layout, hit)
             changed = [c for c in layout.columns if row[f"Input.{c}"] != expected[c]]
+            changed += [
+                f"Answer.{f}"
+                for f in ID_COLUMNS
+                if row.get(f"Answer.{f}") not in ("", None, expected[f])
+            ]
             if changed:
+                where = "" if changed[0].startswith("Answer.") else "Input."
                 problems.append(
-                    f"tampered: Input.{changed[0]} is not what the batch showed for HIT "
+                    f"tampered: {where}{changed[0]} is not what the batch showed for HIT "
                     f"{hit.index}" + (f" (and {len(changed) - 1} more)" if len(changed) > 1 else "")
                 )
         worker = _platform_id(row["WorkerId"], "WorkerId", problems)
@@ -339,7 +392,7 @@ def parse_results(session: Session, study: Study, text: str) -> ParsedResults:
                 f"{seen_workers[(worker, hit.id)]} (a HIT is done once per person)"
             )
         if problems or hit is None or worker is None or assignment is None:
-            result.errors.append(RowError(line, hit_ref or None, "; ".join(problems)))
+            result.errors.append(RowError(line, hit_ref, "; ".join(problems)))
             continue
         seen_assignments[assignment] = line
         seen_workers[(worker, hit.id)] = line
@@ -349,15 +402,14 @@ def parse_results(session: Session, study: Study, text: str) -> ParsedResults:
                 line=line,
                 hit_id=hit.id,
                 hit_index=hit.index,
-                replica=replica,
                 worker_id=worker,
                 assignment_id=assignment,
                 answers=answers,
                 times=times,
                 work_seconds=int(seconds) if _DIGITS.fullmatch(seconds) else None,
-                accept_time=row.get("AcceptTime") or None,
-                submit_time=row.get("SubmitTime") or None,
-                status=row.get("AssignmentStatus") or None,
+                accept_time=row.get("AcceptTime", "")[:64] or None,
+                submit_time=row.get("SubmitTime", "")[:64] or None,
+                status=row.get("AssignmentStatus", "")[:64] or None,
             )
         )
     return result
@@ -367,15 +419,16 @@ def _check_ids(
     study: Study, by_index: dict[int, _Hit], row: dict[str, str], problems: list[str]
 ) -> _Hit | None:
     if row["Input.study"] != csv_text(study.slug):
-        problems.append(f"the row belongs to study {row['Input.study']!r}, not {study.slug}")
+        problems.append(f"the row belongs to study {cell(row['Input.study'])}, not {study.slug}")
         return None
-    ref, replica = row["Input.hit"], row["Input.replica"]
+    ref = row["Input.hit"]
     hit = by_index.get(int(ref)) if _DIGITS.fullmatch(ref) else None
     if hit is None:
-        problems.append(f"unknown HIT {ref!r}")
+        problems.append(f"unknown HIT {cell(ref)}")
         return None
-    if not (_DIGITS.fullmatch(replica) and int(replica) < hit.replicas):
-        problems.append(f"HIT {hit.index} has no replica {replica!r}")
+    replica = row.get(LEGACY_REPLICA, "")  # one row per replica (an earlier export)
+    if replica and not (_DIGITS.fullmatch(replica) and int(replica) < hit.replicas):
+        problems.append(f"HIT {hit.index} has no replica {cell(replica)}")
         return None
     return hit
 
@@ -383,7 +436,7 @@ def _check_ids(
 def _platform_id(value: str, column: str, problems: list[str]) -> str | None:
     value = value.strip()
     if not value:
-        problems.append(f"no {column}")
+        problems.append(ANONYMOUS if column == "WorkerId" else f"no {column}")
         return None
     if len(value) > _MAX_ID or not value.isprintable() or any(c.isspace() for c in value):
         problems.append(f"{column} {value[:40]!r} is not an id")
@@ -400,25 +453,33 @@ def _answers(
 ) -> tuple[dict[int, int], dict[int, int]]:
     answers: dict[int, int] = {}
     times: dict[int, int] = {}
+    open_texts: list[int] = []
     for pos in hit.positions:
         p, n = pos.number, len(pos.options)
         value = row.get(f"Answer.o{p}", "").strip()
         if not value:
-            problems.append(f"no answer for text {p + 1}")
+            open_texts.append(p + 1)
             continue
         slot = int(value) if _DIGITS.fullmatch(value) else -1
         if slot == layout.options:
             slot = n  # the template's "none" is the study's k; this text's is after its options
         elif not 0 <= slot < n:
-            problems.append(f"answer {value!r} for text {p + 1} is not one of its options")
+            problems.append(f"answer {cell(value)} for text {p + 1} is not one of its options")
             continue
         answers[p] = slot
         ms = row.get(f"Answer.ms{p}", "").strip()
         if ms:
             if not _MS.fullmatch(ms):
-                problems.append(f"time {ms[:20]!r} for text {p + 1} is not a number")
+                problems.append(f"time {cell(ms[:20])} for text {p + 1} is not a number")
             else:
                 times[p] = int(ms)
+    if open_texts:
+        named = ", ".join(map(str, open_texts))
+        problems.append(
+            f"no answer for text{'s' if len(open_texts) > 1 else ''} {named} "
+            f"({len(hit.positions) - len(open_texts)} of {len(hit.positions)} answered): "
+            "a HIT is stored whole, as on the service's own page, so none of this row is"
+        )
     shown_positions = {f"Answer.o{pos.number}" for pos in hit.positions}
     extra = sorted(c for c in answer_columns - shown_positions if row.get(c, "").strip())
     if extra:

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from app.audit.service import Actor
 from app.config import Settings
+from app.crowd.audience import spec_audience
 from app.crowd.base import (
     CapQualifying,
     CrowdProvider,
@@ -332,7 +333,8 @@ def posting_spec(
 ) -> PostingSpec:
     """What the posting is published as, from its stored settings."""
     s = posting.settings
-    entry = platform(posting.provider).entry(settings, study, s, wanted_assignments(session, study))
+    made = platform(posting.provider)
+    entry = made.entry(settings, study, s, wanted_assignments(session, study))
     return PostingSpec(
         study_slug=study.slug,
         title=s["title"],
@@ -348,11 +350,13 @@ def posting_spec(
             locales=tuple(s.get("locales") or ()),
             masters=bool(s.get("masters")),
             cap_qualification_id=s.get("cap_qualification_id"),
+            exclusion_qualification_id=s.get("exclusion_qualification_id"),
         ),
         entry_url=entry.url,
         completion_code=entry.completion_code,
         places=entry.places,
         key=posting_key(posting, study),
+        **spec_audience(session, study, made),
     )
 
 

@@ -11,22 +11,36 @@ stored screen order, the time checks, a repeat stores nothing twice). The same p
 Decisions:
 
 - Channel. A row's worker is an annotator of the `batch` channel, known by the file's
-  `WorkerId`, not of `mturk`: the rows never pass through our MTurk API calls (sync,
-  approve, bonus, the cap qualification select `mturk` workers and would send a Turkle
-  user's id or another tool's assignment id to MTurk). The same person working through
+  `WorkerId` within the source the researcher names (`source:WorkerId`), not of
+  `mturk`: the rows never pass through our MTurk API calls (sync, approve, bonus, the cap
+  qualification select `mturk` workers and would send a Turkle user's id or another
+  tool's assignment id to MTurk). The same person working through
   the live MTurk page is another annotator. A WorkerId must be a platform id (letters,
   digits, `-`, `_`, at most 64; MTurk's and Turkle's are); other rows are reported.
+- Sources. Turkle's WorkerId is its numeric user id and its AssignmentId counts from 1 in
+  each installation, so ids mean nothing across tools: every import names its source (a
+  short name the researcher gives: `lab-turkle`, `mturk-site`), and worker ids and
+  assignment keys are taken within it. Two installations feeding one study are two
+  sources; the same installation must keep its name from one import to the next.
+- Anonymous rows. A row without a WorkerId (Turkle without "Login required") is refused
+  with a message that names the setting: work that names no person cannot be capped,
+  blocked or kept to one answer per HIT.
 - Confirmed. DESIGN counts MTurk work once confirmed through the MTurk API. A batch row is
   confirmed by the researcher importing it: the file is theirs, and each row was checked
   against the batch as exported (ids, every echoed `Input.*` cell, the answers). So the
   assignments are stored with `unverified` false: they count at once, and nothing is
   left waiting for a confirmation that could never come. Payment is the tool's business.
-- Idempotence. A row is keyed by its `AssignmentId`, stored as `external_assignment_id`
-  in the form `batch/<study id>/<AssignmentId>`: that column is unique over every study
-  and channel, and Turkle numbers assignments 1, 2, 3... in each of its installations. A
+- Idempotence. A row is keyed by its source and `AssignmentId`, stored as
+  `external_assignment_id` in the form `batch/<study id>/<source>/<AssignmentId>`: that
+  column is unique over every study and channel, and Turkle numbers assignments 1, 2,
+  3... in each of its installations. A
   row whose key is stored already is submitted again, which stores nothing (`repeated`;
   answers that differ are reported, and the stored ones kept); a key held by another
   worker or HIT is reported and skipped.
+- Incomplete rows. A row must answer every text of its HIT, as a post of the service's
+  own page must (`submit` refuses "Please choose an answer for every text"): a HIT's
+  texts are balanced together (the attention item, the kinds), so part of one is not
+  stored. The row is refused whole, naming the texts without an answer.
 - Transactions. One per file, the caller's; each row in its own savepoint, so a refused
   row is rolled back alone and the good rows are kept, while a crash mid-file stores
   nothing and a re-run stores each row once. Rows are stored in HIT id order, the order
@@ -41,6 +55,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -57,6 +72,8 @@ from app.models import Assignment, Channel, Study, StudyStatus, utcnow
 from app.studytypes.registry import study_type_of
 
 _KEY_LENGTH = 255  # Assignment.external_assignment_id
+SOURCE = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
+SOURCE_RULE = "lower-case letters, digits and -, at most 32, e.g. lab-turkle"
 
 
 @dataclass
@@ -75,17 +92,30 @@ class ImportReport:
         return len(self.errors)
 
 
-def assignment_key(study: Study, assignment_id: str) -> str:
-    """The `external_assignment_id` of a batch row: its AssignmentId, within the study."""
-    return f"batch/{study.id}/{assignment_id}"
+def check_source(source: str) -> str:
+    """The name of the tool installation a results file comes from, if it is one."""
+    if not SOURCE.fullmatch(source):
+        raise BatchError(f"The source {source[:40]!r} is not a source name ({SOURCE_RULE}).")
+    return source
 
 
-def import_results(session: Session, study: Study, text: str, *, by: Actor | None) -> ImportReport:
-    """Store the rows of a results file of `study`'s batch; report the ones skipped.
+def assignment_key(study: Study, source: str, assignment_id: str) -> str:
+    """The `external_assignment_id` of a batch row: its AssignmentId, within the study and
+    the source."""
+    return f"batch/{study.id}/{source}/{assignment_id}"
 
-    `BatchError` (nothing stored) for a closed study or a file that is not a results file
-    of this batch; a bad row is reported in `errors` and the others are stored. Idempotent.
+
+def import_results(
+    session: Session, study: Study, text: str, *, source: str, by: Actor | None
+) -> ImportReport:
+    """Store the rows of a results file of `study`'s batch from `source`; report the ones
+    skipped.
+
+    `BatchError` (nothing stored) for a closed study, a bad source name or a file that is
+    not a results file of this batch; a bad row is reported in `errors` and the others
+    are stored. Idempotent.
     """
+    check_source(source)
     if study.status is StudyStatus.closed:
         raise BatchError(f"Study {study.slug} is closed: reopen it to import results.")
     try:
@@ -97,7 +127,7 @@ def import_results(session: Session, study: Study, text: str, *, by: Actor | Non
     for row in sorted(parsed.rows, key=lambda r: (r.hit_id, r.line)):
         try:
             with session.begin_nested():  # a refused row rolls back alone
-                result = _store(session, study, row, now)
+                result = _store(session, study, source, row, now)
         except AnnotationError as exc:
             report.errors.append(RowError(row.line, str(row.hit_index), exc.message))
             continue
@@ -121,6 +151,7 @@ def import_results(session: Session, study: Study, text: str, *, by: Actor | Non
         by,
         "crowd_results_imported",
         study=study,
+        source=source,
         sha256=hashlib.sha256(text.encode(errors="surrogatepass")).hexdigest(),
         rows=len(parsed.rows) + len(parsed.errors),
         stored=report.stored,
@@ -131,7 +162,7 @@ def import_results(session: Session, study: Study, text: str, *, by: Actor | Non
     return report
 
 
-def _store(session: Session, study: Study, row: ResultRow, now: datetime) -> Any:
+def _store(session: Session, study: Study, source: str, row: ResultRow, now: datetime) -> Any:
     """One row, through the submission service (AnnotationError: refused, roll it back)."""
     plugin = study_type_of(study)
     store = plugin.offline_batch  # the type's submission service
@@ -142,10 +173,10 @@ def _store(session: Session, study: Study, row: ResultRow, now: datetime) -> Any
             f"WorkerId {row.worker_id[:40]!r} is not a worker id this service takes "
             "(letters, digits, - and _, at most 64)"
         )
-    key = assignment_key(study, row.assignment_id)
+    key = assignment_key(study, source, row.assignment_id)
     if len(key) > _KEY_LENGTH:
         raise AnnotationError(f"AssignmentId {row.assignment_id[:40]!r}... is too long")
-    annotator = crowd_annotator(session, study, Channel.batch, row.worker_id, now)
+    annotator = crowd_annotator(session, study, Channel.batch, row.worker_id, now, namespace=source)
     # Looked up under the worker's lock: a concurrent import of the same row waits above.
     found = session.execute(
         select(Assignment.public_id, Assignment.hit_id, Assignment.annotator_id).where(

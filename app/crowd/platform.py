@@ -108,6 +108,14 @@ class Capabilities:
     # of these categories (none: the platform has no categories).
     rejection_min_chars: int = 0
     rejection_categories: tuple[str, ...] = ()
+    # The study file's prescreeners of this platform that it applies at publishing
+    # (`Platform.prescreeners_of`; Prolific's filters); none: it has none of its own.
+    prescreeners: tuple[str, ...] = ()
+    # How the platform itself keeps out the people of the earlier studies a study excludes
+    # (`participants.exclude_studies`), besides our records, which refuse them at entry on
+    # every channel: "previous-studies filter" (Prolific), "qualification" (MTurk); "":
+    # our records only (invite links, imported batch files).
+    excludes_earlier: str = ""
 
 
 @dataclass(frozen=True)
@@ -148,6 +156,11 @@ class Platform:
     work_ref: ClassVar[str]
     # The rejection category of a submission we never stored (the dashboard's form).
     never_stored_category: ClassVar[str | None] = None
+    # Where the Crowd page puts it (lowest first: the platforms crowds use today first); it
+    # opens on the first the study enables (`app.crowd.registry.page_order`).
+    page_rank: ClassVar[int] = 50
+    # What the Crowd page says of the platform itself besides its settings (its closure).
+    status_note: ClassVar[str] = ""
 
     # -- the provider --------------------------------------------------------------------
 
@@ -175,6 +188,10 @@ class Platform:
         only shows what is recorded, with the platform's notice)."""
         return True
 
+    def unready_reason(self, environment: str) -> str:
+        """Why this server may not act there (`ready` is False), in a few words."""
+        return "this server is not set up for it"
+
     # -- the study's channel -------------------------------------------------------------
 
     def settings_of(self, study: Any) -> dict:
@@ -185,6 +202,17 @@ class Platform:
         """Whether the study takes workers through this platform (channels are opt-in)."""
         return bool(self.settings_of(study).get("enabled"))
 
+    def off_reason(self, study: Any, settings: Settings, environment: str) -> str | None:
+        """Why the study's Crowd page cannot publish here (None: it can)."""
+        if not self.enabled(study):
+            return (
+                f"the study does not enable it (set [channels.{self.name}] enabled = true in "
+                "the study file)"
+            )
+        if not self.ready(settings, environment):
+            return self.unready_reason(environment)
+        return None
+
     def study_environment(self, study: Any) -> str:
         """The environment the study file points the platform at (previews price it)."""
         return self.caps.environments[0]
@@ -193,6 +221,11 @@ class Platform:
         """Whether work synced from a posting in `environment` counts for the study: sandbox
         work only while the study itself is in the sandbox (`channels.<name>.sandbox`)."""
         return environment != SANDBOX or bool(self.settings_of(study).get("sandbox", True))
+
+    def prescreeners_of(self, study: Any) -> dict[str, Any]:
+        """The study file's prescreeners that this platform applies (`caps.prescreeners`),
+        those set only ({}: none)."""
+        return {}
 
     def entry_url(self, settings: Settings, study: Any) -> str | None:
         """The URL researchers give the platform (the Annotators page); None: none (the

@@ -79,7 +79,7 @@ def open_posting(
 
 
 # Settings the service keeps on a posting besides the publish options.
-_OWN_KEYS = ("cap_qualification_id", PREPARING)
+_OWN_KEYS = ("cap_qualification_id", "exclusion_qualification_id", PREPARING)
 
 
 def estimate(

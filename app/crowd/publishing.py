@@ -18,6 +18,7 @@ from app.crowd.base import (
     CostEstimate,
     CrowdError,
     CrowdProvider,
+    ExclusionQualifying,
     PostingSpec,
     PreparedLookup,
     Reopening,
@@ -378,11 +379,14 @@ def _prepare(
         qualification = _platform(
             make_session, report.posting_id, lambda: provider.cap_qualification(spec)
         )
-        with writing(make_session) as session:
-            posting = lock_posting(session, report.posting_id)
-            posting.settings = {**posting.settings, "cap_qualification_id": qualification}
-            study = session.get(Study, posting.study_id)
-            spec = posting_spec(session, settings, study, posting)
+        spec = _keep_own(make_session, settings, report, "cap_qualification_id", qualification)
+    # The earlier studies' workers (issue 33): a qualification they hold keeps them out.
+    excluding = spec.exclude_workers and not spec.qualifications.exclusion_qualification_id
+    if excluding and isinstance(provider, ExclusionQualifying):
+        made = _platform(
+            make_session, report.posting_id, lambda: provider.exclusion_qualification(spec)
+        )
+        spec = _keep_own(make_session, settings, report, "exclusion_qualification_id", made)
 
     def make() -> str:
         if interrupted and isinstance(provider, PreparedLookup):
@@ -406,6 +410,18 @@ def _prepare(
         posting.error = None
         release_preparing(posting)
     return external_id
+
+
+def _keep_own(
+    make_session: SessionFactory, settings: Settings, report: PublishReport, key: str, value: str
+) -> PostingSpec:
+    """Keep a platform id the posting made for itself (a qualification) in its settings;
+    the posting's spec with it."""
+    with writing(make_session) as session:
+        posting = lock_posting(session, report.posting_id)
+        posting.settings = {**posting.settings, key: value}
+        study = session.get(Study, posting.study_id)
+        return posting_spec(session, settings, study, posting)
 
 
 def _platform(make_session: SessionFactory, posting_id: int, call: Callable[[], str]) -> str:

@@ -75,6 +75,18 @@ def capability_table() -> list[tuple[str, list[str]]]:
     return rows
 
 
+def page_order() -> list[Platform]:
+    """The platforms as the Crowd page offers them: those crowds use today first
+    (`Platform.page_rank`), then the registry's order."""
+    return sorted(PLATFORMS.values(), key=lambda p: p.page_rank)
+
+
+def page_default(study: Any) -> Platform:
+    """The platform a study's Crowd page opens on: the first it enables, in `page_order`
+    (the local channel, always on, last)."""
+    return next(p for p in page_order() if p.enabled(study))
+
+
 def bundling() -> list[Platform]:
     """The platforms on which a participant may do a bundle of HITs for one reward."""
     return [p for p in PLATFORMS.values() if p.caps.bundles]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import ForeignKey, Index, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import Mapped, mapped_column
@@ -48,6 +49,11 @@ class Annotator(Base):
     enrolled_from: Mapped[str | None] = mapped_column(String(64), index=True)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen_at: Mapped[datetime | None]
+    # The study's consent text accepted (`participants.consent`): when; NULL: not (yet).
+    consented_at: Mapped[datetime | None]
+    # Their comment on the whole study (the end-of-study box), untrusted text, and when.
+    comment: Mapped[str | None] = mapped_column(Text)
+    commented_at: Mapped[datetime | None]
 
     @property
     def invited(self) -> bool:
@@ -100,6 +106,12 @@ class Assignment(Base):
     reviewed_at: Mapped[datetime | None]
     review_error: Mapped[str | None] = mapped_column(Text)
     bonus_cents: Mapped[int] = mapped_column(default=0)
+    # The participant's optional comment on this HIT (untrusted text).
+    comment: Mapped[str | None] = mapped_column(Text)
+    # Page signals of outside help, recorded where the page's script ran
+    # (`app.annotation.participants`): {"<position>[.<step>]": [times away, ms away]};
+    # NULL: none recorded (no JavaScript, or sent before they existed). A flag, never a rule.
+    page_signals: Mapped[dict[str, Any] | None]
 
 
 class Judgment(Base):

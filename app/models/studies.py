@@ -70,6 +70,9 @@ class Study(Base):
     exclusions: Mapped[dict[str, Any]]  # pre-declared exclusion rules
     # Per platform (`channels.<name>`): Prolific's parameters and code, MTurk's settings.
     channels: Mapped[dict[str, Any]]
+    # What participants see and who may take part (`ParticipantsSection`: consent text,
+    # comment boxes, earlier studies whose participants are excluded); NULL: the defaults.
+    participants: Mapped[dict[str, Any] | None]
 
     # Payment, for the cost planner and the crowd channels.
     reward_cents: Mapped[int] = mapped_column(default=0)  # per assignment

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from app.audit.service import Actor, record_by
 from app.models import Study
-from app.results import catalog, exports
+from app.results import catalog, exports, participants
 from app.results.schemas import ResultQuery
 from app.studytypes.base import Chunks, DownloadSpec
 from app.studytypes.registry import STUDY_TYPES, study_type_of
@@ -30,6 +30,7 @@ SHARED = {
     "manifest.json": DownloadSpec("application/json", render=_manifest),
     "items.csv": DownloadSpec("text/csv", chunks=exports.items_csv),
     "items.jsonl": DownloadSpec("application/x-ndjson", chunks=exports.items_jsonl),
+    "annotators.csv": DownloadSpec("text/csv", chunks=participants.annotators_csv),
 }
 SPECS: dict[str, DownloadSpec] = {
     **SHARED,
@@ -41,7 +42,7 @@ MEDIA_TYPES = {name: spec.media_type for name, spec in SPECS.items()}
 def catalogue(study: Study) -> list[str]:
     """The downloads of `study`, in the order the pages list them: its type's own (a
     next-word study's figures, diagnostics and judgments; a ratings study's ratings, EB-M
-    and samples), the manifest and the items for both."""
+    and samples), the manifest, the items and the annotators for both."""
     return list(study_type_of(study).catalogue)
 
 

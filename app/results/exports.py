@@ -24,7 +24,6 @@ client reports an incomplete transfer.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from collections.abc import Callable, Iterable, Iterator
@@ -34,6 +33,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from app.csvfiles import FORMULA_START as FORMULA_START
+from app.csvfiles import CsvWriter
+from app.csvfiles import csv_text as csv_text
 from app.models import Study
 from app.results import queries
 from app.results.stats import finite_or_none
@@ -44,14 +46,6 @@ ITEM_FIELDS = [
     "choice_probs", "hit_id", "hit_index", "position", "displayed_ranks", "displayed_words",
     "provenance",
 ]  # fmt: skip
-
-# OWASP "CSV injection": cells that begin with these are formulas to a spreadsheet.
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-
-
-def csv_text(v: str) -> str:
-    """`v` as a CSV cell that no spreadsheet runs as a formula."""
-    return "'" + v if v.startswith(FORMULA_START) else v
 
 
 def _json(v: Any) -> Any:
@@ -158,11 +152,10 @@ def _failure(rows: int, exc: Exception) -> str:
 
 def csv_chunks(fields: list[str], batches: Iterable[list[dict[str, Any]]]) -> Iterator[str]:
     buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
+    writer = CsvWriter(buf)  # neutralises the text cells
     writer.writerow(fields)
     bools = [f for f in fields if f in _BOOL_FIELDS]
     lists = [f for f in fields if f in _JSON_FIELDS]
-    others = [f for f in fields if f not in _BOOL_FIELDS and f not in _JSON_FIELDS]
     rows = 0
     try:
         for batch in batches:
@@ -171,10 +164,6 @@ def csv_chunks(fields: list[str], batches: Iterable[list[dict[str, Any]]]) -> It
                     rec[f] = _csv_bool(rec[f])
                 for f in lists:
                     rec[f] = _csv_json(rec[f])
-                for f in others:
-                    v = rec[f]
-                    if type(v) is str and v.startswith(FORMULA_START):
-                        rec[f] = "'" + v
             writer.writerows([rec[f] for f in fields] for rec in batch)
             yield buf.getvalue()
             rows += len(batch)

@@ -297,6 +297,12 @@ def stream_rows(session: Session, stmt: Select) -> Iterator[tuple[list[str], lis
 # The assignment's flags of kept work that may not count, as export columns (see
 # app.results.exclusions.exclusion_mask).
 ASSIGNMENT_FLAG_COLUMNS = [(getattr(Assignment, name), "bool") for name, _ in ASSIGNMENT_FLAGS]
+# The participant's side of an answer (issue 33): its HIT's comment and the assignment's page
+# signals, made per item by `app.annotation.participants.with_page_signals`.
+PARTICIPANT_COLUMNS = [
+    (Assignment.comment.label("hit_comment"), None),
+    (Assignment.page_signals, "json"),
+]
 
 
 def answer_rows(spec: list[tuple], answers: Any) -> Select:

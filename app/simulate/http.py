@@ -319,6 +319,7 @@ class CrowdOverHttp:
         with self.lock:
             self.run.annotators.append(run)
         run.stopped = "activity"
+        self._consent(client, who)
         while run.done + run.abandoned < wanted:
             if not self.budget.take():
                 run.stopped = "budget"
@@ -336,6 +337,16 @@ class CrowdOverHttp:
                 run.abandoned += 1
                 self.budget.give_back()
         return run
+
+    def _consent(self, client: httpx.Client, who: Recruit) -> None:
+        """A study with a consent text sends its link to the consent page first: the
+        simulated annotator agrees there, as a person would (issue 33)."""
+        first = self._send(client, "GET", who.path)
+        where = first.headers.get("location", "")
+        if first.status_code == 303 and where.endswith("/consent"):
+            agreed = self._send(client, "POST", where, data={"agree": "yes"})
+            if agreed.status_code != 303:
+                raise SimulationError(f"{where}: {agreed.status_code} {agreed.text[:200]}")
 
     def _wanted(self, rng: np.random.Generator, h: Heterogeneity) -> int:
         """HITs a new annotator's heavy-tailed activity asks for."""

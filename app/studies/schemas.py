@@ -184,6 +184,30 @@ class PaymentSection(Section):
     platform_fee: float = Field(0.0, ge=0, le=2, description="share paid on top, e.g. 0.2")
 
 
+# A choice id of one of Prolific's select filters (GET /api/v1/filters/ lists them).
+ChoiceId = Line(64)
+
+
+class ProlificPrescreeners(Section):
+    """Who may take part, in Prolific's own filters (passed in the study-creation body as
+    `filters`: `filter_id` with `selected_values` or `selected_range`). Languages and
+    countries are the choice ids of Prolific's `first-language`, `fluent-languages` and
+    `current-country-of-residence` filters (its filter list names them)."""
+
+    first_languages: list[ChoiceId] = Field(default_factory=list, max_length=200)
+    fluent_languages: list[ChoiceId] = Field(default_factory=list, max_length=200)
+    countries: list[ChoiceId] = Field(default_factory=list, max_length=300)
+    min_approval_rate: int | None = Field(None, ge=0, le=100, description="percent, e.g. 95")
+
+    @field_validator("first_languages", "fluent_languages", "countries")
+    @classmethod
+    def _choice_ids(cls, ids: list[str]) -> list[str]:
+        bad = [c for c in ids if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", c)]
+        if bad:
+            raise ValueError(f"Prolific choice ids are letters, digits, - or _, not {bad}")
+        return ids
+
+
 class ProlificSection(Section):
     # Channels are opt-in: a study takes nobody through Prolific unless this is set. An
     # entry must then carry the study's entry key (the dashboard shows the URL).
@@ -196,6 +220,7 @@ class ProlificSection(Section):
     session_param: Param = "SESSION_ID"
     completion_code: Short | None = None
     redirect_url: Url | None = None
+    prescreeners: ProlificPrescreeners = Field(default_factory=ProlificPrescreeners)
 
     @field_validator("participant_param", "study_param", "session_param")
     @classmethod
@@ -269,6 +294,33 @@ class ChannelSection(Section):
         return data
 
 
+class ParticipantsSection(Section):
+    """What every participant sees besides the HITs, whatever the study's type and channel,
+    and who may take part (`app.annotation.participants`)."""
+
+    # Shown once, before the first HIT; no HIT (and no answer) without it. Empty: no page.
+    consent: Text(20_000) = Field(
+        "", description="consent text accepted once before the first HIT; empty: none"
+    )
+    comments: bool = Field(True, description="a comment box after each HIT and at the end")
+    # People who took part in these earlier studies (slugs) may not take part in this one:
+    # our records on every channel, and the platform's own filter where it has one.
+    exclude_studies: list[str] = Field(default_factory=list, max_length=50)
+
+    @field_validator("exclude_studies", mode="before")
+    @classmethod
+    def _slugs(cls, value: object) -> object:
+        if isinstance(value, str):  # the dashboard's form: "pilot-1, pilot-2"
+            value = [v for v in re.split(r"[\s,;]+", value.strip()) if v]
+        if isinstance(value, list):
+            bad = [v for v in value if not (isinstance(v, str) and SLUG.fullmatch(v))]
+            if bad:
+                raise ValueError(f"exclude_studies are study slugs, not {bad[:3]}")
+            if len(set(value)) != len(value):
+                raise ValueError("exclude_studies names a study twice")
+        return value
+
+
 class StudyConfig(Section):
     slug: str = Field(pattern=SLUG.pattern)
     title: Short = Field(min_length=1)
@@ -293,6 +345,7 @@ class StudyConfig(Section):
     exclusions: ExclusionSection = Field(default_factory=ExclusionSection)
     payment: PaymentSection = Field(default_factory=PaymentSection)
     channels: ChannelSection = Field(default_factory=ChannelSection)
+    participants: ParticipantsSection = Field(default_factory=ParticipantsSection)
     ratings: RatingsSection = Field(default_factory=RatingsSection)
 
     @model_validator(mode="before")
@@ -357,6 +410,8 @@ class StudyConfig(Section):
                 )
         # A study type's own section checks a study of its type (app.studytypes.<type>.config).
         self.ratings.check_study(self)
+        if self.slug in self.participants.exclude_studies:
+            raise ValueError("participants.exclude_studies names this study itself")
         if self.reference.data_prefixes == "reference" and not self.reference.model:
             raise ValueError("reference.data_prefixes = 'reference' needs reference.model")
         return self
@@ -446,6 +501,8 @@ STUDY_COLUMNS = (
     ),
     Column("exclusions", "exclusions", _dump),
     Column("channels", "channels", _dump),
+    # Stored before issue 33: NULL, the defaults (no consent page, comment boxes on).
+    Column("participants", "participants", _dump, lambda stored: stored or {}),
     # Stored before ratings studies existed: NULL, the defaults.
     Column("ratings", "ratings", _dump, lambda stored: stored or {}),
     Column("reward_cents", "payment.reward_cents"),

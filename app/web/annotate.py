@@ -42,6 +42,7 @@ from app.annotation.pages import (
     send_invite,
     send_mturk,
 )
+from app.annotation.participants import ConsentNeeded, comments_on
 from app.annotation.schemas import (
     AnnotatorRef,
     MturkDone,
@@ -176,6 +177,12 @@ class Channelled:
     headers: dict[str, str]
     hidden: dict[str, str] = field(default_factory=dict)
     finish: dict[str, str | None] | None = None  # completion code / redirect
+    # Where the end-of-study comment goes; None: the study offers no comment boxes.
+    comment_url: str | None = None
+
+    @property
+    def comments(self) -> bool:
+        return self.comment_url is not None
 
 
 def _invite_channel(token: str, annotator: AnnotatorRef) -> Channelled:
@@ -184,6 +191,7 @@ def _invite_channel(token: str, annotator: AnnotatorRef) -> Channelled:
         return_url=f"/a/{token}/return",
         headers=LINK_HEADERS,
         finish=_finish(annotator),
+        comment_url=f"/a/{token}/comment" if comments_on(annotator.study) else None,
     )
 
 
@@ -201,12 +209,15 @@ def _finish(annotator: AnnotatorRef) -> dict[str, str | None] | None:
     }
 
 
-def _mturk_channel(slug: str, origin: str | None, assignment_id: str, worker_id: str) -> Channelled:
+def _mturk_channel(
+    slug: str, origin: str | None, assignment_id: str, worker_id: str, annotator: AnnotatorRef
+) -> Channelled:
     return Channelled(
         submit_url=f"/mturk/{quote(slug)}/submit",
         return_url=None,  # on MTurk, returning is done on MTurk's own page
         headers=mturk_headers(origin),
         hidden={"assignmentId": assignment_id, "workerId": worker_id},
+        comment_url=f"/mturk/{quote(slug)}/comment" if comments_on(annotator.study) else None,
     )
 
 
@@ -260,6 +271,8 @@ def _fragment_html(request: Request, data: PageData) -> Markup:
 
 _NOTICES = {
     "ok": "Thank you: your answers were saved.",
+    "comment": "Thank you: your comment was saved.",  # see app.web.annotate_participants
+    "consent": "Thank you: you agreed to take part.",
     "late": "Your time for that HIT had run out, but your answers were saved.",
     "returned": "The HIT was returned.",
 }
@@ -285,7 +298,10 @@ async def invite_page(request: Request):
             notice = "Your time for the previous HIT ran out; here is another one."
         return _render(request, data, _invite_channel(token, data.annotator), notice=notice)
 
-    return await _transaction(request, open_invite, (ref,), render)
+    try:
+        return await _transaction(request, open_invite, (ref,), render)
+    except ConsentNeeded:  # no consent, no HIT: the consent page first
+        return RedirectResponse(f"/a/{token}/consent", status.HTTP_303_SEE_OTHER, LINK_HEADERS)
 
 
 MAX_FORM_FIELDS = 1000  # as Starlette's form parser: a page posts about 25
@@ -429,14 +445,28 @@ async def mturk_page(
         if isinstance(view, MturkDone):
             return _mturk_done(request, view)
         if isinstance(view, PageData):
-            ch = _mturk_channel(slug, view.origin, assignmentId, workerId)
-            return _render(request, view, ch)
+            ch = _mturk_channel(slug, view.origin, assignmentId, workerId, view.annotator)
+            return _render(request, view, ch, notice=_NOTICES.get(n))
         return templates.TemplateResponse(  # a preview: no assignment yet
             request, "annotate/mturk_preview.html", {"study": view}, headers=mturk_headers()
         )
 
+    n = request.query_params.get("n") or ""
     args = (slug, assignmentId, hitId, workerId, turkSubmitTo, _enrolment(request))
-    return await _transaction(request, open_mturk, args, render)
+    try:
+        return await _transaction(request, open_mturk, args, render)
+    except ConsentNeeded:  # no consent, no HIT: the consent page first, the same ids
+        query = urlencode(mturk_ids(request.query_params))
+        url = f"/mturk/{quote(slug)}/consent?{query}"
+        return RedirectResponse(url, status.HTTP_303_SEE_OTHER, mturk_headers())
+
+
+MTURK_IDS = ("assignmentId", "hitId", "workerId", "turkSubmitTo")
+
+
+def mturk_ids(params) -> dict[str, str]:
+    """The ids MTurk gave the page, passed on through the consent page."""
+    return {name: params.get(name, "") for name in MTURK_IDS}
 
 
 @router.post("/mturk/{slug}/submit", response_class=HTMLResponse)
@@ -458,7 +488,8 @@ async def mturk_submit(request: Request, slug: str):
             url = f"/mturk/{quote(slug)}?{query}"
             return RedirectResponse(url, status.HTTP_303_SEE_OTHER, mturk_headers())
         worker_id = outcome.annotator.external_id or ""
-        ch = _mturk_channel(slug, outcome.origin, form.get("assignmentId", ""), worker_id)
+        assignment_id = form.get("assignmentId", "")
+        ch = _mturk_channel(slug, outcome.origin, assignment_id, worker_id, outcome.annotator)
         return _render(request, outcome, ch, status_code=outcome.status_code)
 
     return await _transaction(request, send_mturk, (slug, form), render, resend=form)
@@ -510,3 +541,10 @@ def annotation_error(request: Request, exc: AnnotationError) -> HTMLResponse:
         status_code=exc.status_code,
         headers=headers,
     )
+
+
+# Shared with `app.web.annotate_participants` (the consent and comment routes): one
+# transaction per request, the form read as every annotator post is, the enrolment limits.
+transaction = _transaction
+read_form = _read_form
+enrolment = _enrolment

@@ -28,7 +28,7 @@ from app.results.schemas import (
 from app.results.stats import PlanTarget, StudyPlan
 from app.studies.service import visible_studies
 from app.studytypes.base import OptionNotForThisType
-from app.studytypes.registry import study_type_of
+from app.studytypes.registry import STUDY_TYPES, study_type_of
 from app.web.deps import SessionDep
 from app.web.downloads import export_response
 from app.web.security import ApiStudyDep, ApiUserDep, api_user
@@ -114,6 +114,44 @@ def _refuse_options(study: Study, query: ResultQuery) -> None:
             for name in exc.fields
         ]
         raise RequestValidationError(errors) from None
+
+
+REFUSED_BY = "x-refused-by-study-types"
+"""The OpenAPI extension on a results option: the study types that refuse it (422)."""
+
+
+def refused_options() -> dict[str, list[str]]:
+    """Per results option, the study types (their names) that refuse it when given: each
+    type's own `check_options`, asked with the option alone set to its default."""
+    refused: dict[str, list[str]] = {}
+    for option, spec in ResultQuery.model_fields.items():
+        given = ResultQuery.model_validate({option: spec.default})
+        for plugin in STUDY_TYPES.values():
+            try:
+                plugin.results.check_options(given)
+            except OptionNotForThisType:
+                refused.setdefault(option, []).append(plugin.name.value)
+    return refused
+
+
+def document_refusals(schema: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAPI document per study type: every results option that a type refuses says
+    so, in words and as `REFUSED_BY` (a client, or schemathesis, reads which values a study
+    of each type takes). Changes `schema` in place and returns it."""
+    refused = refused_options()
+    nouns = {plugin.name.value: plugin.noun for plugin in STUDY_TYPES.values()}
+    for operations in schema.get("paths", {}).values():
+        for operation in operations.values():
+            for parameter in operation.get("parameters", []):
+                types = refused.get(parameter["name"]) if parameter["in"] == "query" else None
+                if not types:
+                    continue
+                parameter[REFUSED_BY] = types
+                who = " or ".join(f"{nouns[t]} study" for t in types)
+                note = f"Refused by {who} (422 naming it): not an option of its figures."
+                described = parameter.get("description") or parameter["schema"].get("description")
+                parameter["description"] = f"{described} {note}" if described else note
+    return schema
 
 
 def result_options(study: StudyDep, query: Annotated[ResultQuery, Query()]) -> ResultQuery:
@@ -325,6 +363,24 @@ def items(
 
 
 @router.get(
+    "/studies/{slug}/annotators.csv",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "content": {"text/csv": {}},
+            "description": "every annotator with their consent, comments and page signals",
+        },
+        **_404,
+    },
+    summary="Annotators as CSV: consent, comments, page signals",
+)
+def annotators(
+    request: Request, study: StudyDep, session: SessionDep, user: ApiUserDep
+) -> Response:
+    return _streamed(request, study, session, user, "annotators.csv")
+
+
+@router.get(
     "/studies/{slug}/results/ebm.{fmt}",
     response_class=Response,
     responses={
@@ -426,6 +482,12 @@ def manifest(study: StudyDep, session: SessionDep) -> ManifestOut:
     return catalog.manifest(session, study)
 
 
+_INFEASIBLE = (
+    "Values inside the range that ask for a plan no study can reach (with this study's "
+    "CGD(data) and design effect) are refused: 422, type plan_infeasible."
+)
+
+
 @router.get(
     "/studies/{slug}/plan",
     response_model=StudyPlan,
@@ -433,8 +495,10 @@ def manifest(study: StudyDep, session: SessionDep) -> ManifestOut:
         **_404_NEXTWORD,
         422: {
             "model": ValidationErrorOut,
-            "description": "invalid parameters, or a target no study can reach (the detail "
-            "says why: EB-C x CGD(data) >= 1, or more judgments than any study collects)",
+            "description": "invalid parameters, or a target no study can reach: an error "
+            "of type plan_infeasible whose detail says why (EB-C x CGD(data) >= 1, or more "
+            "judgments than any study collects); which values those are depends on the "
+            "study's measured CGD(data) and design effect",
         },
     },
     summary="Power and budget planner (design effect measured on the study's data; "
@@ -443,10 +507,25 @@ def manifest(study: StudyDep, session: SessionDep) -> ManifestOut:
 def plan(
     study: PlanStudyDep,
     session: SessionDep,
-    target_ebc: Annotated[float | None, Query(gt=1.0, le=3.0)] = PlanTarget.target_ebc,
-    halfwidth: Annotated[float | None, Query(gt=0, le=1)] = PlanTarget.halfwidth,
-    power: Annotated[float, Query(gt=0.05, lt=1)] = PlanTarget.power,
-    alpha: Annotated[float, Query(gt=0, lt=0.5)] = PlanTarget.alpha,
+    target_ebc: Annotated[
+        float | None, Query(gt=1.0, le=3.0, description=f"the EB-C to detect. {_INFEASIBLE}")
+    ] = PlanTarget.target_ebc,
+    halfwidth: Annotated[
+        float | None,
+        Query(
+            gt=0,
+            le=1,
+            description="plan an interval of this half-width instead of a test. A half-"
+            "width below about 1e-4 (at the defaults; more with a larger design effect) "
+            f"needs over 10^9 judgments per cell. {_INFEASIBLE}",
+        ),
+    ] = PlanTarget.halfwidth,
+    power: Annotated[
+        float, Query(gt=0.05, lt=1, description=f"power of the test. {_INFEASIBLE}")
+    ] = PlanTarget.power,
+    alpha: Annotated[
+        float, Query(gt=0, lt=0.5, description=f"two-sided level. {_INFEASIBLE}")
+    ] = PlanTarget.alpha,
     seed: Annotated[int, Query(ge=0, lt=2**63)] = 0,
 ) -> StudyPlan:
     target = PlanTarget(target_ebc=target_ebc, halfwidth=halfwidth, power=power, alpha=alpha)

@@ -22,6 +22,7 @@ from app.annotation.admin import (
 )
 from app.annotation.errors import AnnotationError
 from app.annotation.leases import annotator_cap
+from app.annotation.participants import participant_sides
 from app.crowd.registry import entry_urls
 from app.models import Annotator, Study
 from app.studies.queries import annotator_rows
@@ -70,6 +71,8 @@ def annotators(request: Request, session: SessionDep, study: StudyDep) -> HTMLRe
                 if can_manage
             },
             "caps": {r.annotator.id: annotator_cap(r.annotator, study) for r in rows},
+            # Consent, comments and page signals (issue 33): flags to read, never rules.
+            "sides": participant_sides(session, study.id),
             # A self-enrolment URL may carry the study's entry key: a credential too.
             "crowd": entry_urls(settings, study) if can_manage else None,
         },

@@ -32,6 +32,7 @@ from fastapi import APIRouter, Depends, Form, HTTPException, Query, Request, sta
 from fastapi.responses import HTMLResponse, Response
 from sqlalchemy.orm import Session
 
+from app.crowd.audience import audience
 from app.crowd.base import CrowdError, CrowdProvider
 from app.crowd.bonuses import MAX_BONUSES, bonus_plan, pay_bonuses
 from app.crowd.common import (
@@ -44,7 +45,7 @@ from app.crowd.overview import crowd_overview
 from app.crowd.payments import approve_all, balance, preview_approve_all, reject
 from app.crowd.platform import Capabilities, Platform
 from app.crowd.publishing import estimate, publish
-from app.crowd.registry import DEFAULT, PLATFORMS
+from app.crowd.registry import DEFAULT, PLATFORMS, page_default, page_order
 from app.crowd.sync import sync
 from app.models import Study
 from app.studies.service import Access
@@ -113,8 +114,22 @@ def crowd_target(
 
 
 def tabs() -> list[Target]:
-    """Every platform and environment a Crowd page can show, in the registry's order."""
-    return [Target(p.name, e) for p in PLATFORMS.values() for e in p.caps.environments]
+    """Every platform and environment a Crowd page can show, those crowds use today first
+    (`page_order`)."""
+    return [Target(p.name, e) for p in page_order() for e in p.caps.environments]
+
+
+@dataclass(frozen=True)
+class ChannelState:
+    """A platform as the Crowd page lists it: its tab, and why it is off (None: on)."""
+
+    tab: Target
+    off: str | None
+
+
+def channel_states(request: Request, study: Study) -> list[ChannelState]:
+    settings = request.app.state.settings
+    return [ChannelState(t, t.platform.off_reason(study, settings, t.environment)) for t in tabs()]
 
 
 TargetDep = Annotated[Target, Depends(crowd_target)]
@@ -260,6 +275,9 @@ def _release(session: Session) -> None:
 def crowd_page(
     request: Request, session: SessionDep, study: StudyDep, target: TargetDep
 ) -> HTMLResponse:
+    if "provider" not in request.query_params:  # the channel the study enables, Prolific first
+        opened = page_default(study)
+        target = crowd_target(opened.name, study_environment(opened, study))
     overview = crowd_overview(session, study, target.provider, target.environment)
     return _page(
         request,
@@ -270,7 +288,15 @@ def crowd_page(
         values=form_values(overview.posting, study, target.provider),
         max_bonuses=MAX_BONUSES,
         tabs=tabs(),
+        channels=channel_states(request, study),
+        audience=audience(session, study, target.platform),
     )
+
+
+def study_environment(made: Platform, study: Study) -> str:
+    """The environment the study file points the platform at, if the page has that tab."""
+    wanted = made.study_environment(study)
+    return wanted if wanted in made.caps.environments else made.caps.environments[0]
 
 
 # -- publishing -------------------------------------------------------------------------

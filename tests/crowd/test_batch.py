@@ -20,6 +20,7 @@ from sqlalchemy import select
 from app.crowd.batch import (
     NONE_TEXT,
     BatchError,
+    ExportedBatch,
     export_batch,
     parse_results,
     placeholders,
@@ -67,11 +68,14 @@ class Page(HTMLParser):
         self._item: dict | None = None
         self._span: str | None = None
         self._radio: dict | None = None
+        self.hidden: dict[str, str] = {}  # hidden fields outside the texts: the row's ids
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         if tag == "form":
             self.forms += 1
+        if tag == "input" and a.get("type") == "hidden" and self._item is None:
+            self.hidden[a["name"]] = a.get("value") or ""
         if tag == "fieldset" and (m := re.fullmatch(r"item(\d+)", a.get("id", ""))):
             self._item = {"words": "", "prompt": "", "source": "", "radios": [], "ms": None}
             self.items[int(m[1])] = self._item
@@ -114,54 +118,63 @@ def turkle_fill(template: str, row: dict[str, str]) -> Page:
     return parsed
 
 
-def turkle_results(template: str, input_csv: str, *, seed: int = 3) -> tuple[str, list[dict]]:
-    """A results file for every row, answered at random; and what each worker clicked."""
+def turkle_results(
+    batch: ExportedBatch, *, seed: int = 3, workers: int | None = None
+) -> tuple[str, list[dict]]:
+    """A results file for every assignment of every input file (each file a Turkle batch
+    whose "assignments per task" is the file's), answered at random; and what each worker
+    clicked. Worker k of the file is `u{k}` (`workers`: `u{k % workers}`, so that a worker
+    comes back to the next HIT); rows come HIT by HIT, as Turkle writes them."""
     rng = random.Random(seed)
-    inputs = read_csv(input_csv)
+    columns = list(read_csv(batch.inputs[0].text)[0])
     answer_names: set[str] = set()
     rows, clicked = [], []
-    for n, row in enumerate(inputs):
-        page = turkle_fill(template, row)
-        answers, chose = {}, {}
-        for p, item in page.items.items():
-            if not item["words"].strip():  # hidden and disabled by the page's script
-                continue
-            radios = [r for r in item["radios"] if r["word"].strip()]
-            pick = rng.choice(radios)
-            answers[pick["name"]] = pick["value"]
-            answers[item["ms"]] = str(rng.randrange(800, 9000))
-            chose[p] = None if pick["word"] == NONE_TEXT else pick["word"]
-        answer_names |= answers.keys()
-        rows.append((n, row, answers))
-        clicked.append({"hit": int(row["hit"]), "words": chose, "page": page})
+    for made in batch.inputs:
+        for row in read_csv(made.text):
+            page = turkle_fill(batch.template, row)
+            for _ in range(made.assignments):
+                answers, chose = dict(page.hidden), {}
+                for p, item in page.items.items():
+                    if not item["words"].strip():  # hidden and disabled by the page's script
+                        continue
+                    radios = [r for r in item["radios"] if r["word"].strip()]
+                    pick = rng.choice(radios)
+                    answers[pick["name"]] = pick["value"]
+                    answers[item["ms"]] = str(rng.randrange(800, 9000))
+                    chose[p] = None if pick["word"] == NONE_TEXT else pick["word"]
+                answer_names |= answers.keys()
+                k = len(rows)
+                worker = f"u{k if workers is None else k % workers}"
+                rows.append((k, made.assignments, worker, row, answers))
+                clicked.append({"hit": int(row["hit"]), "words": chose, "page": page})
     header = [
         "HITId", "HITTypeId", "Title", "CreationTime", "MaxAssignments",
         "AssignmentDurationInSeconds", "AssignmentId", "WorkerId", "AcceptTime", "SubmitTime",
         "WorkTimeInSeconds",
-        *(f"Input.{c}" for c in sorted(inputs[0])),
+        *(f"Input.{c}" for c in sorted(columns)),
         *(f"Answer.{c}" for c in sorted(answer_names)),
         "Turkle.Username",
     ]  # fmt: skip
     out = io.StringIO()
     writer = csv.DictWriter(out, header, lineterminator="\r\n", quoting=csv.QUOTE_ALL)
     writer.writeheader()
-    for n, row, answers in rows:
+    for k, assignments, worker, row, answers in rows:
         writer.writerow(
             {
-                "HITId": 100 + n,
+                "HITId": 100 + k,
                 "HITTypeId": 7,
                 "Title": "Guess the next word",
                 "CreationTime": "Tue Nov 11 10:00:00 UTC 2026",
-                "MaxAssignments": 1,
+                "MaxAssignments": assignments,
                 "AssignmentDurationInSeconds": 86400,
-                "AssignmentId": 5000 + n,
-                "WorkerId": f"u{n}",
+                "AssignmentId": 5000 + k,
+                "WorkerId": worker,
                 "AcceptTime": "Tue Nov 11 10:01:00 UTC 2026",
                 "SubmitTime": "Tue Nov 11 10:05:00 UTC 2026",
                 "WorkTimeInSeconds": 240,
                 **{f"Input.{k}": v for k, v in row.items()},
                 **{f"Answer.{k}": answers.get(k, "") for k in answer_names},
-                "Turkle.Username": f"user{n}",
+                "Turkle.Username": f"user-{worker}",
             }
         )
     return out.getvalue(), clicked
@@ -182,19 +195,26 @@ def edit(results: str, changes: dict[int, dict[str, str]]) -> str:
 # -- export -----------------------------------------------------------------------------
 
 
-def test_one_row_per_replica_with_the_stored_screen_order_and_nothing_else(session):
+def test_one_row_per_hit_a_file_per_replicas_with_the_stored_screen_order_only(session):
     study = make_study(
         session, slug="bt1", lengths=(10, 20), per_cell=10, replicas=2, overlap_share=0.5
     )
-    template, input_csv = export_batch(session, study)
-    rows = read_csv(input_csv)
+    batch = export_batch(session, study)
     hits = session.execute(select(Hit.index, Hit.replicas).where(Hit.study_id == study.id)).all()
 
-    assert sorted((int(r["hit"]), int(r["replica"])) for r in rows) == sorted(
-        (index, n) for index, replicas in hits for n in range(replicas)
-    )
-    assert {replicas for _, replicas in hits} == {2, 3}  # overlap HITs have 3
+    # Replicas are the tool's assignments per task: each HIT is one row of the file whose
+    # assignments are its replicas (overlap HITs have 3), never a repeated row.
+    assert {replicas for _, replicas in hits} == {2, 3}
+    files = {f.assignments: f for f in batch.inputs}
+    assert [f.name for f in batch.inputs] == ["input-2-assignments.csv", "input-3-assignments.csv"]
+    for assignments, made in files.items():
+        in_file = sorted(int(r["hit"]) for r in read_csv(made.text))
+        assert in_file == sorted(i for i, replicas in hits if replicas == assignments)
+        assert made.hits == len(in_file)
+    rows = [r for f in batch.inputs for r in read_csv(f.text)]
+    assert list(rows[0])[:2] == ["study", "hit"] and "replica" not in rows[0]
     assert {r["study"] for r in rows} == {"bt1"}
+    template = batch.template
 
     shown_at = screen(session, study)
     kinds = {sa["item"].kind for sa in shown_at.values()}
@@ -218,10 +238,17 @@ def test_one_row_per_replica_with_the_stored_screen_order_and_nothing_else(sessi
     assert not re.search(r"\b(data|model)\b", template)
 
 
+def test_one_replicas_count_is_one_input_csv(session):
+    study = make_study(session, slug="bt1b", lengths=(10,), per_cell=20, replicas=2)
+    batch = export_batch(session, study)
+    assert [(f.name, f.assignments, f.hits) for f in batch.inputs] == [("input.csv", 2, 4)]
+    assert len(read_csv(batch.inputs[0].text)) == 4
+
+
 def test_cells_are_neutralised_yet_the_page_shows_the_words_as_they_are(session):
     study = make_study(session, slug="bt2", lengths=(10,), per_cell=10, words=FORMULA_WORDS)
-    template, input_csv = export_batch(session, study)
-    rows = read_csv(input_csv)
+    batch = export_batch(session, study)
+    template, rows = batch.template, read_csv(batch.inputs[0].text)
 
     cells = [v for r in rows for v in r.values()]
     assert all(csv_text(c) == c and not c.startswith(FORMULA_START) for c in cells)
@@ -248,11 +275,14 @@ def test_a_value_cannot_bring_markup_or_another_placeholder_into_the_page():
 
 def test_the_template_is_a_form_fragment_whose_placeholders_are_all_columns(session):
     study = make_study(session, slug="bt3", lengths=(10,), per_cell=10)
-    template, input_csv = export_batch(session, study)
-    columns = set(read_csv(input_csv)[0])
+    batch = export_batch(session, study)
+    template = batch.template
+    row = read_csv(batch.inputs[0].text)[0]
 
-    assert placeholders(template) <= columns
-    assert placeholders(template) == columns - {"study", "hit", "replica"}
+    # Every column is in the template (Turkle warns of "fields that are not in the HTML
+    # template"): the ids travel as hidden fields and come back as answers too.
+    assert placeholders(template) == set(row)
+    assert turkle_fill(template, row).hidden == {"study": "bt3", "hit": row["hit"]}
     page = Page()
     page.feed(template)
     assert page.forms == 0 and "<html" not in template and "<body" not in template
@@ -262,8 +292,8 @@ def test_the_template_is_a_form_fragment_whose_placeholders_are_all_columns(sess
 
 def test_a_seq2seq_study_shows_the_source_sentence(session):
     study = make_study(session, slug="bt4", lengths=(5,), per_cell=10, task="seq2seq")
-    template, input_csv = export_batch(session, study)
-    row = read_csv(input_csv)[0]
+    batch = export_batch(session, study)
+    template, row = batch.template, read_csv(batch.inputs[0].text)[0]
     assert "source_0" in placeholders(template) and row["source_0"] == "ein Satz auf Deutsch"
     assert turkle_fill(template, row).items[0]["source"] == "ein Satz auf Deutsch"
 
@@ -275,11 +305,12 @@ def test_a_study_without_hits_has_no_batch(session, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_write_batch_writes_the_two_files(session, tmp_path):
+def test_write_batch_writes_the_template_and_the_input_files(session, tmp_path):
     study = make_study(session, slug="bt6", lengths=(10,), per_cell=10)
-    template_path, input_path = write_batch(session, study, tmp_path / "out")
-    written = (template_path.read_bytes().decode(), input_path.read_bytes().decode())
-    assert written == export_batch(session, study)
+    template_path, batch = write_batch(session, study, tmp_path / "out")
+    assert batch == export_batch(session, study)
+    assert template_path.read_bytes().decode() == batch.template
+    assert (tmp_path / "out" / "input.csv").read_bytes().decode() == batch.inputs[0].text
 
 
 # -- the results file ----------------------------------------------------------------
@@ -289,13 +320,13 @@ def test_a_turkle_fill_of_the_batch_parses_back_to_what_was_clicked(session):
     study = make_study(
         session, slug="bt7", lengths=(10,), per_cell=10, replicas=2, words=FORMULA_WORDS
     )
-    template, input_csv = export_batch(session, study)
-    results, clicked = turkle_results(template, input_csv)
+    batch = export_batch(session, study)
+    results, clicked = turkle_results(batch)
 
     parsed = parse_results(session, study, results)
 
     assert parsed.errors == []
-    assert len(parsed.rows) == len(read_csv(input_csv)) == len(clicked)
+    assert len(parsed.rows) == 2 * len(read_csv(batch.inputs[0].text)) == len(clicked)
     shown_at = screen(session, study)
     hit_ids = dict(session.execute(select(Hit.index, Hit.id).where(Hit.study_id == study.id)).all())
     for row, click in zip(parsed.rows, clicked, strict=True):
@@ -307,15 +338,15 @@ def test_a_turkle_fill_of_the_batch_parses_back_to_what_was_clicked(session):
             rank = db["order"][slot]
             word = None if rank == "none" else db["item"].choices[rank]["word"]
             assert word == click["words"][p]
-    assert {r.replica for r in parsed.rows} == {0, 1}
+    by_hit = sorted(r.hit_index for r in parsed.rows)
+    assert by_hit == sorted(2 * [int(r["hit"]) for r in read_csv(batch.inputs[0].text)])
     assert any(slot == 5 for r in parsed.rows for slot in r.answers.values())  # "none"
 
 
 def test_unknown_and_tampered_rows_are_reported_and_the_rest_is_read(session):
     study = make_study(session, slug="bt8", lengths=(10,), per_cell=20)
     other = make_study(session, slug="bt8x", lengths=(10,), per_cell=10)
-    template, input_csv = export_batch(session, study)
-    results, _ = turkle_results(template, input_csv)
+    results, _ = turkle_results(export_batch(session, study))
     rows = read_csv(results)
     assert len(rows) == 4
     first_option = rows[0]["Input.option_0_0"]
@@ -334,20 +365,20 @@ def test_unknown_and_tampered_rows_are_reported_and_the_rest_is_read(session):
     assert "tampered: Input.option_0_0" in messages[2]
     assert messages[3] == "unknown HIT '999'"
     assert "answer '7' for text 4 is not one of its options" in messages[4]
-    assert "no answer for text 1" in messages[5]
+    assert messages[5].startswith("no answer for text 1 (10 of 11 answered): a HIT is stored")
 
     more = edit(
         results,
         {
             0: {"Input.study": "bt8x"},
-            1: {"Input.replica": "1"},
+            1: {"Answer.hit": rows[2]["Input.hit"]},
             2: {"AssignmentId": rows[3]["AssignmentId"]},
         },
     )
     parsed = parse_results(session, study, more)
     messages = {e.line: e.message for e in parsed.errors}
     assert "belongs to study 'bt8x'" in messages[2]
-    assert "has no replica '1'" in messages[3]
+    assert messages[3].startswith("tampered: Answer.hit is not what the batch showed")
     assert f"assignment {rows[3]['AssignmentId']} is already on line 4" in messages[5]
     assert [r.line for r in parsed.rows] == [4]
     assert other.slug == "bt8x"  # the row of another study is not read into this one
@@ -355,8 +386,7 @@ def test_unknown_and_tampered_rows_are_reported_and_the_rest_is_read(session):
 
 def test_one_worker_answering_two_replicas_of_a_hit_is_reported(session):
     study = make_study(session, slug="bt9", lengths=(10,), per_cell=10, replicas=2)
-    template, input_csv = export_batch(session, study)
-    results, _ = turkle_results(template, input_csv)
+    results, _ = turkle_results(export_batch(session, study))
     rows = read_csv(results)
     same_hit = [i for i, r in enumerate(rows) if r["Input.hit"] == rows[0]["Input.hit"]]
     parsed = parse_results(
@@ -370,12 +400,12 @@ def test_one_worker_answering_two_replicas_of_a_hit_is_reported(session):
 def test_hits_with_fewer_texts_leave_theirs_empty_and_refuse_answers_to_them(session):
     # Two attention items for four HITs: two HITs have 11 texts, two have 10.
     study = make_study(session, slug="bt10", lengths=(10,), per_cell=20, attention_items=2)
-    template, input_csv = export_batch(session, study)
-    rows = read_csv(input_csv)
+    batch = export_batch(session, study)
+    rows = read_csv(batch.inputs[0].text)
     short = [r for r in rows if r["text_10"] == ""]
     assert len(short) == 2 and all(r["option_10_0"] == "" for r in short)
 
-    results, _ = turkle_results(template, input_csv)
+    results, _ = turkle_results(batch)
     parsed = parse_results(session, study, results)
     assert parsed.errors == [] and len(parsed.rows) == 4
     assert sorted(len(r.answers) for r in parsed.rows) == [10, 10, 11, 11]
@@ -389,8 +419,7 @@ def test_hits_with_fewer_texts_leave_theirs_empty_and_refuse_answers_to_them(ses
 def test_a_file_that_is_not_a_results_file_of_this_batch_is_refused(session):
     study = make_study(session, slug="bt11", lengths=(10,), per_cell=10)
     other = make_study(session, slug="bt12", lengths=(10,), per_cell=10, task="seq2seq")
-    template, input_csv = export_batch(session, other)
-    results, _ = turkle_results(template, input_csv)
+    results, _ = turkle_results(export_batch(session, other))
     with pytest.raises(BatchError, match="not a results file of bt11's batch"):
         parse_results(session, study, "HITId,WorkerId\r\n1,w\r\n")
     # The seq2seq study's batch has source columns: this study's has none, and its rows
@@ -408,12 +437,16 @@ def test_ebc_crowd_export_batch_writes_the_batch(migrated_copy, tmp_path):
         make_study(s, slug="bcli", lengths=(10,), per_cell=10)
         make_study(s, slug="bnone", lengths=(10,), per_cell=10, build=False)
     out = ebc("crowd", "export-batch", "bcli", "--out", str(tmp_path / "b"), db=migrated_copy)
-    assert "hit_template.html" in out.stdout and "input.csv" in out.stdout
+    assert "hit_template.html" in out.stdout
+    assert "input.csv: 2 HITs, one row each; set assignments per task (MaxAssignments) to 1" in (
+        out.stdout
+    )
+    assert '"Login required"' in out.stdout
     with make_sessionmaker(engine)() as s:
         study = s.scalar(select(Study).where(Study.slug == "bcli"))
-        template, rows = export_batch(s, study)
-    assert (tmp_path / "b" / "input.csv").read_bytes().decode() == rows
-    assert (tmp_path / "b" / "hit_template.html").read_bytes().decode() == template
+        batch = export_batch(s, study)
+    assert (tmp_path / "b" / "input.csv").read_bytes().decode() == batch.inputs[0].text
+    assert (tmp_path / "b" / "hit_template.html").read_bytes().decode() == batch.template
     refused = ebc(
         "crowd",
         "export-batch",

@@ -40,9 +40,15 @@ from tests.hits.factory import make_study
 def batch(session, slug, **kwargs):
     """A study built by `build_hits`, its batch filled by "Turkle": (study, results, clicks)."""
     study = make_study(session, slug=slug, lengths=(10,), **kwargs)
-    template, input_csv = export_batch(session, study)
-    results, clicked = turkle_results(template, input_csv)
+    results, clicked = turkle_results(export_batch(session, study))
     return study, results, clicked
+
+
+SOURCE = "lab-turkle"
+
+
+def key(study, assignment_id: str, source: str = SOURCE) -> str:
+    return assignment_key(study, source, assignment_id)
 
 
 def count(session, model) -> int:
@@ -65,7 +71,7 @@ def stored_rows(session, study) -> dict[str, dict[int, Judgment]]:
 
 def test_the_judgments_are_those_the_workers_chose(session):
     study, results, clicked = batch(session, "im1", per_cell=20, replicas=2)
-    report = import_results(session, study, results, by=CLI)
+    report = import_results(session, study, results, source=SOURCE, by=CLI)
 
     file_rows = read_csv(results)
     assert (report.stored, report.repeated, report.errors) == (len(file_rows), 0, [])
@@ -73,7 +79,7 @@ def test_the_judgments_are_those_the_workers_chose(session):
     stored = stored_rows(session, study)
     assert len(stored) == len(file_rows) == 8
     for row, click in zip(file_rows, clicked, strict=True):
-        judged = stored[assignment_key(study, row["AssignmentId"])]
+        judged = stored[key(study, row["AssignmentId"])]
         assert set(judged) == set(click["words"])
         for p, j in judged.items():
             db = shown_at[(click["hit"], p)]
@@ -95,7 +101,7 @@ def test_the_judgments_are_those_the_workers_chose(session):
     ).all()
     assert len(assignments) == 8
     for a, who in assignments:
-        assert who.channel is Channel.batch and who.external_id.startswith("u")
+        assert who.channel is Channel.batch and who.external_id.startswith("lab-turkle:u")
         assert a.status is AssignmentStatus.submitted
         assert not (a.unverified or a.late or a.over_cap or a.extra_replica)
     hits = session.execute(
@@ -117,21 +123,23 @@ def test_the_judgments_are_those_the_workers_chose(session):
 
 def test_importing_the_same_file_twice_adds_nothing(session):
     study, results, _ = batch(session, "im2", per_cell=10, replicas=2)
-    import_results(session, study, results, by=CLI)
+    import_results(session, study, results, source=SOURCE, by=CLI)
     before = [count(session, m) for m in (Annotator, Assignment, Judgment)]
     judged = {
         (k, p): (j.option, j.d) for k, js in stored_rows(session, study).items()
         for p, j in js.items()
     }  # fmt: skip
 
-    again = import_results(session, study, results, by=CLI)
+    again = import_results(session, study, results, source=SOURCE, by=CLI)
     assert (again.stored, again.repeated, again.errors, again.differing) == (0, 4, [], [])
     assert [count(session, m) for m in (Annotator, Assignment, Judgment)] == before
 
     # The same assignments with other answers: repeats, reported; the first answers stay.
     rows = read_csv(results)
     changed = str((int(rows[1]["Answer.o0"]) + 1) % 6)
-    third = import_results(session, study, edit(results, {1: {"Answer.o0": changed}}), by=CLI)
+    third = import_results(
+        session, study, edit(results, {1: {"Answer.o0": changed}}), source=SOURCE, by=CLI
+    )
     assert (third.stored, third.repeated, third.errors) == (0, 4, [])
     assert [d.line for d in third.differing] == [3]
     assert "imported before with other answers" in third.differing[0].message
@@ -153,14 +161,14 @@ def test_tampered_and_unknown_rows_are_reported_and_the_good_rows_stored(session
             1: {"Input.hit": "999"},
         },
     )
-    report = import_results(session, study, bad, by=CLI)
+    report = import_results(session, study, bad, source=SOURCE, by=CLI)
 
     assert (report.stored, report.skipped) == (2, 2)
     messages = {e.line: e.message for e in report.errors}
     assert "tampered: Input.option_0_0" in messages[2]
     assert messages[3] == "unknown HIT '999'"
     stored = stored_rows(session, study)
-    assert set(stored) == {assignment_key(study, r["AssignmentId"]) for r in rows[2:]}
+    assert set(stored) == {key(study, r["AssignmentId"]) for r in rows[2:]}
     assert count(session, Annotator) == 2  # nobody was made for the skipped rows
     # The good rows' HITs are filled; the skipped rows' are free for someone else.
     done = select(Hit.index, Hit.submitted_count).where(Hit.study_id == study.id)
@@ -171,7 +179,7 @@ def test_tampered_and_unknown_rows_are_reported_and_the_good_rows_stored(session
 def test_a_worker_who_already_did_the_hit_or_a_full_hit_is_skipped(session):
     study, results, _ = batch(session, "im4", per_cell=20)
     first = edit(results, {1: {"WorkerId": "u0"}})  # u0 does two HITs, u1 none
-    assert import_results(session, study, first, by=CLI).stored == 4
+    assert import_results(session, study, first, source=SOURCE, by=CLI).stored == 4
     before = [count(session, m) for m in (Annotator, Assignment, Judgment)]
 
     # A later file (one slot per HIT, all four filled): u0 again on row 0's HIT under
@@ -184,7 +192,7 @@ def test_a_worker_who_already_did_the_hit_or_a_full_hit_is_skipped(session):
             3: {"AssignmentId": "7003", "WorkerId": "u1"},
         },
     )
-    report = import_results(session, study, later, by=CLI)
+    report = import_results(session, study, later, source=SOURCE, by=CLI)
     messages = {e.line: e.message for e in report.errors}
     assert list(messages) == [2, 4, 5]
     assert "already had this HIT" in messages[2]
@@ -196,7 +204,7 @@ def test_a_worker_who_already_did_the_hit_or_a_full_hit_is_skipped(session):
 
     # The same AssignmentId for another worker is not the stored assignment.
     clash = edit(first, {2: {"WorkerId": "u8"}})
-    report = import_results(session, study, clash, by=CLI)
+    report = import_results(session, study, clash, source=SOURCE, by=CLI)
     assert "imported before for another worker or HIT" in report.errors[0].message
     assert report.errors[0].line == 4 and report.repeated == 3
 
@@ -212,7 +220,7 @@ def test_a_slot_held_by_a_live_lease_is_not_taken_but_a_lapsed_one_is(session):
     index_of = {v: k for k, v in hit_ids.items()}
     line_of = {int(r["Input.hit"]): i for i, r in enumerate(rows)}
 
-    report = import_results(session, study, results, by=CLI)
+    report = import_results(session, study, results, source=SOURCE, by=CLI)
     messages = {e.line: e.message for e in report.errors}
     assert list(messages) == [line_of[index_of[held.hit_id]] + 2]
     assert "no free replica slot" in messages[line_of[index_of[held.hit_id]] + 2]
@@ -227,18 +235,20 @@ def test_a_slot_held_by_a_live_lease_is_not_taken_but_a_lapsed_one_is(session):
 def test_the_cap_and_blocks_apply_to_batch_workers(session):
     study, results, _ = batch(session, "im6", per_cell=20, per_annotator_cap=2)
     one_worker = edit(results, {i: {"WorkerId": "w1"} for i in range(4)})
-    report = import_results(session, study, one_worker, by=CLI)
+    report = import_results(session, study, one_worker, source=SOURCE, by=CLI)
     assert report.stored == 2 and len(report.errors) == 2
     assert all("reached their limit of HITs" in e.message for e in report.errors)
 
-    worker = session.scalar(select(Annotator).where(Annotator.external_id == "w1"))
+    worker = session.scalar(select(Annotator).where(Annotator.external_id == "lab-turkle:w1"))
     worker.hit_cap, worker.blocked = 10, True
     session.flush()
-    report = import_results(session, study, one_worker, by=CLI)
+    report = import_results(session, study, one_worker, source=SOURCE, by=CLI)
     assert report.repeated == 2 and all("blocked" in e.message for e in report.errors)
     worker.blocked = False
     session.flush()
-    report = import_results(session, study, one_worker, by=CLI)  # a raised cap: the rest
+    report = import_results(
+        session, study, one_worker, source=SOURCE, by=CLI
+    )  # a raised cap: the rest
     assert (report.stored, report.repeated, report.errors) == (2, 2, [])
 
 
@@ -247,39 +257,39 @@ def test_times_without_client_times_come_from_the_tools_work_time(session):
     rows = read_csv(results)
     no_ms = {k: "" for k in rows[0] if k.startswith("Answer.ms")}
     quick = edit(results, {0: {**no_ms, "WorkTimeInSeconds": "3"}, 1: no_ms})
-    report = import_results(session, study, quick, by=CLI)
+    report = import_results(session, study, quick, source=SOURCE, by=CLI)
     timed = [int(v) for r in rows[2:] for k, v in r.items() if k.startswith("Answer.ms") and v]
     slow = sum(ms < study.min_ms_per_item for ms in timed)
     assert report.stored == 4 and report.too_fast == 11 + slow  # 3 s over 11 texts
     stored = stored_rows(session, study)
     fast = {k: {j.too_fast for j in js.values()} for k, js in stored.items()}
-    assert fast[assignment_key(study, rows[0]["AssignmentId"])] == {True}
-    assert fast[assignment_key(study, rows[1]["AssignmentId"])] == {False}  # 240 s
-    untimed = stored[assignment_key(study, rows[1]["AssignmentId"])].values()
+    assert fast[key(study, rows[0]["AssignmentId"])] == {True}
+    assert fast[key(study, rows[1]["AssignmentId"])] == {False}  # 240 s
+    untimed = stored[key(study, rows[1]["AssignmentId"])].values()
     assert all(j.client_ms is None for j in untimed)
 
 
 def test_a_failed_import_stores_nothing_and_runs_again_once(session):
     study, results, _ = batch(session, "im8", per_cell=20)
     nested = session.begin_nested()
-    import_results(session, study, results, by=CLI)
+    import_results(session, study, results, source=SOURCE, by=CLI)
     nested.rollback()  # the import's transaction dies before its commit
     assert count(session, Judgment) == count(session, Assignment) == 0
     submitted = select(func.sum(Hit.submitted_count)).where(Hit.study_id == study.id)
     assert session.scalar(submitted) == 0
 
-    report = import_results(session, study, results, by=CLI)
+    report = import_results(session, study, results, source=SOURCE, by=CLI)
     assert report.stored == 4 and count(session, Assignment) == 4
 
 
 def test_a_closed_study_or_another_file_is_refused_whole(session):
     study, results, _ = batch(session, "im9", per_cell=10)
     with pytest.raises(BatchError, match="not a results file"):
-        import_results(session, study, "HITId,WorkerId\r\n1,w\r\n", by=CLI)
+        import_results(session, study, "HITId,WorkerId\r\n1,w\r\n", source=SOURCE, by=CLI)
     study.status = StudyStatus.closed
     session.flush()
     with pytest.raises(BatchError, match="closed"):
-        import_results(session, study, results, by=CLI)
+        import_results(session, study, results, source=SOURCE, by=CLI)
     assert count(session, Assignment) == 0
 
 
@@ -288,11 +298,143 @@ def test_a_batch_worker_is_not_the_mturk_worker_of_the_same_id(session):
     study.channels = {**study.channels, "mturk": {"enabled": True}}
     session.flush()
     mturk = crowd_annotator(session, study, Channel.mturk, "u0")
-    import_results(session, study, results, by=CLI)
+    import_results(session, study, results, source=SOURCE, by=CLI)
     batch_worker = session.scalar(
-        select(Annotator).where(Annotator.channel == Channel.batch, Annotator.external_id == "u0")
+        select(Annotator).where(
+            Annotator.channel == Channel.batch, Annotator.external_id == "lab-turkle:u0"
+        )
     )
     assert batch_worker is not None and batch_worker.id != mturk.id
+
+
+def test_two_installations_are_two_sources_of_people_and_assignments(session):
+    """Turkle's WorkerId is its user number and its AssignmentId counts from 1 in every
+    installation: two installations, one assignment per task each, write the same ids."""
+    study, results, _ = batch(session, "im11", per_cell=20, replicas=2)
+    rows = read_csv(results)
+    assert len(rows) == 8
+    # Each installation did one assignment of every HIT, under the same ids.
+    firsts = [i for i, r in enumerate(rows) if i == 0 or r["Input.hit"] != rows[i - 1]["Input.hit"]]
+    same_ids = {
+        i: {"AssignmentId": str(n + 1), "WorkerId": str(n + 1)} for n, i in enumerate(firsts)
+    }
+    lab_a = edit(results, same_ids)
+    lab_b = edit(results, {i + 1: cells for i, cells in same_ids.items()})
+    first = [r for i, r in enumerate(read_csv(lab_a)) if i in firsts]
+    second = [r for i, r in enumerate(read_csv(lab_b)) if i - 1 in firsts]
+    assert [(r["AssignmentId"], r["WorkerId"]) for r in first] == [
+        (r["AssignmentId"], r["WorkerId"]) for r in second
+    ]
+    only = lambda text, keep: edit_rows(text, keep)  # noqa: E731
+
+    a = import_results(session, study, only(lab_a, firsts), source="lab-a", by=CLI)
+    b = import_results(session, study, only(lab_b, [i + 1 for i in firsts]), source="lab-b", by=CLI)
+    assert (a.stored, b.stored, a.errors, b.errors) == (4, 4, [], [])
+    people = session.scalars(
+        select(Annotator.external_id).where(Annotator.study_id == study.id)
+    ).all()
+    assert sorted(people) == sorted(
+        [f"lab-a:{n}" for n in range(1, 5)] + [f"lab-b:{n}" for n in range(1, 5)]
+    )
+    assert set(stored_rows(session, study)) == {
+        key(study, str(n), source) for n in range(1, 5) for source in ("lab-a", "lab-b")
+    }
+    again = import_results(
+        session, study, only(lab_b, [i + 1 for i in firsts]), source="lab-b", by=CLI
+    )
+    assert (again.stored, again.repeated) == (0, 4)
+    with pytest.raises(BatchError, match="not a source name"):
+        import_results(session, study, results, source="Lab A", by=CLI)
+
+
+def edit_rows(results: str, keep: list[int]) -> str:
+    """The results file with only the rows numbered `keep` (0-based)."""
+    lines = results.split("\r\n")
+    return "\r\n".join([lines[0], *(lines[i + 1] for i in keep)]) + "\r\n"
+
+
+@pytest.mark.sqlite  # the file's reading: the same on every backend
+def test_an_anonymous_row_names_the_setting_to_change(session):
+    study, results, _ = batch(session, "im12", per_cell=20)
+    report = import_results(
+        session, study, edit(results, {0: {"WorkerId": ""}}), source=SOURCE, by=CLI
+    )
+    assert report.stored == 3 and [e.line for e in report.errors] == [2]
+    assert "no WorkerId" in report.errors[0].message
+    assert '"Login required"' in report.errors[0].message
+
+
+def test_a_row_with_an_unanswered_text_is_refused_whole_as_the_page_refuses_it(session):
+    from app.annotation.errors import InvalidAnswers
+    from app.studytypes.nextword.annotation import submit
+
+    study, results, _ = batch(session, "im13", per_cell=20)
+    rows = read_csv(results)
+    report = import_results(
+        session,
+        study,
+        edit(results, {0: {"Answer.o3": "", "Answer.o7": ""}}),
+        source=SOURCE,
+        by=CLI,
+    )
+    assert report.stored == 3 and [e.line for e in report.errors] == [2]
+    assert report.errors[0].message.startswith("no answer for texts 4, 8 (9 of 11 answered)")
+    assert key(study, rows[0]["AssignmentId"]) not in stored_rows(session, study)
+    free = select(Hit.submitted_count).where(
+        Hit.study_id == study.id, Hit.index == int(rows[0]["Input.hit"])
+    )
+    assert session.scalar(free) == 0  # the HIT is free for someone else
+
+    # The page refuses the same answers: one rule on every path.
+    person = local_annotator(session, study, "page")
+    work = next_assignment(session, person).assignment
+    answers = {p: 0 for p in range(11) if p not in (3, 7)}
+    with pytest.raises(InvalidAnswers, match="answer for every text"):
+        submit(session, person, work.public_id, answers)
+
+
+@pytest.mark.sqlite  # the file's reading: the same on every backend
+def test_a_huge_cell_is_quoted_cut_in_the_report(session):
+    study, results, _ = batch(session, "im14", per_cell=20)
+    huge = "9" * 100_000
+    report = import_results(
+        session,
+        study,
+        edit(results, {0: {"Input.hit": huge}, 1: {"Input.study": "x" * 100_000}}),
+        source=SOURCE,
+        by=CLI,
+    )
+    messages = {e.line: e for e in report.errors}
+    assert messages[2].message == f"unknown HIT {huge[:200]!r}... (100,000 characters)"
+    assert len(messages[2].hit) == 200
+    assert len(messages[3].message) < 300 and "(100,000 characters)" in messages[3].message
+
+
+@pytest.mark.sqlite  # the file's reading: the same on every backend
+def test_results_of_a_batch_with_one_row_per_replica_still_import(session):
+    study, results, _ = batch(session, "im15", per_cell=20)
+    rows = read_csv(results)
+    for row in rows:
+        row["Input.replica"] = "0"
+        del row["Answer.study"], row["Answer.hit"]
+    old = write_rows(rows)
+    report = import_results(session, study, old, source=SOURCE, by=CLI)
+    assert (report.stored, report.errors) == (4, [])
+    rows[0]["Input.replica"] = "1"
+    rows[0]["AssignmentId"] = "x1"
+    report = import_results(session, study, write_rows(rows), source=SOURCE, by=CLI)
+    assert "has no replica '1'" in report.errors[0].message
+
+
+def write_rows(rows: list[dict]) -> str:
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.DictWriter(out, list(rows[0]), lineterminator="\r\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
 
 
 def test_ebc_crowd_import_results(migrated_copy, tmp_path):
@@ -303,22 +445,40 @@ def test_ebc_crowd_import_results(migrated_copy, tmp_path):
     engine = build_engine(migrated_copy.settings())
     with make_sessionmaker(engine)() as s, s.begin():
         study = make_study(s, slug="imcli", lengths=(10,), per_cell=20)
-        template, input_csv = export_batch(s, study)
-    results, _ = turkle_results(template, input_csv)
+        exported = export_batch(s, study)
+    results, _ = turkle_results(exported)
     good = tmp_path / "Batch_1_results.csv"
     good.write_bytes(results.encode())
     bad = tmp_path / "Batch_2_results.csv"
     rows = read_csv(results)
-    bad.write_bytes(edit(results, {0: {"AssignmentId": "9000", "Input.option_0_0": "x"}}).encode())
+    bad.write_bytes(
+        edit(
+            results, {0: {"AssignmentId": "9000", "Input.option_0_0": "=HYPERLINK(" + "x" * 9000}}
+        ).encode()
+    )
 
-    out = ebc("crowd", "import-results", "imcli", str(good), db=migrated_copy)
-    assert "stored 4, repeated 0, skipped 0" in out.stdout
-    out = ebc("crowd", "import-results", "imcli", str(bad), db=migrated_copy, check=False)
-    assert out.returncode == 1
-    assert "stored 0, repeated 3, skipped 1" in out.stdout
+    def run(path, *more, check=True):
+        return ebc(
+            "crowd", "import-results", "imcli", str(path), *more, db=migrated_copy, check=check
+        )
+
+    out = run(good, "--source", "lab-turkle")
+    assert "stored 4, repeated 0, refused 0" in out.stdout
+    out = run(good, "--source", "lab-turkle")  # all repeated: done, exit 0
+    assert "stored 0, repeated 4, refused 0" in out.stdout
+    out = run(bad, "--source", "lab-turkle", check=False)
+    assert out.returncode == 3
+    assert "stored 0, repeated 3, refused 1" in out.stdout
     hit = rows[0]["Input.hit"]
-    assert f"skipped line 2 (HIT {hit}): tampered: Input.option_0_0" in out.stdout
-    missing = ebc("crowd", "import-results", "nope", str(good), db=migrated_copy, check=False)
+    assert f"refused line 2 (HIT {hit}): tampered: Input.option_0_0" in out.stdout
+    assert len(out.stdout) < 1000  # the cell is not quoted
+    no_source = run(good, check=False)
+    assert no_source.returncode == 2 and "--source" in no_source.stderr
+    bad_source = run(good, "--source", "Lab/1", check=False)
+    assert bad_source.returncode == 1 and "not a source name" in bad_source.stderr
+    missing = ebc(
+        "crowd", "import-results", "nope", str(good), "--source", "x", db=migrated_copy, check=False
+    )
     assert missing.returncode == 1 and "no study 'nope'" in missing.stderr
 
     with make_sessionmaker(engine)() as s:
@@ -330,5 +490,9 @@ def test_ebc_crowd_import_results(migrated_copy, tmp_path):
             .where(AuditEvent.action == "crowd_results_imported")
             .order_by(AuditEvent.id)
         ).all()
-        assert [(e["stored"], e["skipped"]) for e in events] == [(4, 0), (0, 1)]
+        assert [(e["stored"], e["skipped"], e["source"]) for e in events] == [
+            (4, 0, "lab-turkle"),
+            (0, 0, "lab-turkle"),
+            (0, 1, "lab-turkle"),
+        ]
     engine.dispose()

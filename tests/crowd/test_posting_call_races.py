@@ -20,7 +20,7 @@ from app.annotation.identities import crowd_annotator
 from app.crowd import common, ledger, payments, publishing
 from app.db import build_engine, make_sessionmaker, unit_of_work
 from app.models import Channel, CrowdCall, CrowdHit
-from tests.crowd.test_service_mturk import (  # noqa: F401  (fixtures)
+from tests.crowd.platforms.mturk.test_end_to_end import (  # noqa: F401  (fixtures)
     aws_env,
     crowd_study,
     standin,

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from app.crowd import claims, common, publishing
 from app.crowd.platforms.prolific.api import ProlificError
 from app.models import CrowdHit, CrowdPosting, utcnow
-from tests.crowd.test_service_prolific import (  # noqa: F401  (fixtures)
+from tests.crowd.platforms.prolific.test_end_to_end import (  # noqa: F401  (fixtures)
     fake,
     make_session,
     panel_study,

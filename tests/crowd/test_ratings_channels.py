@@ -20,7 +20,7 @@ def test_a_ratings_study_has_no_batch_export_or_import(session):
         export_batch(session, study)
     header = "HITId,AssignmentId,WorkerId,AssignmentStatus,Input.hit,Answer.q0\r\n"
     with pytest.raises(BatchError, match="collects ratings"):
-        import_results(session, study, header + "H,A,W,Submitted,1,3\r\n", by=None)
+        import_results(session, study, header + "H,A,W,Submitted,1,3\r\n", source="lab", by=None)
     assert session.scalar(select(func.count(Assignment.id))) == 0
     assert session.scalar(select(func.count(Rating.id))) == 0
 

@@ -22,7 +22,7 @@ from app.crowd.base import PlatformSubmission
 from app.models import Annotator, Assignment, AssignmentStatus, Channel, CrowdHit, Hit, Rating
 from app.studytypes.ratings.annotation import RatingPost, Scale, point, rate
 from tests.crowd.mturk_standin import answer_xml
-from tests.crowd.test_service_mturk import (  # noqa: F401  (fixtures)
+from tests.crowd.platforms.mturk.test_end_to_end import (  # noqa: F401  (fixtures)
     SUBMIT_TO,
     audit,
     aws_env,

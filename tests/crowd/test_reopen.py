@@ -19,8 +19,7 @@ from sqlalchemy import select
 from app.crowd import common, overview, payments, publishing
 from app.crowd.base import CrowdError
 from app.models import CrowdCall, CrowdHit, CrowdPosting, utcnow
-from tests.crowd import test_service_prolific as prolific_tests
-from tests.crowd.test_service_mturk import (  # noqa: F401  (fixtures)
+from tests.crowd.platforms.mturk.test_end_to_end import (  # noqa: F401  (fixtures)
     audit,
     aws_env,
     crowd_study,
@@ -30,6 +29,7 @@ from tests.crowd.test_service_mturk import (  # noqa: F401  (fixtures)
     settings,
     standin,
 )
+from tests.crowd.platforms.prolific import test_end_to_end as prolific_tests
 
 DAY = 86_400
 

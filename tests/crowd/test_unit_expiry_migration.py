@@ -11,7 +11,7 @@ from sqlalchemy import select
 from app.db import build_engine, make_sessionmaker, unit_of_work
 from app.migrate import downgrade, upgrade
 from app.models import CrowdCall, CrowdHit, CrowdPosting, Hit, utcnow
-from tests.crowd.test_service_mturk import crowd_study
+from tests.crowd.platforms.mturk.test_end_to_end import crowd_study
 
 
 def test_revision_0008_gives_published_mturk_units_their_lapse_time(empty_db):

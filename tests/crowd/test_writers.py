@@ -17,7 +17,7 @@ from sqlalchemy.exc import OperationalError
 from app.crowd import common, payments, publishing, sync
 from app.db import begin_write, build_engine, make_sessionmaker, unit_of_work
 from app.models import CrowdHit
-from tests.crowd.test_service_mturk import (  # noqa: F401  (fixtures)
+from tests.crowd.platforms.mturk.test_end_to_end import (  # noqa: F401  (fixtures)
     aws_env,
     crowd_study,
     make_session,

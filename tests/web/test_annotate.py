@@ -313,7 +313,8 @@ def test_nothing_leaks_and_the_top1_screen_slot_is_uniform(client, session, sett
         # URLs carry the signed link token only (annotator id and nonce), never a HIT or item
         links = re.findall(r'(?:href|action)="([^"]*)"', text)
         assert all(
-            re.fullmatch(r"#main|/a/[\w.-]+/(submit|return)|https?://\S+\.css", u) for u in links
+            re.fullmatch(r"#main|/a/[\w.-]+/(submit|return|comment)|https?://\S+\.css", u)
+            for u in links
         ), links
         values += re.findall(r'data-[\w-]+="([^"]*)"', low)
         assert not any(re.search(rf"\b{k}\b", v) for v in values for k in KINDS)
@@ -341,4 +342,6 @@ def test_untrusted_text_renders_inert(client, session, settings):
     assert "<script>alert" not in r.text and "<img src=x" not in r.text and "<svg" not in r.text
     assert "&lt;script&gt;" in r.text and "{{7*7}}" in r.text  # not evaluated either
     assert "Sentence to translate" in r.text
-    assert len(re.findall(r"<script\b", r.text)) == 1  # only our own, external, script
+    # only our own, external, scripts: the page's and every HIT page's (participant.js)
+    scripts = re.findall(r"<script\b[^>]*>", r.text)
+    assert len(scripts) == 2 and all('src="/static/' in t or "/static/" in t for t in scripts)

@@ -177,6 +177,28 @@ def test_new_identities_are_rate_limited_per_address_and_per_study(
     assert "try again in a minute" in r.text
 
 
+def test_each_channel_has_its_own_bucket_per_address(strict, session, settings, study):
+    """Panel participants and MTurk workers from one address (a lab's network) are limited
+    on each channel separately."""
+    _panel(session, study)
+    study.channels = {**study.channels, "mturk": {"enabled": True}}
+    session.flush()
+    for i in range(3):
+        r = strict.get(_entry(settings, study, pid=f"{i:024x}"), follow_redirects=False)
+        assert r.status_code == 303
+    full = strict.get(_entry(settings, study, pid=f"{9:024x}"), follow_redirects=False)
+    assert full.status_code == 429 and "from your network" in full.text
+    for n in range(2):  # the same address, another channel: a bucket of its own
+        worker, assignment = f"A1B2C3D4E5F6G{n}", f"3ABCDEFGHIJKLMNOPQRSTUVWXY{n:04d}"
+        r = strict.get(_mturk(study.slug, assignment=assignment, worker=worker))
+        assert r.status_code == 200, r.text[:300]
+    mturk = select(func.count()).where(Annotator.channel == "mturk", Annotator.study_id == study.id)
+    assert session.scalar(mturk) == 2
+    # Five new identities this minute: the study-wide ceiling counts every channel.
+    r = strict.get(_mturk(study.slug, assignment="3" + "Z" * 29, worker="A9Z9Z9Z9Z9Z9Z9"))
+    assert r.status_code == 429 and "try again in a minute" in r.text
+
+
 def test_mturk_work_is_stored_but_left_out_until_confirmed(client, session, study):
     study.channels = {**study.channels, "mturk": {"enabled": True}}
     session.flush()

@@ -176,6 +176,24 @@ def test_next_word_options_are_refused_for_a_ratings_study(
     assert nw.status_code == (200 if path.endswith("/results") else 404)
 
 
+def test_the_openapi_document_says_which_options_a_ratings_study_refuses(client):
+    """The document per study type: the options a ratings study refuses say so (in words
+    and as x-refused-by-study-types) on every route that takes them; the others do not."""
+    doc = client.get("/api/v1/openapi.json").json()
+    marked: dict[str, set[str]] = {}
+    for path, operations in doc["paths"].items():
+        for parameter in operations.get("get", {}).get("parameters", []):
+            if "x-refused-by-study-types" in parameter:
+                assert parameter["x-refused-by-study-types"] == ["ratings"]
+                assert "Refused by a ratings study (422 naming it)" in parameter["description"]
+                marked.setdefault(parameter["name"], set()).add(path)
+    assert set(marked) == {"estimator", "unit", "ci"}
+    assert f"{API}/{{slug}}/results" in marked["estimator"]
+    results = doc["paths"][f"{API}/{{slug}}/results"]["get"]["parameters"]
+    others = [p for p in results if p["name"] in ("b", "seed", "level", "exclusions")]
+    assert len(others) == 4 and not any("x-refused-by-study-types" in p for p in others)
+
+
 def test_a_ratings_document_echoes_only_its_own_options(client, rated, auth):
     doc = client.get(f"{API}/rated/results?b=200&seed=4&exclusions=off", headers=auth).json()
     assert doc["options"] == {"b": 200, "seed": 4, "exclusions": "off", "level": 0.95}

@@ -27,9 +27,9 @@ from app.annotation.identities import invite_token
 from app.auth.service import create_api_token, hash_password, revoke_api_token
 from app.models import Base, Judgment, StudyMember, User
 from app.studies.schemas import RESERVED_SLUGS
-from tests.dashboard.conftest import PASSWORD, csrf_of, login
 from tests.hits.factory import annotator, make_study
 from tests.hits.ratings_factory import make_ratings_study
+from tests.web.accounts import PASSWORD, csrf_of, login
 
 try:  # FastAPI >= 0.16x flattens included routers lazily
     from fastapi.routing import iter_route_contexts
@@ -98,6 +98,7 @@ EXPECTED: dict[tuple[str, str], dict[str, int] | str] = {
     ("GET", "/api/v1/studies/{slug}/plot.{fmt}"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/judgments.{fmt}"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/items.{fmt}"): API_STUDY,
+    ("GET", "/api/v1/studies/{slug}/annotators.csv"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/results/ebm.{fmt}"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/samples.{fmt}"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/results/ratings_table.{fmt}"): API_STUDY,
@@ -173,6 +174,13 @@ EXPECTED: dict[tuple[str, str], dict[str, int] | str] = {
     ("GET", "/p/{slug}"): LINK,
     ("GET", "/mturk/{slug}"): LINK,
     ("POST", "/mturk/{slug}/submit"): LINK,
+    # Issue 33: the consent page (none in these studies: 404) and the end-of-study comment.
+    ("GET", "/a/{token}/consent"): LINK,
+    ("POST", "/a/{token}/consent"): LINK,
+    ("POST", "/a/{token}/comment"): LINK,
+    ("GET", "/mturk/{slug}/consent"): LINK,
+    ("POST", "/mturk/{slug}/consent"): LINK,
+    ("POST", "/mturk/{slug}/comment"): LINK,
 }
 # Path parameters other than the study and the annotator's link (see `_url`).
 FORMATS = {"plot.{fmt}": "svg"}
@@ -194,7 +202,7 @@ def _routes(app) -> list[tuple[str, str]]:
 
 
 @cache
-def _password_hash() -> str:
+def password_hash() -> str:
     return hash_password(PASSWORD)
 
 
@@ -221,7 +229,7 @@ def world(client, session, settings) -> World:
     other = make_study(session, slug="s2", lengths=(10,), per_cell=5)
     users = {}
     for name in RESEARCHERS:
-        users[name] = User(username=name, password_hash=_password_hash(), is_admin=name == ADMIN)
+        users[name] = User(username=name, password_hash=password_hash(), is_admin=name == ADMIN)
         session.add(users[name])
     session.flush()
     ratings = make_ratings_study(session, slug="r1", per_cell=5)

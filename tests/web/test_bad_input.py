@@ -24,8 +24,8 @@ from app.main import create_app
 from app.models import Annotator, ApiToken, Base, HitPosition, Item, Study, User
 from app.results.stats.power import MAX_JUDGMENTS_PER_CELL
 from app.studytypes.nextword.annotation import submit
-from tests.dashboard.conftest import PASSWORD, _password_hash, csrf_of, login
 from tests.hits.factory import annotator, make_study
+from tests.web.accounts import PASSWORD, csrf_of, login, password_hash
 
 NUL = "ab\x00cd"
 CONTROL = "ab\x1b[2Jcd"
@@ -286,7 +286,7 @@ def researcher(migrated_db, connection, session, tmp_path):
 
 
 def _logged_in(client, session):
-    admin = User(username="ada", password_hash=_password_hash(), is_admin=True)
+    admin = User(username="ada", password_hash=password_hash(), is_admin=True)
     session.add(admin)
     session.flush()
     _, someone = _collecting_study(session)
@@ -382,7 +382,7 @@ def test_the_valid_requests_behind_the_cases_succeed(researcher, session):
 
 
 def test_a_bad_next_after_login_falls_back_to_the_dashboard(client, session):
-    session.add(User(username="ada", password_hash=_password_hash(), is_admin=True))
+    session.add(User(username="ada", password_hash=password_hash(), is_admin=True))
     session.commit()
     page = client.get("/login?next=/dashboard%00x")
     assert page.status_code == 200

@@ -177,7 +177,7 @@ def assistance_signal(
     pass BH). It is exact (``P[p <= alpha] <= alpha``) under the null with ``p_c`` and
     ``tau`` taken as known; with them estimated it is approximate, and conservative by
     the choice of the upper ``tau`` (simulated honest heterogeneous crowds of 40: about
-    1% of crowds with any flag at FDR 0.05; tests/results/test_stats_assistance.py).
+    1% of crowds with any flag at FDR 0.05; tests/results/stats/test_assistance.py).
     It is *not* the sharp-null binomial test against the pooled rate (exact
     when every honest annotator agrees at the crowd's rate), which flags skilled honest
     annotators who did much work.

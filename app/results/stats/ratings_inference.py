@@ -21,7 +21,7 @@ the intersection clusters are single ratings.
 
 Measured coverage of the true gap / ratio at a nominal 95% (:mod:`app.studytypes.ratings.raters`,
 1,000 studies each of 3 lengths x 250 pairs per kind, 5 raters per pair, both steps;
-Monte Carlo SE ~0.007; ``tests/results/test_stats_ratings.py`` checks the first line):
+Monte Carlo SE ~0.007; ``tests/results/stats/test_ratings.py`` checks the first line):
 
 =====================================================  ===========  ===================
 raters                                                 two-way      annotator bootstrap

@@ -4,7 +4,7 @@ A scorer takes its texts once; ``scores(m)`` then gives the score of every multi
 described by a row of ``m`` (``B x N``: text ``i`` counted ``m[b, i]`` times), which is how
 :mod:`.ebm` resamples prompts (bootstrap multiplicities, or 0/1 jackknife subsamples). With
 ``m`` all ones each score is the library's own value on the texts, and with any ``m`` the
-library's value on the corpus with the texts repeated (tests/results/test_stats_textscores.py
+library's value on the corpus with the texts repeated (tests/results/stats/test_textscores.py
 checks both):
 
 - **BLEU** (Papineni et al. 2002): sacrebleu's corpus BLEU, 4-grams, brevity penalty, its

@@ -25,16 +25,16 @@ Services read; they never commit.
 
 from __future__ import annotations
 
-import csv
 import io
 from typing import Any
 
 import numpy as np
 from sqlalchemy.orm import Session
 
+from app.csvfiles import DictCsvWriter, csv_text
 from app.models import Study
 from app.results.exclusions import counted, exclusion_mask
-from app.results.exports import csv_text, interval_text
+from app.results.exports import interval_text
 from app.results.queries import ATTENTION_KIND, FIXED_KINDS
 from app.results.schemas import (
     DiagnosticRow,
@@ -309,7 +309,7 @@ def diagnostics_csv(diag: DiagnosticsOut) -> str:
     """One line per row of the table; figures that cannot be computed are empty cells,
     text cells are neutralised against spreadsheet formulas (``exports.csv_text``)."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, DIAGNOSTIC_FIELDS, lineterminator="\n")
+    writer = DictCsvWriter(buf, DIAGNOSTIC_FIELDS)
     writer.writeheader()
     for row in diag.rows:
         values = {"study": diag.study, **row.model_dump(mode="json")}

@@ -58,5 +58,5 @@ DOWNLOADS = {
 CATALOGUE = (
     "results.csv", "results.tex", "plot.svg", "plot.png", "manifest.json", "diagnostics.csv",
     "diagnostics.svg", "diagnostics.png", "judgments.csv", "judgments.jsonl", "items.csv",
-    "items.jsonl",
+    "items.jsonl", "annotators.csv",
 )  # fmt: skip

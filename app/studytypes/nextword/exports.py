@@ -24,20 +24,24 @@ Judgment export columns (one row per judgment, judgment-id order):
 - the assignment's flags on kept work that may not count (the results' exclusion rules):
   ``over_cap``, ``extra_replica`` (late answers past the annotator's cap or the HIT's
   replicas), ``after_block`` (sent after the annotator was blocked), ``unverified`` (MTurk
-  work not yet confirmed through the MTurk API).
+  work not yet confirmed through the MTurk API);
+- the participant's side (issue 33): ``hit_comment`` (their comment on the HIT, untrusted
+  text), ``page_away`` and ``page_away_ms`` (how often and how long they left the page while
+  on this item, where the page's script ran; empty: none recorded). A flag, never a rule.
 
 CSV cells, JSON lines and failures mid-way follow :mod:`app.results.exports`.
 """
 
 from __future__ import annotations
 
-import csv
 import io
 from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy.orm import Session
 
+from app.annotation.participants import PAGE_SIGNAL_FIELDS, with_page_signals
+from app.csvfiles import DictCsvWriter
 from app.models import Study
 from app.results.exports import (
     csv_cell,
@@ -61,7 +65,7 @@ JUDGMENT_FIELDS = [
     "annotator_exclude_past", "simulated", "assignment", "external_assignment_id",
     "external_hit_id", "external_session_id", "assignment_status", "review_status",
     "leased_at", "page_served_at", "submitted_at", "judged_at", "client_ms", "too_fast",
-    "late", "over_cap", "extra_replica", "after_block", "unverified",
+    "late", "over_cap", "extra_replica", "after_block", "unverified", *PAGE_SIGNAL_FIELDS,
 ]  # fmt: skip
 
 RESULT_FIELDS = [
@@ -89,7 +93,7 @@ def judgment_record(study: str, r: dict[str, Any]) -> dict[str, Any]:
     r["choices"] = words
     r["top1_word"] = words[0] if words else None
     r["is_none"] = r["chosen_rank"] is None
-    return r
+    return with_page_signals(r)
 
 
 def _judgment_batches(session: Session, study: Study) -> Iterator[list[dict[str, Any]]]:
@@ -148,7 +152,7 @@ def _result_rows(results: ResultsOut, rs: ResultSet) -> Iterator[dict[str, Any]]
 def results_csv(results: ResultsOut) -> str:
     """Every figure, one row per quantity, main variant first, then the other."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, RESULT_FIELDS, lineterminator="\n", extrasaction="ignore")
+    writer = DictCsvWriter(buf, RESULT_FIELDS, extras="ignore")
     writer.writeheader()
     for rs in (results.results, results.other):
         if rs is None:

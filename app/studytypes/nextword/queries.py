@@ -48,6 +48,7 @@ from app.models import (
 )
 from app.results.queries import (
     ASSIGNMENT_FLAG_COLUMNS,
+    PARTICIPANT_COLUMNS,
     Flagged,
     answer_rows,
     answers_per_cell,
@@ -456,6 +457,7 @@ def iter_judgment_rows(session: Session, study: Study) -> Iterator[tuple[list[st
         (Judgment.too_fast, "bool"),
         (Judgment.late, "bool"),
         *ASSIGNMENT_FLAG_COLUMNS,
+        *PARTICIPANT_COLUMNS,
     ]
     stmt = (
         answer_rows(spec, Judgment)

@@ -45,4 +45,5 @@ DOWNLOADS = {
 CATALOGUE = (
     "manifest.json", "items.csv", "items.jsonl", "ratings_table.csv", "ratings_table.tex",
     "ratings.csv", "ratings.jsonl", "ebm.csv", "ebm.tex", "samples.csv", "samples.jsonl",
+    "annotators.csv",
 )  # fmt: skip

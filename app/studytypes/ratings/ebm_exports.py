@@ -16,13 +16,13 @@ against CSV injection as in every export (:mod:`app.results.exports`).
 
 from __future__ import annotations
 
-import csv
 import io
 from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy.orm import Session
 
+from app.csvfiles import DictCsvWriter
 from app.models import Study
 from app.results.exports import (
     csv_cell,
@@ -80,7 +80,7 @@ def _rows(study: str, ebm: EBMOut) -> Iterator[dict[str, Any]]:
 def ebm_csv(study: str, ebm: EBMOut | None) -> str:
     """Every stored figure, one row each (only the header when none is stored)."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, EBM_FIELDS, lineterminator="\n")
+    writer = DictCsvWriter(buf, EBM_FIELDS)
     writer.writeheader()
     for row in _rows(study, ebm) if ebm else ():
         writer.writerow(

@@ -15,8 +15,11 @@ judgments and the annotators page hold those), ``channel``, ``simulated`` (true:
 simulated crowd's annotator, not a person), ``annotator_blocked``,
 ``annotator_exclude_past``, ``assignment_status``, and the assignment's flags on kept
 work that may not count: ``over_cap``, ``extra_replica``, ``after_block``,
-``unverified``. Text cells a spreadsheet would run as a formula are neutralised as in
-every export (:mod:`app.results.exports`).
+``unverified``; the participant's side (issue 33): ``hit_comment`` (their comment on the
+HIT), ``page_away``, ``page_away_ms`` (how often and how long they left the page on this
+pair's two steps, where the page's script ran; empty: none recorded). Text cells a
+spreadsheet would run as a formula are neutralised as in every export
+(:mod:`app.results.exports`).
 
 ``ratings_table.csv`` columns, one row per figure, main variant first: ``study``,
 ``exclusions`` (on/off), ``figure`` (``mean`` of a kind; ``gap`` = data - model; ``ratio`` =
@@ -35,13 +38,14 @@ Empty cells are nulls.
 
 from __future__ import annotations
 
-import csv
 import io
 from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy.orm import Session
 
+from app.annotation.participants import PAGE_SIGNAL_FIELDS, with_page_signals
+from app.csvfiles import DictCsvWriter
 from app.models import Study
 from app.results.exports import (
     csv_cell,
@@ -63,7 +67,7 @@ RATING_FIELDS = [
     "consistency", "quality_ms", "consistency_ms", "quality_at", "consistency_at",
     "too_fast", "late", "annotator_id", "channel", "simulated", "annotator_blocked",
     "annotator_exclude_past", "assignment_status", "over_cap", "extra_replica",
-    "after_block", "unverified",
+    "after_block", "unverified", *PAGE_SIGNAL_FIELDS,
 ]  # fmt: skip
 TABLE_FIELDS = [
     "study", "exclusions", "figure", "length", "step", "kind", "estimate", "low", "high",
@@ -86,7 +90,7 @@ def _rating_batches(session: Session, study: Study) -> Iterator[list[dict[str, A
             r["prefix"] = r.pop("words")
             r["quality_at"] = iso_time(r["quality_at"])
             r["consistency_at"] = iso_time(r["consistency_at"])
-            batch.append({"study": slug, **r})
+            batch.append({"study": slug, **with_page_signals(r)})
         yield batch
 
 
@@ -176,7 +180,7 @@ def ratings_table_csv(res: ResultsOut) -> str:
     """Every figure of a ratings study, one row each, main variant first (only the header
     when there are none)."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, TABLE_FIELDS, lineterminator="\n")
+    writer = DictCsvWriter(buf, TABLE_FIELDS)
     writer.writeheader()
     for v in _variants(res.ratings):
         for row in _table_rows(res.study, v):

@@ -190,6 +190,7 @@ def iter_rating_rows(session: Session, study: Study) -> Iterator[tuple[list[str]
         (Assignment.public_id.label("assignment"), None),
         (Assignment.status.label("assignment_status"), "enum"),
         *shared.ASSIGNMENT_FLAG_COLUMNS,
+        *shared.PARTICIPANT_COLUMNS,
     ]
     stmt = shared.answer_rows(spec, Rating).where(Hit.study_id == study.id).order_by(Rating.id)
     yield from shared.stream_rows(session, stmt)

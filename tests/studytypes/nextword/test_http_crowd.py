@@ -186,3 +186,18 @@ def test_a_budget_leaves_work_and_a_second_run_finishes_it(live, monkeypatch):
     )  # fmt: skip
     assert raters_only.returncode == 1
     assert "for ratings studies only: --quality, --sd-pair" in raters_only.stderr
+
+
+def test_a_study_with_consent_is_agreed_to_then_annotated(live):
+    """Issue 33: the link leads to the consent page first; each simulated annotator agrees
+    through it (its time stored), then annotates as before."""
+    base, sm, study_id, settings = live
+    with sm() as session, session.begin():
+        session.get(Study, study_id).participants = {"consent": "A simulated study."}
+    crowd = Crowd.parse("oracle", Heterogeneity(activity_min=1.0))
+    judge = StandInJudge.calibrated(GodView(sm, study_id).study(), crowd, true_ebc=1.0)
+    run = run_http_crowd(base, sm, study_id, settings.secret_key, crowd, judge, max_hits=2)
+    assert run.hits == 2 and len(_stored(sm, study_id)) == 2 * 11
+    with sm() as session:
+        people = session.scalars(select(Annotator).where(Annotator.study_id == study_id)).all()
+    assert people and all(a.consented_at is not None for a in people)

@@ -35,10 +35,10 @@ from app.studytypes.ratings.simulation import (
     summarise_ratings,
 )
 from app.studytypes.registry import study_type_of
+from tests.cli.test_simulate import ebc
 from tests.hits.factory import make_study
 from tests.hits.ratings_factory import make_ratings_study
 from tests.results.ratings_study import make_rated_study
-from tests.simulate.test_cli import ebc
 
 WITH, WITHOUT = "with exclusions", "without exclusions"
 STEPS = ("quality", "consistency")

@@ -44,6 +44,8 @@ class Local(Platform):
             raise ValueError("the local provider reads our own store: give it `sessions`")
         return LocalProvider(how.sessions)
 
+    page_rank = 90
+
     def enabled(self, study: Any) -> bool:
         return True  # invite links always work
 

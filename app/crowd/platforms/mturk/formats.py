@@ -167,12 +167,14 @@ def qualification_requirements(q: Qualifications, environment: str) -> list[dict
                 "ActionsGuarded": guarded,
             }
         )
-    if q.cap_qualification_id:
-        out.append(
-            {
-                "QualificationTypeId": q.cap_qualification_id,
-                "Comparator": "DoesNotExist",
-                "ActionsGuarded": guarded,
-            }
-        )
+    # Custom qualifications the worker must not have: the cap reached, an earlier study's.
+    for own in (q.cap_qualification_id, q.exclusion_qualification_id):
+        if own:
+            out.append(
+                {
+                    "QualificationTypeId": own,
+                    "Comparator": "DoesNotExist",
+                    "ActionsGuarded": guarded,
+                }
+            )
     return out

@@ -57,6 +57,7 @@ class MTurk(Platform):
         answers_on_platform=True,
         unverified_until_synced=True,
         batch_files=True,
+        excludes_earlier="qualification",
     )
 
     def provider(self, settings: Settings, env: str | None, how: ProviderOptions) -> CrowdProvider:
@@ -89,8 +90,18 @@ class MTurk(Platform):
             retry_mode=settings.mturk_retry_mode,
         )
 
+    page_rank = 20
+    status_note = (
+        "Mechanical Turk has taken no new requesters since 30 July 2026 and its closure is "
+        "announced for 30 September 2026: this channel stays for existing accounts, the "
+        "sandbox and reproductions."
+    )
+
     def ready(self, settings: Settings, environment: str) -> bool:
         return environment != PRODUCTION or settings.mturk_production
+
+    def unready_reason(self, environment: str) -> str:
+        return "production moves real money and is off on this server (EBC_MTURK_PRODUCTION)"
 
     def study_environment(self, study: Any) -> str:
         return SANDBOX if self.settings_of(study).get("sandbox", True) else PRODUCTION

@@ -134,6 +134,41 @@ class MTurkProvider:
             log.info("cap qualification %s already exists (%s)", found, exc)
             return found
 
+    def exclusion_qualification(self, spec: PostingSpec) -> str:
+        """`CreateQualificationType` (found by name when it exists): the posting's "took
+        part in an earlier study" qualification; then `AssociateQualificationWithWorker`,
+        silently, for each worker of the earlier studies (`spec.exclude_workers`; a repeated
+        grant changes nothing). The HIT type requires that it does not exist."""
+        name = f"ebc-judge took part before: {spec.study_slug}" + (
+            f" {spec.key}" if spec.key else ""
+        )
+        try:
+            response = self._call(
+                "CreateQualificationType",
+                Name=name,
+                Description=(
+                    f"Workers of the studies that study {spec.study_slug} excludes (they "
+                    "took part before)."
+                )[:2000],
+                QualificationTypeStatus="Active",
+                Keywords="ebc-judge",
+            )
+            qualification = response["QualificationType"]["QualificationTypeId"]
+        except CrowdError:
+            found = self._qualification_named(name)
+            if found is None:
+                raise
+            qualification = found
+        for worker in spec.exclude_workers:
+            self._call(
+                "AssociateQualificationWithWorker",
+                QualificationTypeId=qualification,
+                WorkerId=worker,
+                IntegerValue=1,
+                SendNotification=False,
+            )
+        return qualification
+
     def _qualification_named(self, name: str) -> str | None:
         token = None
         while True:

@@ -58,6 +58,8 @@ class Prolific(Platform):
         units="study",
         rejection_min_chars=REJECTION_MESSAGE_MIN,
         rejection_categories=tuple(c.value for c in RejectionCategory),
+        prescreeners=("first_languages", "fluent_languages", "countries", "min_approval_rate"),
+        excludes_earlier="previous-studies filter",
     )
 
     def provider(self, settings: Settings, env: str | None, how: ProviderOptions) -> CrowdProvider:
@@ -82,8 +84,19 @@ class Prolific(Platform):
             return "Prolific has no sandbox: run a small test study on Prolific itself."
         return super().environment_refused(environment)
 
+    page_rank = 10
+
     def ready(self, settings: Settings, environment: str) -> bool:
         return settings.prolific_api_token is not None
+
+    def unready_reason(self, environment: str) -> str:
+        return "no Prolific API token on this server (EBC_PROLIFIC_API_TOKEN)"
+
+    def prescreeners_of(self, study: Any) -> dict[str, Any]:
+        wanted = self.settings_of(study).get("prescreeners") or {}
+        return {
+            k: v for k, v in wanted.items() if k in self.caps.prescreeners and v not in (None, [])
+        }
 
     def entry_url(self, settings: Settings, study: Any) -> str | None:
         if not self.enabled(study):

@@ -203,11 +203,15 @@ class ProlificProvider:
         if q.masters:
             raise CrowdError("Prolific has no Masters qualification: unset it for Prolific.")
         filters = []
-        if q.min_approval_rate is not None:
+        # The publish form's approval rate, else the study file's prescreener.
+        rate = q.min_approval_rate
+        if rate is None:
+            rate = spec.prescreeners.get("min_approval_rate")
+        if rate is not None:
             filters.append(
                 StudyFilter(
                     filter_id="approval_rate",
-                    selected_range=SelectedRange(lower=q.min_approval_rate, upper=100),
+                    selected_range=SelectedRange(lower=rate, upper=100),
                 )
             )
         if q.min_approved is not None:
@@ -217,6 +221,7 @@ class ProlificProvider:
                     selected_range=SelectedRange(lower=q.min_approved),
                 )
             )
+        filters += prescreen_filters(spec)
         return CreateStudy(
             name=spec.title,
             internal_name=internal_name(spec),
@@ -439,3 +444,30 @@ class ProlificProvider:
         if status in {"ACTIVE", "PAUSED", "SCHEDULED", "PUBLISHING"}:
             self._api.send("POST", f"studies/{study_id}/transition/", Transition(action="STOP"))
         self._published.discard(study_id)
+
+
+# The study file's prescreeners (`channels.prolific.prescreeners`) as Prolific's select
+# filters, by its filter ids (GET /api/v1/filters/ lists them and their choice ids).
+PRESCREEN_FILTERS = {
+    "first_languages": "first-language",
+    "fluent_languages": "fluent-languages",
+    "countries": "current-country-of-residence",
+}
+# Prolific's filter that keeps out the participants of earlier Prolific studies (its
+# "exclude participants from other studies" screener): their Prolific study ids.
+PREVIOUS_STUDIES_FILTER = "previous_studies"
+
+
+def prescreen_filters(spec: PostingSpec) -> list[StudyFilter]:
+    """The select filters of the study's prescreeners and the earlier studies it excludes
+    (`spec.exclude_units`: their Prolific study ids), in the study-creation body's shape."""
+    out = []
+    for key, filter_id in PRESCREEN_FILTERS.items():
+        values = [str(v) for v in spec.prescreeners.get(key) or ()]
+        if values:
+            out.append(StudyFilter(filter_id=filter_id, selected_values=values))
+    if spec.exclude_units:
+        out.append(
+            StudyFilter(filter_id=PREVIOUS_STUDIES_FILTER, selected_values=list(spec.exclude_units))
+        )
+    return out

@@ -32,7 +32,7 @@ from app.models import (
     ReviewStatus,
 )
 from app.studytypes.nextword.annotation import submit
-from tests.crowd.test_service_mturk import slots
+from tests.crowd.platforms.mturk.test_end_to_end import slots
 from tests.hits.factory import make_study
 
 SLUG = "lab"

@@ -8,7 +8,7 @@ from sqlalchemy import select
 
 from app.audit.service import MAX_FAILURES_PER_USER_IP
 from app.models import ApiToken, User
-from tests.dashboard.conftest import PASSWORD, login
+from tests.web.accounts import PASSWORD, login
 
 
 def test_failed_logins_are_throttled_per_username_and_address(client, admin, researcher):

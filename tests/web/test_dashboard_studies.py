@@ -10,8 +10,8 @@ from sqlalchemy import func, select
 
 from app.models import AuditEvent, Item, PrecomputeJob, Study, StudyStatus
 from app.precompute.service import claim_shard, fail_shard
-from tests.dashboard.conftest import write_dataset
 from tests.hits.factory import make_study
+from tests.web.accounts import write_dataset
 
 VALID = {
     "slug": "wiki",

@@ -21,8 +21,8 @@ from app.migrate import upgrade
 from app.models import Study, StudyStatus
 from app.precompute.service import claim_shard, complete_shard
 from tests.browser.test_annotate_browser import CHROMIUM, _free_port
-from tests.dashboard.conftest import PASSWORD, write_dataset
 from tests.factories import StudyFactory
+from tests.web.accounts import PASSWORD, write_dataset
 
 SHOTS = ROOT / "var" / "screenshots"
 

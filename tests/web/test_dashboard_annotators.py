@@ -161,7 +161,7 @@ def _judgments(session, annotator_row) -> int:
 
 
 def test_the_annotator_table_shows_the_llm_assistance_signal(logged_in, session):
-    from tests.dashboard.test_results_page import _crowd_with_an_assisted_annotator
+    from tests.web.test_dashboard_results_page import _crowd_with_an_assisted_annotator
 
     _crowd_with_an_assisted_annotator(session, "llm2")
     r = logged_in.get("/dashboard/studies/llm2/annotators")
@@ -203,3 +203,19 @@ def test_a_ratings_study_shows_each_raters_quality_figures(logged_in, session, m
     assert "Top-1 rate" not in head and '"None" share' not in head
     row = re.search(r"<tr[^>]*>\s*<td><strong>careless</strong>.*?</tr>", table.group(0), re.S)
     assert "excluded by the rules" in row.group(0) and "1.00" in row.group(0)
+
+
+def test_links_csv_neutralises_a_label_that_a_spreadsheet_would_run(logged_in, session):
+    make_study(session, slug="s9", lengths=(10,), per_cell=10)
+    session.commit()
+    url = "/dashboard/studies/s9/annotators"
+    label = '=HYPERLINK("http://evil","x")'
+    made = logged_in.post(
+        f"{url}/invite",
+        data={"csrf_token": logged_in.csrf, "count": "2", "label": label, "as_csv": "true"},
+    )
+    for table in (made.text, logged_in.get(f"{url}/links.csv").text):
+        rows = list(csv.DictReader(io.StringIO(table)))
+        assert [r["label"] for r in rows] == [f"'{label} 1", f"'{label} 2"]
+        cells = [c for r in csv.reader(io.StringIO(table)) for c in r]
+        assert not [c for c in cells if c.startswith(("=", "+", "-", "@", "\t", "\r"))]

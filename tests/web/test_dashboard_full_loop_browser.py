@@ -19,8 +19,8 @@ from app.main import create_app
 from app.migrate import upgrade
 from app.models import Item, Judgment
 from tests.browser.test_annotate_browser import CHROMIUM, _free_port
-from tests.dashboard.conftest import PASSWORD
-from tests.dashboard.test_dashboard_browser import SHOTS
+from tests.web.accounts import PASSWORD
+from tests.web.test_dashboard_browser import SHOTS
 from tests.worker.conftest import corpus_lines, tiny_gpt2, word_tokenizer
 from worker.runner import Worker, WorkerOptions
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from sqlalchemy import func, select
 
 from app.models import Annotator, AuditEvent, Study, StudyMember, StudyStatus
-from tests.dashboard.conftest import _user, csrf_of, login
 from tests.hits.factory import annotator, make_study
+from tests.web.accounts import csrf_of, login, make_user
 
 STUDY_FILE = b"""
 slug = "bobs"
@@ -38,7 +38,7 @@ def _post(client, path: str, csrf: str, **data):
 
 
 def test_the_creator_owns_the_study_and_shares_it(client, session, admin, researcher):
-    carol = _user(session, "carol", is_admin=False)
+    carol = make_user(session, "carol", is_admin=False)
     make_study(session, slug="admins", lengths=(10,), per_cell=5)  # made by the CLI: no owner
     session.commit()
     csrf = _as(client, "bob")
@@ -111,7 +111,7 @@ def test_the_creator_owns_the_study_and_shares_it(client, session, admin, resear
 
 
 def test_a_viewer_sees_the_annotators_but_no_invite_links(client, session, admin, researcher):
-    viewer = _user(session, "carol", is_admin=False)
+    viewer = make_user(session, "carol", is_admin=False)
     study = make_study(session, slug="s1", lengths=(10,), per_cell=5)
     study.created_by_id = researcher.id
     session.add(StudyMember(study_id=study.id, user_id=viewer.id, role="view"))

@@ -19,9 +19,9 @@ from app.migrate import upgrade
 from app.models import CrowdHit, Study
 from tests.browser.test_annotate_browser import CHROMIUM, _free_port
 from tests.crowd.mturk_standin import Server
-from tests.dashboard.conftest import PASSWORD
-from tests.dashboard.test_crowd import SLUG, crowd_study, do_work
-from tests.dashboard.test_dashboard_browser import SHOTS
+from tests.web.accounts import PASSWORD
+from tests.web.test_dashboard_browser import SHOTS
+from tests.web.test_dashboard_crowd import SLUG, crowd_study, do_work
 
 
 @pytest.fixture

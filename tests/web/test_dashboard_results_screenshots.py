@@ -25,7 +25,7 @@ from app.studies.schemas import DatasetSection, ModelSection, StudyConfig
 from app.studies.service import create_study
 from tests.browser.test_annotate_browser import CHROMIUM, _free_port
 from tests.conftest import fresh_database
-from tests.dashboard.conftest import PASSWORD
+from tests.web.accounts import PASSWORD
 
 pytestmark = pytest.mark.postgres
 

@@ -18,8 +18,8 @@ from app.simulate.preview import PAGE_LIMITS
 from app.studytypes.nextword.preview import PreviewOptions, simulate_before_paying
 from app.web import dashboard_simulate
 from app.web.dashboard_simulate import BUSY, MAX_RUNNING, RUNNING
-from tests.dashboard.conftest import _user, login
 from tests.hits.factory import make_study
+from tests.web.accounts import login, make_user
 
 
 def _study(session):
@@ -88,8 +88,8 @@ def test_the_simulation_renders_its_figures_and_costs(logged_in, session, settin
 
 def test_a_viewer_may_run_it_and_a_stranger_finds_nothing(client, session):
     study = _study(session)
-    viewer = _user(session, "vera", is_admin=False)
-    _user(session, "sam", is_admin=False)
+    viewer = make_user(session, "vera", is_admin=False)
+    make_user(session, "sam", is_admin=False)
     session.add(StudyMember(study_id=study.id, user_id=viewer.id, role="view"))
     session.commit()
     assert login(client, "vera").status_code == 303

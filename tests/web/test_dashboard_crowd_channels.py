@@ -9,8 +9,8 @@ from urllib.parse import parse_qs, urlsplit
 from sqlalchemy import func, select
 
 from app.models import Annotator, StudyMember
-from tests.dashboard.conftest import csrf_of, login
 from tests.hits.factory import make_study
+from tests.web.accounts import csrf_of, login
 
 
 def test_the_panel_url_is_shown_to_managers_and_works(logged_in, session, settings):

@@ -10,8 +10,8 @@ from sqlalchemy import func, select
 
 from app.annotation.identities import invite_token
 from app.models import AuditEvent, Study
-from tests.dashboard.conftest import login
 from tests.hits.factory import annotator, make_study
+from tests.web.accounts import login
 
 try:  # FastAPI >= 0.16x flattens included routers lazily
     from fastapi.routing import iter_route_contexts

@@ -41,8 +41,8 @@ from app.studytypes.nextword.annotation import submit
 from app.web import dashboard_crowd
 from tests.crowd.mturk_standin import Server
 from tests.crowd.platforms.prolific.test_provider import TOKEN, FakeProlific
-from tests.dashboard.conftest import csrf_of, login
 from tests.hits.factory import make_study
+from tests.web.accounts import csrf_of, login
 
 SLUG = "crowd"
 PAGE = f"/dashboard/studies/{SLUG}/crowd"

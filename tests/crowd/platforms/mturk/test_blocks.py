@@ -23,8 +23,7 @@ from app.crowd.base import CrowdError
 from app.crowd.platforms.mturk.client import make_client
 from app.crowd.platforms.mturk.provider import MTurkProvider
 from app.models import Annotator, AuditEvent, CrowdCall
-from tests.crowd.platforms.mturk.test_provider import request_error
-from tests.crowd.test_service_mturk import (  # noqa: F401  (fixtures)
+from tests.crowd.platforms.mturk.test_end_to_end import (  # noqa: F401  (fixtures)
     aws_env,
     make_session,
     mturk,
@@ -32,6 +31,7 @@ from tests.crowd.test_service_mturk import (  # noqa: F401  (fixtures)
     standin,
     submitted,
 )
+from tests.crowd.platforms.mturk.test_provider import request_error
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ from app.models import (
     ReviewStatus,
 )
 from tests.crowd.mturk_standin import answer_xml
-from tests.crowd.test_service_mturk import (  # noqa: F401  (fixtures)
+from tests.crowd.platforms.mturk.test_end_to_end import (  # noqa: F401  (fixtures)
     aws_env,
     crowd_study,
     make_session,

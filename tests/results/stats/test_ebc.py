@@ -222,7 +222,7 @@ def test_two_way_reduces_to_annotator_clustering_when_items_are_judged_once():
 
 
 def test_bootstrap_is_seeded_and_reproducible():
-    # The pairs bootstrap (no longer the default; the wild one: test_stats_cluster.py).
+    # The pairs bootstrap (no longer the default; the wild one: test_cluster.py).
     a = estimate_ebc(**HAND, b=500, seed=3, ci="percentile").ebc(10)
     b = estimate_ebc(**HAND, b=500, seed=3, ci="percentile").ebc(10)
     c = estimate_ebc(**HAND, b=500, seed=4, ci="percentile").ebc(10)

@@ -12,8 +12,7 @@ from sqlalchemy import select
 
 from app.crowd import common, payments, sync
 from app.models import Annotator, AuditEvent, CrowdCall
-from tests.crowd.prolific_standin import LONG_MESSAGE
-from tests.crowd.test_service_prolific import (  # noqa: F401  (fixtures)
+from tests.crowd.platforms.prolific.test_end_to_end import (  # noqa: F401  (fixtures)
     fake,
     handed_in,
     make_session,
@@ -25,6 +24,7 @@ from tests.crowd.test_service_prolific import (  # noqa: F401  (fixtures)
     visit,
     work,
 )
+from tests.crowd.prolific_standin import LONG_MESSAGE
 
 
 def test_a_flagged_never_stored_submission_can_be_rejected(

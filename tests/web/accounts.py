@@ -1,12 +1,10 @@
-"""Logged-in clients for the dashboard tests."""
+"""Accounts and logins for the web tests: a known password, users, a CSRF token."""
 
 from __future__ import annotations
 
 import re
 from functools import cache
 from pathlib import Path
-
-import pytest
 
 from app.auth.service import hash_password
 from app.models import User
@@ -15,12 +13,12 @@ PASSWORD = "correct horse battery"
 
 
 @cache
-def _password_hash() -> str:
+def password_hash() -> str:
     return hash_password(PASSWORD)  # argon2 is slow by design: hash once per run
 
 
-def _user(session, username: str, is_admin: bool) -> User:
-    user = User(username=username, password_hash=_password_hash(), is_admin=is_admin)
+def make_user(session, username: str, is_admin: bool) -> User:
+    user = User(username=username, password_hash=password_hash(), is_admin=is_admin)
     session.add(user)
     session.commit()
     return user
@@ -40,21 +38,3 @@ def login(client, username: str = "ada", password: str = PASSWORD):
     page = client.get("/login")
     data = {"username": username, "password": password, "csrf_token": csrf_of(page.text)}
     return client.post("/login", data=data, follow_redirects=False)
-
-
-@pytest.fixture
-def admin(session):
-    return _user(session, "ada", is_admin=True)
-
-
-@pytest.fixture
-def researcher(session):
-    return _user(session, "bob", is_admin=False)
-
-
-@pytest.fixture
-def logged_in(client, admin):
-    """The client with an admin's session; `.csrf` holds the session's CSRF token."""
-    assert login(client).status_code == 303
-    client.csrf = csrf_of(client.get("/dashboard").text)
-    return client

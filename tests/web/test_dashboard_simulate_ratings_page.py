@@ -15,8 +15,8 @@ from app.simulate.preview import PAGE_LIMITS
 from app.studytypes.ratings.preview import RatingsPreviewOptions, simulate_ratings_before_paying
 from app.web import dashboard_simulate
 from app.web.dashboard_simulate import BUSY, MAX_RUNNING, RUNNING
-from tests.dashboard.test_simulate_page import _snapshot
 from tests.hits.ratings_factory import make_ratings_study
+from tests.web.test_dashboard_simulate_page import _snapshot
 
 URL = "/dashboard/studies/rsim/simulate"
 

@@ -55,7 +55,7 @@ from tests.conftest import fresh_database
 from tests.crowd.mturk_standin import Server, StandInMTurk, answer_xml
 from tests.hits.factory import make_study
 
-XSD = Path(__file__).parent / "data" / "ExternalQuestion.xsd"
+XSD = Path(__file__).parents[2] / "data" / "ExternalQuestion.xsd"
 SUBMIT_TO = "https://workersandbox.mturk.com"
 
 
