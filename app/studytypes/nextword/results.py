@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -148,24 +147,6 @@ def _compute(
 ) -> tuple[ResultsOut, MainEstimate | None]:
     started = time.perf_counter() if started is None else started
     keep, report = exclusion_mask(j, study.exclusions)
-    # The per-annotator quality (its LLM-assistance test: a parametric bootstrap, the
-    # costliest figure of a large study) depends on nothing below: it runs in a thread
-    # beside them (numpy's draws and ufuncs release the GIL; seeded, so the same figures).
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        quality = pool.submit(_quality, j, report, int(study.top_k), study.min_ms_per_item)
-        return _compute_figures(study, j, query, keep, report, quality, started, references)
-
-
-def _compute_figures(
-    study: Study,
-    j: Judgments,
-    query: ResultQuery,
-    keep: np.ndarray,
-    report: ExclusionReport,
-    quality: Future,
-    started: float,
-    references: References | None,
-) -> tuple[ResultsOut, MainEstimate | None]:
     k = int(study.top_k)
     messages: list[str] = []
     if report.excluded_by_rule.get("unverified"):
@@ -209,7 +190,7 @@ def _compute_figures(
         exclusions=report,
         results=main.figures if main else None,
         other=other.figures if other else None,
-        quality=quality.result(),
+        quality=_quality(j, study, report),
         plan=plan,
         simulated_judgments=max(
             (rs.figures.n_simulated for rs in (main, other) if rs is not None), default=0
@@ -382,12 +363,8 @@ def _table(
     return rows
 
 
-def _quality(
-    j: Judgments, report: ExclusionReport, top_k: int, min_ms_per_item: float
-) -> list[AnnotatorQualityOut]:
-    """Per annotator, on all their judgments, with whether the rules dropped them whole
-    (the study's `top_k` and `min_ms_per_item` read by the caller: this runs in a thread,
-    where an ORM object must not load)."""
+def _quality(j: Judgments, study: Study, report: ExclusionReport) -> list[AnnotatorQualityOut]:
+    """Per annotator, on all their judgments, with whether the rules dropped them whole."""
     if len(j) == 0:
         return []
     rules = report.rules
@@ -397,13 +374,13 @@ def _quality(
         j.item,
         j.kind,
         j.choice,
-        np.minimum(j.option, top_k - 1),
+        np.minimum(j.option, study.top_k - 1),
         j.client_ms / 1000.0,
         attention=j.attention,
         attention_correct=j.choice == 1,
-        k=int(top_k),
+        k=int(study.top_k),
         length=j.length,
-        min_seconds=min_ms_per_item / 1000.0,
+        min_seconds=study.min_ms_per_item / 1000.0,
         min_attention=float(rules.get("attention_min_accuracy") or 0.8),
     )
     whole = {x for labels in report.annotators_excluded.values() for x in labels}
