@@ -64,6 +64,12 @@ model's; the mean entropy it gives is printed.  ``--cont-scale`` (default 0.9) s
 continuation piece into words of dozens of tokens, at 0.9 it writes about 1.1 tokens per word
 with some multi-token words.  Compute per token is unchanged.
 
+- **by kind** (``--kind-items``, default 256 at ``--kind-length`` 20): needed tokens per second of
+  a ``data_shuffled`` prefix and of its gap kind ``data_shuffled+gap@G`` (``--gap``, default 5: G
+  words sampled from P_M after the shuffled prefix, then the search; `worker.gaps`), on lines of
+  random words of the model's vocabulary, in the order A B B A, and the ratio of their means (issue
+  34: the gap kind within 10 % of ``data_shuffled``). ``--kinds-only`` runs this table alone.
+
 Run: ``python benchmarks/precompute.py`` (1,000 items, l = 10, 20, 30, 60, 100; peak memory of a
 batch of 256 at l = 100 with ``--memory-items 256``) or a reduced scale on a CPU, e.g.
 ``--items 300 --lengths 10,20 --naive-sample 2``.
@@ -75,9 +81,11 @@ import argparse
 import contextlib
 import ctypes
 import os
+import random
 import re
 import resource
 import statistics
+import tempfile
 import time
 from collections import Counter
 
@@ -89,6 +97,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
+from app.precompute.datasets import load_dataset
 from worker.hf import HFCausalLM
 from worker.hf_cache import make_cache
 from worker.models import auto_batch_size, load_model, memory_budget
@@ -421,6 +430,50 @@ def demo_merges(path: str, lengths: list[int], n: int) -> None:
         )
 
 
+def word_lines(lm: HFCausalLM, words: int, n: int) -> list[str]:
+    """``n`` lines of ``words`` random words of the model's vocabulary (its word-starting pieces
+    of 3 to 6 letters), seeded."""
+    pieces = lm.tokenizer.convert_ids_to_tokens(list(range(lm.vocab_size)))
+    vocab = [p[1:] for p in pieces if p.startswith("Ġ") and 3 <= len(p) - 1 <= 6]
+    rng = random.Random(0)
+    return [" ".join(rng.choices(vocab, k=words)) for _ in range(n)]
+
+
+def kind_table(lm: HFCausalLM, args, device: torch.device) -> None:
+    """Needed tokens per second of ``data_shuffled`` and ``data_shuffled+gap@G`` (module
+    docstring, "by kind")."""
+    length, n = args.kind_length, args.kind_items
+    kinds = ("data_shuffled", f"data_shuffled+gap@{args.gap}")
+    where = "GPU" if device.type == "cuda" else "CPU"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "lines.txt")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("\n".join(word_lines(lm, length + 2, n)) + "\n")
+        dataset = load_dataset(path, "text")
+    spec = PrefixSpec(batch_size=args.batch_size, max_word_tokens=args.max_word_tokens or None)
+    print(f"by kind: l = {length}, {n} items each, on lines of random vocabulary words")
+    print(f"{'kind':<24} {'items/s':>8} {'tok/item':>8} {'exp/item':>8} {'s':>13} {'tok/s':>7}")
+    rates: dict[str, list[float]] = {k: [] for k in kinds}
+    for kind in (*kinds, *reversed(kinds)):  # A B B A: a drift in the machine's speed cancels
+        make_items(lm, dataset, spec, length, kind, 0, 8, seed=99)  # warm-up
+        with Clock(device) as t:
+            items = make_items(lm, dataset, spec, length, kind, 0, n, seed=1)
+        needed = needed_tokens(items)
+        tokens = sum(i.provenance.get("context_tokens", 0) for i in items)
+        expansions = sum(i.provenance.get("choices", {}).get("expansions", 0) for i in items)
+        rates[kind].append(needed / (t.wall if device.type == "cuda" else t.cpu))
+        print(
+            f"{kind:<24} {n / t.wall:>8.2f} {tokens / n:>8.1f} {expansions / n:>8.1f} "
+            f"{t.wall:>6.1f}/{t.cpu:<6.1f} {rates[kind][-1]:>7.0f}",
+            flush=True,
+        )
+    mean = {k: statistics.fmean(v) for k, v in rates.items()}
+    print(
+        f"{kinds[1]} over {kinds[0]}: {mean[kinds[1]] / mean[kinds[0]]:.3f} of the needed "
+        f"tokens per {where} second (means of two runs each)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--items", type=int, default=1000)
@@ -465,6 +518,14 @@ def main() -> None:
     )
     parser.add_argument("--demo-model", default=None, help="a built demo model's directory")
     parser.add_argument(
+        "--kind-items", type=int, default=256, help="items per kind of the by-kind table (0: none)"
+    )
+    parser.add_argument("--kind-length", type=int, default=20)
+    parser.add_argument("--gap", type=int, default=5, help="the gap kind's g")
+    parser.add_argument(
+        "--kinds-only", action="store_true", help="the by-kind table alone (no other part)"
+    )
+    parser.add_argument(
         "--count-operations",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -498,6 +559,9 @@ def main() -> None:
         "half just before ours, half just after"
     )
     print(f"memory budget {budget / 2**30:.1f} GiB ({where} free memory x share)")
+    if args.kinds_only:
+        kind_table(lm, args, device)
+        return
     print("ratios and seconds: wall clock / CPU time (this process, all threads)")
     header = (
         f"{'l':>4} {'batch':>5} {'items/s':>8} {'tok/item':>8} {'exp/item':>8} {'ours s':>7} "
@@ -604,6 +668,8 @@ def main() -> None:
         print(f"tokens per second relative to l = {min(rates)} ({where}): {spread}")
     unit = "GiB of GPU allocation" if where == "GPU" else "GiB of peak resident set (whole process)"
     print(f"peak memory in {unit}; tok/s: needed tokens per {where} second of ours")
+    if args.kind_items:
+        kind_table(lm, args, device)
     if args.demo_model:
         demo_merges(args.demo_model, lengths[:2], 256)
     print(f"load average at end: {os.getloadavg()}")

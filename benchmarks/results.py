@@ -16,7 +16,8 @@ Steps (each timed; the machine's load average is printed beside them):
    start) and warm (item columns reused, as on a request after new judgments): each row
    packed server-side into one fixed-width bytea, all rows in one aggregate, read with
    ``numpy.frombuffer``;
-3. ``compute_results`` with B = 10,000, unit = annotator: every cell, interval and test,
+3. ``compute_results`` with B = 10,000, the default unit (auto: this study is nested, so
+   annotator; its overlap HITs are 5% of the assignments): every cell, interval and test,
    with and without exclusions (two wild cluster bootstraps with their inverted
    intervals, two permutation tests of 10,000, paper figures, agreement with its
    bootstrap, quality, sanity, planner);
@@ -317,7 +318,7 @@ def main() -> None:
             f"COPY in {t_copy:.1f} s"
         )
 
-        query = ResultQuery(b=args.b, unit="annotator", seed=args.seed)
+        query = ResultQuery(b=args.b, seed=args.seed)  # unit auto: nested here, annotator
         rows: list[tuple[str, Timing, Timing | None, str]] = []
         with make_sessionmaker(engine)() as session:
             from app.models import Study
@@ -452,7 +453,7 @@ def main() -> None:
 
         rs = res.results
         print(
-            f"\nB = {args.b:,}, unit = annotator, best of {args.repeat}; "
+            f"\nB = {args.b:,}, unit = auto ({rs.design}: {rs.unit}), best of {args.repeat}; "
             f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores\n"
         )
         print(

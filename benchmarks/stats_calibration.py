@@ -45,6 +45,16 @@ Per scenario, ``--reps`` null studies and as many at EB-C = 1.05 (fresh draws ea
 Monte Carlo SE of a rate near 5% with R studies: ``sqrt(.05 .95 / R)`` (0.7 pp at
 R = 1,000), near 95% the same. The target is 5 ± 1.5% and 95 ± 1.5%.
 
+``--suite issue32`` (issue 32) runs instead: **crossed** designs (every HIT done by 3-5
+distinct annotators drawn by a lognormal activity weight, the items' difficulty shared by
+their judgments, item logit SD 1-1.5, 60-150 annotators): false positives and coverage of
+the default (the design is detected as crossed: two-way t) beside the annotator-only wild
+test kept as a secondary figure; **three lengths** under EB-C = 1 (the same annotators at
+every length): the family-wise rate of the per-length tests, raw and Holm-adjusted, and
+the pooled and trend tests' false-positive rates; a **watched** study (20 looks as
+annotators arrive, stop at the first rejection): the fixed-n interval against the
+anytime-valid one; and the CGD intervals at **8 annotators**.
+
 Run: ``python benchmarks/stats_calibration.py`` (R = 1,000, B = 999: about 9 ms of CPU
 per study, ~8 minutes on one free core; docs/statistics.md's table is ``--reps 2000``, 2,130 s
 on a shared machine; ``--jobs 2`` for two processes, ``--reps 200`` for a quick look).
@@ -90,10 +100,10 @@ def population_cgd(mean: float, sd: float) -> float:
     return float(_W @ special.expit(mean + sd * _X))
 
 
-def parameters(ebc: float, sd_kind: float) -> tuple[float, float]:
+def parameters(ebc: float, sd_kind: float, sd_item: float = SD_ITEM) -> tuple[float, float]:
     """``(beta, mu)`` giving population CGD(data) = 0.73 and EB-C = ``ebc`` exactly."""
-    sd_d = np.hypot(SD_SKILL, SD_ITEM)
-    sd_m = np.sqrt(SD_SKILL**2 + sd_kind**2 + SD_ITEM**2)
+    sd_d = np.hypot(SD_SKILL, sd_item)
+    sd_m = np.sqrt(SD_SKILL**2 + sd_kind**2 + sd_item**2)
     beta = optimize.brentq(lambda b: population_cgd(b, sd_d) - CGD_DATA, -10, 10, xtol=1e-14)
     mu = optimize.brentq(
         lambda m: population_cgd(beta + m, sd_m) - ebc * CGD_DATA, -10, 10, xtol=1e-14
@@ -187,6 +197,269 @@ def run(sc: Scenario, reps: int, b: int, seed: np.random.SeedSequence) -> dict:
     return rates
 
 
+# --------------------------------------------------------------------------- issue 32
+
+
+@dataclass(frozen=True)
+class Crossed:
+    """A crossed design: ``hits`` HITs of 5 data + 5 model items, each done by
+    ``replicas`` distinct annotators (so every item is judged ``replicas`` times and its
+    difficulty is shared), annotators drawn for each HIT by a lognormal activity weight
+    (no cap), item logit SD ``sd_item``."""
+
+    g: int
+    hits: int
+    replicas: int
+    sd_item: float
+    sd_kind: float = 0.2
+
+
+def crossed_study(rng: np.random.Generator, sc: Crossed, beta: float, mu: float) -> dict:
+    w = np.log(rng.lognormal(0.0, 1.0, sc.g))
+    # Gumbel top-r: each HIT's replicas go to r distinct annotators, P ~ weight.
+    keys = w[None, :] + rng.gumbel(size=(sc.hits, sc.g))
+    who = np.argpartition(-keys, sc.replicas - 1, axis=1)[:, : sc.replicas]  # hits x r
+    per_hit = 2 * PER_KIND
+    n_items = sc.hits * per_hit
+    item = np.repeat(np.arange(n_items), sc.replicas)  # item-major, r judgments each
+    hit = item // per_hit
+    rep = np.tile(np.arange(sc.replicas), n_items)
+    ann = who[hit, rep]
+    kind = (item % per_hit >= PER_KIND).astype(int)
+    u = rng.normal(0.0, SD_SKILL, sc.g)
+    v = rng.normal(mu, sc.sd_kind, sc.g)
+    e = rng.normal(0.0, sc.sd_item, n_items)
+    eta = beta + u[ann] + kind * v[ann] + e[item]
+    d = (rng.random(item.size) < special.expit(eta)).astype(float)
+    return {
+        "d": d,
+        "length": np.full(item.size, LENGTH),
+        "kind": kind,
+        "annotator": ann,
+        "hit": hit * sc.replicas + rep,  # an assignment's HIT copy (one annotator)
+        "item": item,
+    }
+
+
+def run_crossed(sc: Crossed, reps: int, b: int, seed: np.random.SeedSequence) -> dict:
+    """FPR and coverage of the default (the design decides: two-way) and of the
+    annotator-only wild test/interval on the same studies."""
+    rng = np.random.default_rng(seed)
+    out = {k: 0 for k in ("fp_new", "fp_old", "cov_new", "cov_old", "cov_cgd")}
+    crossed, df = 0, []
+    for ebc_true in (1.0, EBC_ALT):
+        beta, mu = parameters(ebc_true, sc.sd_kind, sc.sd_item)
+        for r in range(reps):
+            s = crossed_study(rng, sc, beta, mu)
+            res = estimate_ebc(**s, b=b, seed=r)  # unit auto
+            q, old = res.ebc(LENGTH), res.secondary_tests[0]
+            if ebc_true == 1.0:
+                crossed += res.design == "crossed"
+                df.append(res.tests[0].n_effective)
+                out["fp_new"] += q.p_value <= ALPHA
+                out["fp_old"] += old.p_value <= ALPHA
+            else:
+                out["cov_new"] += q.low <= ebc_true <= q.high
+                out["cov_old"] += old.low <= ebc_true <= old.high
+                c = res.cell(LENGTH, 0)
+                out["cov_cgd"] += c.low <= CGD_DATA <= c.high
+    rates = {k: v / reps for k, v in out.items()}
+    rates["crossed"] = crossed / reps
+    rates["g_eff"] = float(np.median(df))
+    return rates
+
+
+LENGTHS = (10, 20, 30)
+
+
+def lengths_study(rng: np.random.Generator, sc: Scenario, beta: float, mu: float) -> dict:
+    """Three lengths, each ``sc.hits`` HITs (nested), the same annotators (their skill and
+    annotator x kind effect shared by the lengths): per-length tests are correlated."""
+    u = rng.normal(0.0, SD_SKILL, sc.g)
+    v = rng.normal(mu, sc.sd_kind, sc.g)
+    cols: dict[str, list] = {k: [] for k in ("d", "length", "kind", "annotator", "hit", "item")}
+    per_hit = 2 * PER_KIND
+    for j, length in enumerate(LENGTHS):
+        hits_of = activity(rng, sc.activity, sc.g, sc.hits)
+        hit_annot = rng.permutation(np.repeat(np.arange(sc.g), hits_of))
+        hit = np.repeat(np.arange(sc.hits), per_hit)
+        kind = np.tile(np.repeat([0, 1], PER_KIND), sc.hits)
+        ann = hit_annot[hit]
+        eta = beta + u[ann] + kind * v[ann] + rng.normal(0.0, SD_ITEM, hit.size)
+        cols["d"].append((rng.random(hit.size) < special.expit(eta)).astype(float))
+        cols["length"].append(np.full(hit.size, length))
+        cols["kind"].append(kind)
+        cols["annotator"].append(ann)
+        cols["hit"].append(hit + j * sc.hits)
+        cols["item"].append(np.arange(hit.size) + j * hit.size)
+    return {k: np.concatenate(v) for k, v in cols.items()}
+
+
+def run_lengths(sc: Scenario, reps: int, b: int, seed: np.random.SeedSequence) -> dict:
+    """Family-wise error over the three per-length tests (raw and Holm), and the
+    false-positive rates of the pooled test and of the trend, all under EB-C = 1."""
+    rng = np.random.default_rng(seed)
+    beta, mu = parameters(1.0, sc.sd_kind)
+    out = {k: 0 for k in ("fwer_raw", "fwer_holm", "fp_pooled", "fp_trend")}
+    for r in range(reps):
+        res = estimate_ebc(**lengths_study(rng, sc, beta, mu), b=b, seed=r)
+        per = [t for t in res.tests if t.length is not None]
+        out["fwer_raw"] += any(t.p_value <= ALPHA for t in per)
+        out["fwer_holm"] += any(t.p_holm <= ALPHA for t in per)
+        out["fp_pooled"] += next(t for t in res.tests if t.length is None).p_value <= ALPHA
+        out["fp_trend"] += res.trend.p_value <= ALPHA
+    return {k: v / reps for k, v in out.items()}
+
+
+LOOKS = 20
+
+
+def run_sequential(sc: Scenario, reps: int, b: int, seed: np.random.SeedSequence) -> dict:
+    """A watched study under EB-C = 1: annotators arrive at uniform times in the first
+    half of the study and spread their HITs uniformly over the rest; a look after every
+    5% of the time (20 looks), stop at the first look that rejects. The error of the
+    fixed-n interval (inverted wild test, p <= 0.05) against the anytime-valid one (1
+    outside it); and the same at the last look alone."""
+    rng = np.random.default_rng(seed)
+    beta, mu = parameters(1.0, sc.sd_kind)
+    out = {k: 0 for k in ("any_fixed", "any_av", "last_fixed", "last_av")}
+    for r in range(reps):
+        s = study(rng, sc, beta, mu)
+        ann_hit = s["annotator"][:: 2 * PER_KIND]
+        start = rng.uniform(0.0, 0.5, sc.g)
+        when = start[ann_hit] + rng.random(ann_hit.size) * (1.0 - start[ann_hit])
+        t_row = np.repeat(when, 2 * PER_KIND)
+        fixed = av = False
+        for look in range(1, LOOKS + 1):
+            keep = t_row <= look / LOOKS
+            if len(np.unique(s["annotator"][keep])) < 2:
+                continue
+            q = estimate_ebc(**s, keep=keep, b=b, seed=r).ebc(LENGTH)
+            rej_fixed = q.p_value <= ALPHA
+            rej_av = bool(q.av_low > 1.0 or q.av_high < 1.0)  # NaN: no interval, no stop
+            fixed |= rej_fixed
+            av |= rej_av
+        out["any_fixed"] += fixed
+        out["any_av"] += av
+        out["last_fixed"] += rej_fixed
+        out["last_av"] += rej_av
+    return {k: v / reps for k, v in out.items()}
+
+
+def run_small(sc: Scenario, reps: int, b: int, seed: np.random.SeedSequence) -> dict:
+    """Coverage of the true CGD(data) and CGD(model) by the default jackknife t interval
+    (logit scale) at EB-C = 1.05, and the share of studies warned "few annotators"."""
+    rng = np.random.default_rng(seed)
+    beta, mu = parameters(EBC_ALT, sc.sd_kind)
+    out = {"cov_d": 0, "cov_m": 0, "cov_ebc": 0}
+    for r in range(reps):
+        res = estimate_ebc(**study(rng, sc, beta, mu), b=b, seed=r)
+        d, m, q = res.cell(LENGTH, 0), res.cell(LENGTH, 1), res.ebc(LENGTH)
+        out["cov_d"] += d.low <= CGD_DATA <= d.high
+        out["cov_m"] += m.low <= CGD_DATA * EBC_ALT <= m.high
+        out["cov_ebc"] += q.low <= EBC_ALT <= q.high
+    return {k: v / reps for k, v in out.items()}
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "| --- |" + " ---: |" * (len(header) - 1)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}"
+
+
+def issue32(args: argparse.Namespace) -> None:
+    """The crossed, several-length and sequential scenarios (``--suite issue32``)."""
+    crossed = [
+        Crossed(60, 200, 3, 1.0),
+        Crossed(60, 120, 5, 1.0),
+        Crossed(150, 120, 5, 1.0),
+        Crossed(150, 60, 5, 1.5),
+    ]
+    nested = Scenario(60, "lognormal", 0.2, hits=200)
+    small = [Scenario(8, act, 0.4, hits=80) for act in ("equal", "lognormal", "pareto")]
+    seeds = np.random.SeedSequence(args.seed).spawn(len(crossed) + 2 + len(small))
+    started = time.perf_counter()
+    reps, b = args.reps, args.b
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        cr = pool.map(run_crossed, crossed, [reps] * 4, [b] * 4, seeds[:4])
+        ln = pool.submit(run_lengths, nested, reps, b, seeds[4])
+        sq = pool.submit(run_sequential, nested, reps, b, seeds[5])
+        sm = pool.map(run_small, small, [reps] * 3, [b] * 3, seeds[6:])
+        cr, ln, sq, sm = list(cr), ln.result(), sq.result(), list(sm)
+    se5 = 100 * np.sqrt(0.05 * 0.95 / reps)
+    print(
+        f"\nR = {reps:,} studies a scenario (and truth), B = {b:,}, seed {args.seed}; "
+        f"Monte Carlo SE of a 5% or 95% rate {se5:.1f} pp; "
+        f"{time.perf_counter() - started:.0f} s, load average {os.getloadavg()[0]:.2f}\n"
+    )
+    print(
+        _table(
+            [
+                "crossed design", "detected crossed", "G_eff (median)",
+                "FPR: default (two-way t)", "FPR: annotator-only wild",
+                "coverage EB-C: default", "coverage EB-C: annotator-only",
+                "coverage CGD(data): default",
+            ],
+            [
+                [
+                    f"{c.g} annotators, {c.hits} HITs x {c.replicas}, item SD {c.sd_item:g}",
+                    _pct(r["crossed"]), f"{r['g_eff']:.1f}", _pct(r["fp_new"]),
+                    _pct(r["fp_old"]), _pct(r["cov_new"]), _pct(r["cov_old"]),
+                    _pct(r["cov_cgd"]),
+                ]
+                for c, r in zip(crossed, cr, strict=True)
+            ],
+        )
+    )  # fmt: skip
+    print(
+        "\n"
+        + _table(
+            [
+                "3 lengths, EB-C = 1 at each (60 annotators, lognormal, 200 HITs a length)",
+                "any length p <= 0.05 (raw)", "any length Holm p <= 0.05",
+                "pooled test", "trend test",
+            ],
+            [
+                [
+                    "family-wise / false-positive rate", _pct(ln["fwer_raw"]),
+                    _pct(ln["fwer_holm"]), _pct(ln["fp_pooled"]), _pct(ln["fp_trend"]),
+                ]
+            ],
+        )
+    )  # fmt: skip
+    print(
+        "\n"
+        + _table(
+            [
+                "20 looks, stop at the first rejection (60 annotators, lognormal, 200 HITs)",
+                "fixed-n interval", "anytime-valid interval",
+            ],
+            [
+                ["false rejection at any look", _pct(sq["any_fixed"]), _pct(sq["any_av"])],
+                ["false rejection at the last look", _pct(sq["last_fixed"]), _pct(sq["last_av"])],
+            ],
+        )
+    )  # fmt: skip
+    print(
+        "\n"
+        + _table(
+            [
+                "8 annotators, 80 HITs, SD annotator x kind 0.4, EB-C 1.05",
+                "coverage CGD(data)", "coverage CGD(model)", "coverage EB-C",
+            ],
+            [
+                [f"{sc.activity} activity", _pct(r["cov_d"]), _pct(r["cov_m"]),
+                 _pct(r["cov_ebc"])]
+                for sc, r in zip(small, sm, strict=True)
+            ],
+        )
+    )  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=1000, help="studies per scenario and truth")
@@ -196,7 +469,16 @@ def main() -> None:
     ap.add_argument("--g", default="30,60,150")
     ap.add_argument("--activity", default="equal,lognormal,pareto")
     ap.add_argument("--sd-kind", default="0,0.2,0.4")
+    ap.add_argument(
+        "--suite",
+        default="nested",
+        choices=("nested", "issue32"),
+        help="nested: the table of issue 11; issue32: crossed, several lengths, looks",
+    )
     args = ap.parse_args()
+    if args.suite == "issue32":
+        issue32(args)
+        return
 
     for s in (0.0, 0.2, 0.4):  # the quadrature truth against brute force
         for target in (1.0, EBC_ALT):

@@ -138,3 +138,43 @@ class HFSeq2SeqLM:
         )
         special = set(self.tokenizer.all_special_ids) | {self.decoder_start_id, self.pad_id}
         return [[t for t in row.tolist() if t not in special] for row in out]
+
+    @torch.inference_mode()
+    def translate_after(
+        self,
+        sources: Sequence[Sequence[int]],
+        prefixes: Sequence[Sequence[int]],
+        *,
+        num_beams: int,
+        max_new_tokens: int,
+    ) -> list[list[int]]:
+        """Beam-search the rest of each translation after its forced target prefix (the first
+        paper's forced-prefix samples; the source intact): each whole target, the
+        prefix's ids and then the ones that follow it, without special tokens. Rows are
+        decoded in groups of one prefix length (the decoder's inputs are not padded)."""
+        special = set(self.tokenizer.all_special_ids) | {self.decoder_start_id, self.pad_id}
+        out: list[list[int]] = [[] for _ in sources]
+        groups: dict[int, list[int]] = {}
+        for i, p in enumerate(prefixes):
+            groups.setdefault(len(p), []).append(i)
+        limit = getattr(self.model.config, "max_position_embeddings", None)
+        for width, rows in groups.items():
+            room = max_new_tokens if not limit else min(max_new_tokens, limit - 1 - width)
+            if room < 1:
+                raise ValueError(f"a forced prefix of {width} tokens fills the decoder's positions")
+            ids, mask = self._pad([sources[i] for i in rows])
+            forced = torch.tensor(
+                [[self.decoder_start_id, *prefixes[i]] for i in rows], device=self.device
+            )
+            made = self.model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                decoder_input_ids=forced,
+                num_beams=num_beams,
+                num_return_sequences=1,
+                do_sample=False,
+                max_new_tokens=room,
+            )
+            for i, row in zip(rows, made.tolist(), strict=True):
+                out[i] = [*prefixes[i], *(t for t in row[1 + width :] if t not in special)]
+        return out

@@ -7,16 +7,17 @@ therefore does not depend on how the cell is cut into shards; a re-run shard wit
 size on the same device makes exactly the same items (different batch sizes may change float
 rounding and, rarely, a sampled token).
 
-Kinds: ``data``, ``model``, ``data_shuffled``, ``data_corrupted@c``, ``model_corrupted@c``,
-``random`` and, for translation, ``unrelated`` (the first l words of another row's reference,
-the item keeping its own source: the first paper's UNREL).  Corrupted and random kinds draw words
-uniformly from the dataset's vocabulary (its distinct words); a replacement may by chance equal
-the original word, and corruption at c = 1 draws its words exactly as ``random`` does (the same
-item generator gives the same words).  With ``data_from`` (synthetic EB-C with
-``reference.data_prefixes = "reference"``, language modelling only) the data kinds start from a
-prefix sampled from that model (P_D) as model prefixes are from P_M, without a true next word.
-With ``prompt_words`` C (language modelling only) the first C words of a dataset line precede
-every prefix and a data prefix is the next l words of the same line.
+Kinds (`app.studies.kinds`): ``data``, ``model``, ``data_shuffled``, ``data_corrupted@c``,
+``model_corrupted@c``, ``random``, the gap kinds ``data_shuffled+gap@g`` and
+``data_corrupted@c+gap@g`` (g words of P_M after the distorted prefix: `worker.gaps`) and, for
+translation, ``unrelated`` (the first l words of another row's reference, the item keeping its own
+source: the first paper's UNREL). Corrupted and random kinds draw words uniformly from the
+dataset's vocabulary; a replacement may by chance equal the original word, and corruption at c = 1
+draws its words exactly as ``random`` does (the same generator, the same words). With ``data_from``
+(synthetic EB-C with ``reference.data_prefixes = "reference"``, language modelling only) the data
+kinds start from a prefix sampled from that model (P_D) as model prefixes are from P_M, without a
+true next word. With ``prompt_words`` C (language modelling only) the first C words of a dataset
+line precede every prefix and a data prefix is the next l words of the same line.
 
 Language modelling: every text starts after the model's start token.  A model prefix is sampled
 token by token (temperature, top-k, top-p as configured) until the token that would start word
@@ -54,9 +55,10 @@ from app.precompute.datasets import Dataset, DatasetError
 
 # One grammar of prefix kinds for the study file and the worker (c in (0, 1]), and one
 # place for the study settings' defaults.
+from app.studies.kinds import kind_parts
 from app.studies.schemas import WORKER_DEFAULTS as _STUDY
-from app.studies.schemas import parse_kind
 from worker.continuations import continuation, continue_texts
+from worker.gaps import sample_gaps
 from worker.models import LOGIT_BUFFERS, auto_batch_size, memory_budget
 from worker.sampler import ContinuousSampler, expected_columns
 from worker.seeds import item_seed, stable_seed
@@ -243,6 +245,7 @@ class _Cell:
     seq2seq: bool
     ratings: bool
     sampled_data: bool
+    gap: int | None = None  # a gap kind's g (`worker.gaps`)
     order: list[int] = field(default_factory=list)  # the dataset line of each item index
     vocab: list[str] = field(default_factory=list)  # the words random ones are drawn from
     batch: int = 0
@@ -307,7 +310,8 @@ def make_items(
 
 def _cell(model, dataset, spec: PrefixSpec, length: int, kind: str, seed: int, data_from) -> _Cell:
     """The cell's record, after checking that the model, kind, dataset and options fit."""
-    base, rate = parse_kind(kind)
+    parts = kind_parts(kind)
+    base, rate = parts.base, parts.rate
     if length < 1:
         raise ValueError("prefix length must be at least 1")
     seq2seq = model.task == "seq2seq"
@@ -323,10 +327,12 @@ def _cell(model, dataset, spec: PrefixSpec, length: int, kind: str, seed: int, d
     ratings = bool(spec.continuation_words)
     if ratings and (seq2seq or data_from is not None):
         raise ValueError("continuations are for language models without a reference model")
+    if parts.gap is not None and (seq2seq or ratings):
+        raise ValueError(f"{kind!r}: gap kinds are for language models' next-word items")
     classes = get_token_classes(model, spec.punctuation_splits)
     cell = _Cell(
         model, dataset, spec, length, kind, seed, base, rate, classes, seq2seq, ratings,
-        sampled_data,
+        sampled_data, parts.gap,
     )  # fmt: skip
     if base in ("random", "data_corrupted", "model_corrupted"):
         if dataset is None:
@@ -376,7 +382,8 @@ def _drafts(cell: _Cell, start: int, stop: int) -> list[_Draft]:
             if reads_line:
                 end = spec.prompt_words + length
                 d.words = list(row.words[spec.prompt_words : end])
-                d.true_next = row.words[end]
+                # After a gap the next words follow the model's g words: no true next word.
+                d.true_next = row.words[end] if cell.gap is None else None
                 if cell.ratings:
                     d.info["data_continuation"] = " ".join(row.words[end : end + following])
         drafts.append(d)
@@ -455,6 +462,11 @@ def _model_side(
         sample(search=False)
     if corrupted:
         _corrupt_drafts(cell, drafts)
+    if cell.gap:
+        return sample_gaps(
+            model, classes, drafts, spec, cell.seed, cell.length, cell.kind, cell.gap,
+            cell.batch, keep_roots=keep_roots, memory=cell.memory,
+        )  # fmt: skip
     if not cell.ratings:
         return _choices_lm_text(model, classes, drafts, spec, cell.batch, keep_roots, cell.memory)
     if not prefixes_only:

@@ -28,6 +28,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select, update
@@ -90,21 +91,30 @@ def check_asks_consent(annotator: AnnotatorRef) -> None:
         raise AnnotationError("This study has no consent form.", 404)
 
 
-def give_consent(session: Session, annotator: AnnotatorRef, form: Mapping[str, str]) -> None:
-    """Record the participant's consent, once (a repeat keeps the first time). The form
-    must carry the ticked box (`agree=yes`): else a 400 that stores nothing."""
+def give_consent(
+    session: Session,
+    annotator: AnnotatorRef,
+    form: Mapping[str, str],
+    *,
+    at: datetime | None = None,
+) -> None:
+    """Record the participant's consent, once: the earliest time it was given is kept (a
+    repeat keeps the first). The form must carry the ticked box (`agree=yes`): else a 400
+    that stores nothing. `at`: when it was given (default now; an imported batch row's
+    time, as its rows may come in any order)."""
     check_asks_consent(annotator)
     if form.get("agree") != "yes":
         raise AnnotationError("Tick the box to say that you agree, or close this page.", 400)
-    if annotator.consented_at is not None:
+    at = at or utcnow()
+    if annotator.consented_at is not None and annotator.consented_at <= at:
         return
-    now = utcnow()
     session.execute(
         update(Annotator)
-        .where(Annotator.id == annotator.id, Annotator.consented_at.is_(None))
-        .values(consented_at=now)
+        .where(Annotator.id == annotator.id)
+        .where(Annotator.consented_at.is_(None) | (Annotator.consented_at > at))
+        .values(consented_at=at)
     )
-    annotator.consented_at = now
+    annotator.consented_at = at
 
 
 # -- comments and page signals ---------------------------------------------------------

@@ -18,7 +18,7 @@ from app.annotation.admin import MAX_BATCH
 from app.audit.service import CLI
 from app.cli.common import command_engine, fail, load_settings
 from app.crowd.audience import Audience, audience
-from app.crowd.registry import DEFAULT, PLATFORMS
+from app.crowd.registry import PLATFORMS, page_default, page_order
 
 crowd_cli = typer.Typer(
     help="Crowd platforms (MTurk, Prolific) and the local channel (invite links): publish, "
@@ -27,10 +27,13 @@ crowd_cli = typer.Typer(
 
 Study = Annotated[str, typer.Argument(help="the study's slug")]
 Provider = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--provider",
-        help=" | ".join(PLATFORMS) + " (`ebc crowd platforms` says what each can do)",
+        help=" | ".join(PLATFORMS) + "; default: the first channel the study enables, in the "
+        "Crowd page's order (" + ", ".join(p.name for p in page_order()) + "; `ebc crowd "
+        "platforms` says what each can do)",
+        show_default=False,
     ),
 ]
 Production = Annotated[
@@ -54,9 +57,26 @@ def _balance(made, cents: int | None) -> str:
     return "not applicable" if cents is None and not remote else _cents(cents)
 
 
+def _study_channel(make_session, study: str | None) -> str:
+    """The provider when `--provider` is not given: the first channel the study enables,
+    as its Crowd page opens (`page_default`: Prolific, then MTurk, then the invite links)."""
+    from app.crowd.common import study_named
+    from app.db import unit_of_work
+
+    if study is None:
+        fail("give a study (its first enabled channel is used) or --provider")
+    with unit_of_work(make_session) as session:
+        name = page_default(study_named(session, study)).name
+    typer.echo(f"provider: {name} (the study's first channel; --provider chooses)", err=True)
+    return name
+
+
 @contextmanager
-def _crowd(provider: str, production: bool | None, **options: int) -> Iterator[tuple]:
-    """Settings, a session factory, the provider; service errors end the command."""
+def _crowd(
+    provider: str | None, production: bool | None, study: str | None, **options: int
+) -> Iterator[tuple]:
+    """Settings, a session factory, the provider (None: the study's first channel); service
+    errors end the command."""
     from app.crowd.base import CrowdError
     from app.crowd.common import CrowdServiceError, provider_for
     from app.db import make_sessionmaker
@@ -65,6 +85,8 @@ def _crowd(provider: str, production: bool | None, **options: int) -> Iterator[t
     environment = None if production is None else ("production" if production else "sandbox")
     try:
         make_session = make_sessionmaker(command_engine(settings))
+        if provider is None:
+            provider = _study_channel(make_session, study)
         made = provider_for(settings, provider, environment, sessions=make_session, **options)
         yield settings, make_session, made
     except CrowdServiceError as exc:
@@ -76,7 +98,7 @@ def _crowd(provider: str, production: bool | None, **options: int) -> Iterator[t
 @crowd_cli.command("publish")
 def publish(
     study: Study,
-    provider: Provider = DEFAULT,
+    provider: Provider = None,
     production: Production = None,
     reward_cents: Annotated[
         int | None, typer.Option(help="per assignment; default: the study's payment")
@@ -141,10 +163,11 @@ def publish(
         cap_qualification=cap_qualification,
     )
     bundle = {"hits_per_participant": hits_per_participant} if hits_per_participant != 1 else {}
-    found = PLATFORMS.get(provider)
-    if invites and (found is None or found.caps.remote):
+    if invites and provider is not None and not _local(provider):
         fail("--invites is for the local channel: crowd workers come through their platform")
-    with _crowd(provider, production, **bundle) as (settings, make_session, made):
+    with _crowd(provider, production, study, **bundle) as (settings, make_session, made):
+        if invites and not _local(made.name):  # checked before anything is published
+            fail("--invites is for the local channel: crowd workers come through their platform")
         with unit_of_work(make_session) as session:
             found = study_named(session, study)
             cost = publishing.estimate(session, settings, found, made, options)
@@ -176,6 +199,11 @@ def publish(
         annotators_invite(study, count=invites, label=None, csv_out=None)
 
 
+def _local(provider: str) -> bool:
+    found = PLATFORMS.get(provider)
+    return found is not None and not found.caps.remote
+
+
 def _echo_audience(who: Audience, label: str) -> None:
     """Who may take part, before publishing (as the Crowd page shows it)."""
     for key, value in sorted(who.prescreeners.items()):
@@ -192,11 +220,11 @@ def _echo_audience(who: Audience, label: str) -> None:
 
 
 @crowd_cli.command("sync")
-def sync(study: Study, provider: Provider = DEFAULT, production: Production = None) -> None:
+def sync(study: Study, provider: Provider = None, production: Production = None) -> None:
     """Reconcile the platform's submissions with ours; report the ones we never stored."""
     from app.crowd import sync as crowd_sync
 
-    with _crowd(provider, production) as (settings, make_session, made):
+    with _crowd(provider, production, study) as (settings, make_session, made):
         report = crowd_sync.sync(make_session, settings, study, made, by=CLI)
     typer.echo(
         f"listed {report.listed}, confirmed {report.confirmed}, reviews taken {report.reviewed}, "
@@ -218,7 +246,7 @@ def sync(study: Study, provider: Provider = DEFAULT, production: Production = No
 @crowd_cli.command("approve")
 def approve(
     study: Study,
-    provider: Provider = DEFAULT,
+    provider: Provider = None,
     production: Production = None,
     assignment: Annotated[
         str | None, typer.Option(help="one assignment (ours or the platform's id)")
@@ -241,7 +269,7 @@ def approve(
 
     if (assignment is None) == (not all_):
         fail("give --assignment ID or --all")
-    with _crowd(provider, production) as (settings, make_session, made):
+    with _crowd(provider, production, study) as (settings, make_session, made):
         if assignment is not None:
             outcome = payments.approve(
                 make_session, study, made, assignment, feedback=feedback, by=CLI
@@ -302,7 +330,7 @@ def reject(
         str | None,
         typer.Option(help="Prolific's rejection category (default OTHER), e.g. LOW_EFFORT"),
     ] = None,
-    provider: Provider = DEFAULT,
+    provider: Provider = None,
     production: Production = None,
 ) -> None:
     """Reject one assignment (no payment), with the feedback the platform requires; on
@@ -310,7 +338,7 @@ def reject(
     stored is rejected by the platform's id (else the platform pays it by itself)."""
     from app.crowd import payments
 
-    with _crowd(provider, production) as (_settings, make_session, made):
+    with _crowd(provider, production, study) as (_settings, make_session, made):
         outcome = payments.reject(
             make_session, study, made, assignment, feedback=feedback, category=category, by=CLI
         )
@@ -326,13 +354,13 @@ def bonus(
     number: Annotated[
         int, typer.Option(help="which bonus of this assignment (0: the first); paid once each")
     ] = 0,
-    provider: Provider = DEFAULT,
+    provider: Provider = None,
     production: Production = None,
 ) -> None:
     """Pay a bonus for one assignment: paid once, however often the command is retried."""
     from app.crowd import payments
 
-    with _crowd(provider, production) as (_settings, make_session, made):
+    with _crowd(provider, production, study) as (_settings, make_session, made):
         outcome = payments.bonus(
             make_session, study, made, assignment, cents, reason=reason, n=number, by=CLI
         )
@@ -345,13 +373,13 @@ def block(
     worker: Annotated[str, typer.Option(help="the platform's worker id")],
     reason: Annotated[str, typer.Option(help="why (the platform keeps it)")] = "",
     unblock: Annotated[bool, typer.Option("--unblock", help="lift the block instead")] = False,
-    provider: Provider = DEFAULT,
+    provider: Provider = None,
     production: Production = None,
 ) -> None:
     """Block a worker on the platform and here (their future work stops), or unblock."""
     from app.crowd import payments
 
-    with _crowd(provider, production) as (_settings, make_session, made):
+    with _crowd(provider, production, study) as (_settings, make_session, made):
         verb = payments.unblock if unblock else payments.block
         outcome = verb(make_session, study, made, worker, reason=reason, by=CLI)
     done = "unblocked" if unblock else "blocked"
@@ -365,12 +393,12 @@ def block(
 
 @crowd_cli.command("expire")
 def expire(
-    study: Study, provider: Provider = DEFAULT, production: Production = None, yes: Yes = False
+    study: Study, provider: Provider = None, production: Production = None, yes: Yes = False
 ) -> None:
     """Stop new work on the platform: expire every published HIT of the study."""
     from app.crowd import payments
 
-    with _crowd(provider, production) as (_settings, make_session, made):
+    with _crowd(provider, production, study) as (_settings, make_session, made):
         if not yes and not typer.confirm(f"expire every HIT of {study}?", default=False):
             raise typer.Exit(1)
         outcome = payments.expire(make_session, study, made, by=CLI)
@@ -380,13 +408,13 @@ def expire(
 @crowd_cli.command("balance")
 def balance(
     study: Annotated[str | None, typer.Argument(help="a study (not needed)")] = None,
-    provider: Provider = DEFAULT,
+    provider: Provider = None,
     production: Production = None,
 ) -> None:
     """The platform account's available balance."""
     from app.crowd import payments
 
-    with _crowd(provider, production) as (_settings, _make_session, made):
+    with _crowd(provider, production, study) as (_settings, _make_session, made):
         shown = _balance(made, payments.balance(made))
     typer.echo(f"{made.name} ({made.environment}) balance: {shown}")
 

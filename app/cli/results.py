@@ -47,7 +47,10 @@ Estimator = Annotated[
 ]
 Unit = Annotated[
     str | None,
-    typer.Option(help="annotator (default) | twoway | hit | item; next-word studies"),
+    typer.Option(
+        help="auto (default: the design decides) | annotator | twoway | hit | item; "
+        "next-word studies"
+    ),
 ]
 B = Annotated[int, typer.Option("--b", help="bootstrap resamples")]
 Ci = Annotated[
@@ -126,7 +129,7 @@ def diagnostics(
     exclusions: Exclusions = "on",
 ) -> None:
     """Print a study's diagnostics: CGD per prefix kind and length from people and from the
-    reference model, with the self-recovery gaps (the same table as
+    reference model, with the corruption ratios and EB-C_gap (the same table as
     GET /api/v1/studies/{slug}/results/diagnostics; next-word studies)."""
     from app.cli.common import fail, load_settings, session_scope, study_named
     from app.studytypes.registry import study_type_of

@@ -6,7 +6,7 @@ Crowd page shows them before anything is published.
 Our records refuse the people of excluded studies at entry on every channel
 (`app.annotation.participants.check_not_excluded`); a platform with a way of its own
 (`Capabilities.excludes_earlier`) also keeps them from seeing the study: Prolific's
-previous-studies filter (the earlier studies' Prolific ids), an MTurk qualification
+previous-studies blocklist (the earlier studies' Prolific ids), an MTurk qualification
 granted to the earlier workers.
 """
 

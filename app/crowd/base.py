@@ -105,7 +105,7 @@ class PostingSpec:
     # Who may take part, issue 33 (`app.crowd.audience`): the platform's prescreeners from
     # the study file (`Platform.prescreeners_of`), and the people of the earlier studies
     # the study excludes: their units on this platform (a Prolific study's id: its
-    # previous-studies filter) and their worker ids (an MTurk exclusion qualification).
+    # previous-studies blocklist) and their worker ids (an MTurk exclusion qualification).
     prescreeners: dict[str, Any] = field(default_factory=dict)
     exclude_units: tuple[str, ...] = ()
     exclude_workers: tuple[str, ...] = ()

@@ -15,7 +15,10 @@ back as `Answer.study` and `Answer.hit` as well as `Input.*`.
 
 The fields the template posts are those of our own page: `o{position}` is the chosen
 screen slot (`k`, the study's top-k, is "none") and `ms{position}` the milliseconds spent
-on the text (a small script fills it; without JavaScript it stays empty).
+on the text (a small script fills it; without JavaScript it stays empty). The participant
+side of the web pages (app.annotation.participants) comes with it: a study's consent text
+is shown on every HIT (the tool has no page before the first) with a required box,
+`consent` ("yes"), and a study that takes comments has an optional `comment` box.
 
 Both tools put a CSV value into the page as it is, so every value is HTML-escaped here
 (and `$` written `&#36;`, so a value cannot bring another `${var}` into the page). A value
@@ -29,11 +32,13 @@ back as `Answer.*`) must be what this export writes for that HIT (else the row i
 as tampered), and the answers must be slots of the texts the row showed. A row must answer
 every text of its HIT, as a post of the service's own page must (a HIT's texts are
 balanced together: the attention item, the kinds); a row with an unanswered text is
-refused whole and names them. Results of batches exported with one row per replica (an
-`Input.replica` column) still read. A file's cells quoted in a message are cut to
-`CELL_LIMIT` characters. It stores nothing: a row's `answers` and `times` have the shapes
-of `answers_from_form` of the next-word type, for an importer to pass to the submission
-service.
+refused whole and names them; so is a row without the consent box ticked where the study
+asks for consent, or with a comment the web page would refuse (`comment_from`). Results
+of batches exported with one row per replica (an `Input.replica` column) still read. A
+file's cells quoted in a message are cut to `CELL_LIMIT` characters; a row's line is its
+first in the file (a cell may hold line breaks). It stores nothing: a row's `answers` and
+`times` have the shapes of `answers_from_form` of the next-word type, for an importer to
+pass to the submission service.
 """
 
 from __future__ import annotations
@@ -46,9 +51,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2
+from markupsafe import Markup
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.annotation.errors import AnnotationError
+from app.annotation.participants import MAX_COMMENT, comment_from, comments_on, consent_text
 from app.config import PACKAGE
 from app.csvfiles import FORMULA_START, csv_text, write_csv
 from app.models import Hit, HitPosition, Item, Study, Task
@@ -178,10 +186,16 @@ def _layout(study: Study, hits: list[_Hit]) -> Layout:
     )
 
 
+def page_text(text: str | None) -> Markup:
+    """`text` as the tool's page must receive it to show it as it reads: HTML-escaped, and
+    `$` written `&#36;` (the tool would take `${var}` for a placeholder)."""
+    return Markup(html.escape(text or "", quote=True).replace("$", "&#36;"))
+
+
 def shown(text: str | None) -> str:
     """`text` as a cell of the input CSV: HTML-escaped for the page, neutralised for a
     spreadsheet, and shown by the page exactly as `text` reads."""
-    out = html.escape(text or "", quote=True).replace("$", "&#36;")
+    out = str(page_text(text))
     if out.startswith(FORMULA_START):
         out = f"&#{ord(out[0])};{out[1:]}"
     return csv_text(out)
@@ -218,8 +232,12 @@ def template_html(study: Study, layout: Layout) -> str:
         }
         for p in range(layout.positions)
     ]
+    consent = consent_text(study)
     return _templates.get_template("crowd/batch_hit.html").render(
         ids=[(name, var(name)) for name in ID_COLUMNS],
+        consent=[page_text(para) for para in consent.split("\n\n")] if consent else [],
+        comments=comments_on(study),
+        max_comment=MAX_COMMENT,
         positions=positions,
         none_slot=layout.options,
         none_text=NONE_TEXT,
@@ -308,6 +326,8 @@ class ResultRow:
     accept_time: str | None = None  # as the tool wrote it
     submit_time: str | None = None
     status: str | None = None  # MTurk's AssignmentStatus, when the file has it
+    consented: bool = False  # the template's consent box ticked (`Answer.consent` "yes")
+    comment: str | None = None  # `Answer.comment`, as `comment_from` takes a posted one
 
 
 @dataclass(frozen=True)
@@ -354,8 +374,9 @@ def parse_results(session: Session, study: Study, text: str) -> ParsedResults:
     result = ParsedResults()
     seen_assignments: dict[str, int] = {}
     seen_workers: dict[tuple[str, int], int] = {}
-    for raw in reader:
-        line = reader.line_num
+    end = reader.line_num  # the header's last line
+    for raw in reader:  # a row's line is its first (a cell may hold line breaks)
+        line, end = end + 1, reader.line_num
         hit_ref = (raw.get("Input.hit") or "")[:CELL_LIMIT] or None
         if None in raw:  # more cells than the header names
             result.errors.append(RowError(line, hit_ref, "the row has extra cells"))
@@ -382,6 +403,7 @@ def parse_results(session: Session, study: Study, text: str) -> ParsedResults:
         answers, times = ({}, {})
         if hit is not None and not problems:
             answers, times = _answers(row, layout, hit, answer_columns, problems)
+        consented, comment = _participant_side(study, row, problems)
         if assignment and assignment in seen_assignments:
             problems.append(
                 f"assignment {assignment} is already on line {seen_assignments[assignment]}"
@@ -410,6 +432,8 @@ def parse_results(session: Session, study: Study, text: str) -> ParsedResults:
                 accept_time=row.get("AcceptTime", "")[:64] or None,
                 submit_time=row.get("SubmitTime", "")[:64] or None,
                 status=row.get("AssignmentStatus", "")[:64] or None,
+                consented=consented,
+                comment=comment,
             )
         )
     return result
@@ -431,6 +455,33 @@ def _check_ids(
         problems.append(f"HIT {hit.index} has no replica {cell(replica)}")
         return None
     return hit
+
+
+NO_CONSENT = (
+    "no consent: the study asks for it (participants.consent) and this row's consent box "
+    "(Answer.consent) is not ticked, so none of this row is stored (the template makes the "
+    "box required: the row comes from an edited file, or a template exported before the "
+    "study had a consent text)"
+)
+
+
+def _participant_side(
+    study: Study, row: dict[str, str], problems: list[str]
+) -> tuple[bool, str | None]:
+    """The row's consent box and comment, as the web pages take them: no consent where the
+    study asks for it, or a comment the web page would refuse, refuses the row."""
+    consented = row.get("Answer.consent", "").strip() == "yes"
+    if consent_text(study) and not consented:
+        problems.append(NO_CONSENT)
+    try:
+        comment = comment_from(row, "Answer.comment")
+    except AnnotationError as exc:
+        comment = None
+        problems.append(
+            f"the comment (Answer.comment) is refused as the web page refuses it "
+            f"({exc.message}); correct the cell and import again"
+        )
+    return consented, comment
 
 
 def _platform_id(value: str, column: str, problems: list[str]) -> str | None:

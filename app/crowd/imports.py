@@ -46,6 +46,14 @@ Decisions:
   nothing and a re-run stores each row once. Rows are stored in HIT id order, the order
   in which every HIT lock is taken. On SQLite start the transaction as a writer
   (`app.db.begin_write`), as the CLI does.
+- Consent and comments. Where the study has a consent text, the template shows it on every
+  HIT with a required box (`consent`), and a row without it ticked is refused
+  (`batch.NO_CONSENT`); the worker's `consented_at` is the row's SubmitTime (when the
+  ticked box was sent; else its AcceptTime; else the import's time), the earliest of
+  their rows kept (`give_consent`). The row's comment (`comment`, when the study takes
+  comments) is the assignment's, read by `comment_from` as the web page reads one (a
+  comment the page would refuse refuses the row) and stored by `store_extras`; exports
+  neutralise it as every CSV cell.
 - Times. A row's `Answer.ms<p>` are the client times; without them, the tool's
   `WorkTimeInSeconds` spread over the texts stands in for the server's own measure (the
   lease records the work as begun that long before the import).
@@ -57,7 +65,7 @@ import csv
 import hashlib
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from sqlalchemy import select
@@ -66,6 +74,7 @@ from sqlalchemy.orm import Session
 from app.annotation.errors import AnnotationError
 from app.annotation.identities import PLATFORM_ID, crowd_annotator
 from app.annotation.leases import lease_hit
+from app.annotation.participants import Extras, consent_text, give_consent, store_extras
 from app.audit.service import Actor, record_by
 from app.crowd.batch import BatchError, ResultRow, RowError, parse_results
 from app.models import Assignment, Channel, Study, StudyStatus, utcnow
@@ -74,6 +83,12 @@ from app.studytypes.registry import study_type_of
 _KEY_LENGTH = 255  # Assignment.external_assignment_id
 SOURCE = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
 SOURCE_RULE = "lower-case letters, digits and -, at most 32, e.g. lab-turkle"
+# A tool's time: "Sat Nov 28 12:30:00 UTC 2026" (Turkle, in its server's zone) or "... PST
+# 2026" (MTurk's requester site, in Pacific time). Other zones are not guessed at.
+_TOOL_TIME = re.compile(
+    r"[A-Z][a-z]{2} ([A-Z][a-z]{2} [0-9]{1,2} [0-9:]{8}) ([A-Z]{1,5}) ([0-9]{4})"
+)
+_ZONES = {"UTC": 0, "GMT": 0, "Z": 0, "PST": -8, "PDT": -7}
 
 
 @dataclass
@@ -97,6 +112,33 @@ def check_source(source: str) -> str:
     if not SOURCE.fullmatch(source):
         raise BatchError(f"The source {source[:40]!r} is not a source name ({SOURCE_RULE}).")
     return source
+
+
+def tool_time(value: str | None) -> datetime | None:
+    """A time as an MTurk-format results file writes it (`_TOOL_TIME`), or in ISO 8601 with
+    its offset; None: none, or not one of these."""
+    value = (value or "").strip()
+    if found := _TOOL_TIME.fullmatch(value):
+        clock, zone, year = found.groups()
+        if zone not in _ZONES:
+            return None
+        try:
+            naive = datetime.strptime(f"{clock} {year}", "%b %d %H:%M:%S %Y")
+        except ValueError:
+            return None
+        return naive.replace(tzinfo=timezone(timedelta(hours=_ZONES[zone]))).astimezone(UTC)
+    try:
+        parsed = datetime.fromisoformat(value) if value else None
+    except ValueError:
+        return None
+    return parsed.astimezone(UTC) if parsed is not None and parsed.tzinfo else None
+
+
+def consent_time(row: ResultRow, now: datetime) -> datetime:
+    """When a row's consent was given: its SubmitTime (the ticked box sent), else its
+    AcceptTime, else `now`; never later than `now`."""
+    at = tool_time(row.submit_time) or tool_time(row.accept_time) or now
+    return min(at, now)
 
 
 def assignment_key(study: Study, source: str, assignment_id: str) -> str:
@@ -177,6 +219,8 @@ def _store(session: Session, study: Study, source: str, row: ResultRow, now: dat
     if len(key) > _KEY_LENGTH:
         raise AnnotationError(f"AssignmentId {row.assignment_id[:40]!r}... is too long")
     annotator = crowd_annotator(session, study, Channel.batch, row.worker_id, now, namespace=source)
+    if consent_text(study) and row.consented:  # a row without it was refused when read
+        give_consent(session, annotator, {"agree": "yes"}, at=consent_time(row, now))
     # Looked up under the worker's lock: a concurrent import of the same row waits above.
     found = session.execute(
         select(Assignment.public_id, Assignment.hit_id, Assignment.annotator_id).where(
@@ -203,4 +247,8 @@ def _store(session: Session, study: Study, source: str, row: ResultRow, now: dat
         )
     else:
         public_id = found.public_id
-    return store(session, annotator, public_id, row.answers, row.times, now=now)
+    result = store(session, annotator, public_id, row.answers, row.times, now=now)
+    if not result.repeated:  # a repeat keeps what the first import stored
+        extras = Extras(comment=row.comment)
+        store_extras(session, study, result.assignment, extras, last_step=True)
+    return result

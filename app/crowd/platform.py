@@ -113,7 +113,7 @@ class Capabilities:
     prescreeners: tuple[str, ...] = ()
     # How the platform itself keeps out the people of the earlier studies a study excludes
     # (`participants.exclude_studies`), besides our records, which refuse them at entry on
-    # every channel: "previous-studies filter" (Prolific), "qualification" (MTurk); "":
+    # every channel: "previous-studies blocklist" (Prolific), "qualification" (MTurk); "":
     # our records only (invite links, imported batch files).
     excludes_earlier: str = ""
 

@@ -32,6 +32,7 @@ from app.results.stats import (
 )
 from app.results.stats.ebc import CiMethod, Estimator, Unit
 from app.results.stats.ebm import EBMScores
+from app.results.stats.sequential import ANYTIME_LABEL, FIXED_LABEL
 from app.studytypes.ratings.schemas import RatingsOut
 
 OnOff = Literal["on", "off"]
@@ -46,9 +47,10 @@ class ResultQuery(_Out):
 
     estimator: Estimator = Field("single", description="single (the paper's) or plurality")
     unit: Unit = Field(
-        "annotator",
-        description="resampling unit: annotator (default, nested designs), twoway "
-        "(Cameron-Gelbach-Miller, crossed designs), hit or item (secondary figures)",
+        "auto",
+        description="unit of the intervals and tests: auto (default: the design decides, "
+        "annotator when nested, twoway when items are shared), annotator, twoway "
+        "(annotator x item), hit or item (secondary figures)",
     )
     b: int = Field(
         10_000, ge=100, le=200_000, description="bootstrap resamples (wild: draws of weights)"
@@ -116,11 +118,18 @@ class ResultSet(_Out):
 
     exclusions_applied: bool
     estimator: Estimator
-    unit: Unit
+    unit: Unit = Field(description="the unit the intervals and tests used (auto resolved)")
     ci: str
     b: int
     seed: int | None
     level: float
+    design: Literal["nested", "crossed"] = Field(
+        "nested", description="the design detected from the judgments (docs/statistics.md)"
+    )
+    design_reason: str = Field("", description="which design was detected and why, a sentence")
+    shared_share: Figure = Field(
+        0.0, description="share of the judgments on items that several annotators judged"
+    )
     n_judgments: int
     n_items: int
     n_annotators: int
@@ -134,13 +143,29 @@ class ResultSet(_Out):
     warnings: list[str]
     table: list[LengthRow]
     cgd: list[Quantity] = Field(description="every cell (length x kind)")
-    ratios: list[Quantity] = Field(description="EB-C and diagnostic ratios per length")
+    ratios: list[Quantity] = Field(
+        description="EB-C, diagnostic ratios and EB-C_gap (name ebc_gap) per length"
+    )
     trend: Quantity | None = Field(description="slope of ln EB-C per word of prefix length")
     tests: list[ClusterTest] = Field(
         default_factory=list,
-        description="headline tests of EB-C = 1 per length, and pooled (length null); "
-        "null: population EB-C = 1, annotators as the sampled unit",
+        description="headline tests of EB-C = 1 per length, and pooled (length null), by "
+        "the intervals' unit (their null and method say which); p_holm: Holm-adjusted over "
+        "the lengths; av_low/av_high: the anytime-valid interval",
     )
+    secondary_tests: list[ClusterTest] = Field(
+        default_factory=list,
+        description="secondary: the annotator-only wild tests and intervals, when the "
+        "headline unit is another (e.g. two-way in a crossed design)",
+    )
+    multiplicity: str = Field(
+        "", description="with several lengths: which tests are the headline, a sentence"
+    )
+    anytime_label: str = Field(
+        ANYTIME_LABEL, description="the label of the av_low/av_high intervals"
+    )
+    fixed_label: str = Field(FIXED_LABEL, description="the label of the low/high intervals")
+
     permutation: list[PermutationTest] = Field(
         description="secondary: within-HIT permutation tests (see their label)"
     )
@@ -223,9 +248,14 @@ class SyntheticOut(_Out):
     interval: str = Field(description="the interval method, in words")
     cells: list[SyntheticCell] = Field(description="every cell (length x kind), all metrics")
     ebc: list[SyntheticEbcRow] = Field(description="EB-C = CGD(model) / CGD(data) per length")
-    gaps: list[SyntheticFigure] = Field(
-        description="self-recovery gaps: each corrupted kind's CGD over the kind it corrupts, "
-        "per length and metric (see the diagnostics)"
+    corruption_ratios: list[SyntheticFigure] = Field(
+        description="each corrupted kind's CGD over the kind it corrupts at the same length, per "
+        "length and metric (before issue 34: 'gaps')"
+    )
+    ebc_gap: list[SyntheticFigure] = Field(
+        default_factory=list,
+        description="EB-C_gap (the later paper's App. A eq. 9): each gap kind's CGD at length l "
+        "over CGD(data) at reference_length = l + g, per length and metric",
     )
     warnings: list[str]
 
@@ -305,12 +335,17 @@ class ResultsOut(_Out):
 
 class DiagnosticRow(_Out):
     """One row of the diagnostics table: CGD of one kind at one length from one source, and
-    for a corrupted kind its self-recovery gap over the uncorrupted kind."""
+    its ratio to a reference cell: a corrupted kind's corruption ratio over the uncorrupted
+    kind at the same length, a gap kind's EB-C_gap over data at l + g (see
+    ``ratio_definitions``). Before issue 34 the corruption ratio's fields were ``gap*``."""
 
     source: str = Field(description="people, or synthetic:<metric> (tv, js, gd, word_gd)")
     kind: str
-    base_kind: str = Field(description="the kind without its corruption rate")
+    base_kind: str = Field(description="the kind without its corruption rate and gap")
     c: float | None = Field(description="corruption rate (corrupted kinds), else null")
+    l_gap: int | None = Field(
+        None, description="gap kinds: the model's words after the distorted prefix, else null"
+    )
     paper_label: str | None = Field(
         description="translation: the first paper's forced prefix (DATA, NORMAL, UNREL, RAND)"
     )
@@ -320,15 +355,21 @@ class DiagnosticRow(_Out):
     cgd_low: Figure
     cgd_high: Figure
     method: str = Field(description="the CGD interval's method")
-    gap_reference: str | None = Field(
-        description="corrupted kinds: the kind the gap is over (data or model), else null"
+    ratio_name: Literal["corruption_ratio", "ebc_gap"] | None = Field(
+        None, description="corrupted kinds: corruption_ratio; gap kinds: ebc_gap; else null"
     )
-    gap: Figure = Field(description="EB-C_gap(c, l) = CGD(kind, l) / CGD(gap_reference, l)")
-    gap_se: Figure
-    gap_low: Figure
-    gap_high: Figure
-    gap_p_value: Figure = Field(
-        description="people: test of gap = 1 (wild cluster bootstrap by annotator)"
+    ratio_reference: str | None = Field(
+        None, description="the kind the ratio is over (data or model), else null"
+    )
+    ratio_reference_length: int | None = Field(
+        None, description="the length of the ratio's reference cell (l, or l + g for EB-C_gap)"
+    )
+    ratio: Figure = Field(description="CGD(kind, l) / CGD(ratio_reference, ratio_reference_length)")
+    ratio_se: Figure
+    ratio_low: Figure
+    ratio_high: Figure
+    ratio_p_value: Figure = Field(
+        description="people: test of ratio = 1 (wild cluster bootstrap by annotator)"
     )
     n: int = Field(description="what enters the CGD, counted in n_unit")
     n_unit: Literal["judgments", "items"]
@@ -347,7 +388,8 @@ class DiagnosticRow(_Out):
 
 class DiagnosticsOut(_Out):
     """The papers' diagnostic curves: CGD per kind against prefix length, from people and
-    from the reference model, with the self-recovery gaps (see ``gap_definition``)."""
+    from the reference model, with the corruption ratios and EB-C_gap (see
+    ``ratio_definitions``)."""
 
     study: str
     task: str
@@ -358,7 +400,9 @@ class DiagnosticsOut(_Out):
     exclusions_applied: bool | None = Field(description="people rows: exclusions applied")
     people_interval: str = Field(description="the people rows' interval method, in words")
     synthetic_interval: str
-    gap_definition: str
+    ratio_definitions: dict[str, str] = Field(
+        description="corruption_ratio and ebc_gap, in words (before issue 34: gap_definition)"
+    )
     paper_labels: dict[str, str] = Field(description="kind -> the first paper's label")
     n_simulated: int = Field(
         0, description="of the judgments in the people rows, those from a simulated crowd"
@@ -428,3 +472,56 @@ class ManifestOut(_Out):
         description="the software the worker made the items with, as recorded in the "
         "provenance of the first item of each kind (items made before it was recorded: none)",
     )
+
+
+class GapPoint(_Out):
+    """One point of the self-recovery figure (the later paper's Fig. 3): EB-C_gap of a gap
+    kind at prefix length l after l_gap words the model wrote itself."""
+
+    source: str = Field(description="people, or synthetic:<metric>")
+    kind: str = Field(description="the gap kind, e.g. data_corrupted@0.3+gap@5")
+    distorted_kind: str = Field(description="its prefix of l words: data_shuffled, ...")
+    c: float | None
+    length: int = Field(description="l: the distorted prefix's words")
+    l_gap: int
+    reference_length: int = Field(description="l + l_gap: the data cell it is over")
+    ebc_gap: Figure
+    low: Figure
+    high: Figure
+    p_value: Figure = Field(description="people: test of EB-C_gap = 1; synthetic: null")
+
+
+class CorruptionPoint(_Out):
+    """One point of CGD against the corruption rate (the first paper's Fig. 3): a corrupted
+    kind's CGD at length l beside the uncorrupted kinds' CGD(M|D) and CGD(M|M)."""
+
+    source: str
+    kind: str = Field(description="data_corrupted@c or model_corrupted@c")
+    corrupts: str = Field(description="the kind it corrupts: data or model")
+    c: float
+    length: int
+    cgd: Figure
+    low: Figure
+    high: Figure
+    cgd_data: Figure = Field(description="CGD(M|D) at the same length and source")
+    cgd_model: Figure = Field(description="CGD(M|M) at the same length and source")
+
+
+class RecoveryOut(_Out):
+    """The papers' self-recovery figures as data: EB-C_gap against l_gap (lines per l) and
+    CGD against the corruption rate (lines per l), from people and from the reference model,
+    taken from the diagnostics table (the same estimates and intervals)."""
+
+    study: str
+    options: ResultQuery
+    intervals: dict[str, str] = Field(
+        description="per source: the estimator and interval its figures carry, in words"
+    )
+    gap_curve: list[GapPoint]
+    corruption_curve: list[CorruptionPoint]
+    reference_values: list[dict[str, Any]] = Field(
+        description="the papers' published values drawn as a dashed line (empty: none cited)"
+    )
+    reference_note: str
+    n_simulated: int = 0
+    messages: list[str]

@@ -98,8 +98,9 @@ def _number(text: str) -> int | str:
 def config_from_form(form: Mapping[str, Any], kinds: list[str]) -> StudyConfig:
     """Validate the submitted form; raise `FormErrors` with one message per bad field.
 
-    `kinds` holds the checked kind boxes; `form["kinds_extra"]` adds corrupted kinds
-    (`data_corrupted@0.3`). Empty optional fields take the study file's defaults.
+    `kinds` holds the checked kind boxes; `form["kinds_extra"]` adds corrupted and gap kinds
+    (`data_corrupted@0.3`, `data_shuffled+gap@5`). Empty optional fields take the study
+    file's defaults.
     """
     errors = FormErrors()
     raw: dict[str, Any] = {}

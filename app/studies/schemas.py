@@ -25,6 +25,7 @@ from pydantic.fields import FieldInfo
 
 from app.crowd.registry import PLATFORMS
 from app.models.enums import SpecialTop1, StudyType, Task
+from app.studies.kinds import gap_of, kinds_refused, parse_kind, task_only_kinds
 from app.studytypes.ratings.config import RatingsSection
 from app.validation import INT32_MAX, Line, Section, Text
 
@@ -63,28 +64,11 @@ RESERVED_SLUGS = frozenset(
         "admin",
     }
 )
-_KIND_RE = re.compile(
-    r"^(data|model|data_shuffled|random|unrelated|(data|model)_corrupted@(0(\.\d+)?|1(\.0+)?))$"
-)
 # The diagnostic kinds of translation studies (the first paper's forced prefixes DATA, NORMAL,
 # UNREL, RAND are data, model, unrelated, random); `unrelated` (the first l words of another
-# row's reference) means nothing without a source, so language models do not take it.
-SEQ2SEQ_ONLY_KINDS = ("unrelated",)
-
-
-def parse_kind(kind: str) -> tuple[str, float | None]:
-    """`"data_corrupted@0.3"` -> `("data_corrupted", 0.3)`; `"model"` -> `("model", None)`."""
-    if len(kind) > 64:  # the items' kind column
-        raise ValueError(f"prefix kind {kind[:20]!r}... is longer than 64 characters")
-    if not _KIND_RE.fullmatch(kind):
-        raise ValueError(
-            f"unknown prefix kind {kind!r}: use data, model, data_shuffled, random, "
-            "unrelated (translation), data_corrupted@c or model_corrupted@c with 0 < c <= 1"
-        )
-    base, _, rate = kind.partition("@")
-    if rate and not 0 < float(rate) <= 1:
-        raise ValueError(f"corruption rate of {kind!r} must be in (0, 1]")
-    return base, float(rate) if rate else None
+# row's reference) means nothing without a source, so language models do not take it.  The
+# kinds' registry and grammar: `app.studies.kinds`.
+SEQ2SEQ_ONLY_KINDS = task_only_kinds("seq2seq")
 
 
 def nesting_depth(value: object) -> int:
@@ -401,12 +385,25 @@ class StudyConfig(Section):
                     "a translation study takes its data prefixes from the references "
                     "(reference.data_prefixes = 'dataset')"
                 )
+            gaps = [k for k in kinds_refused(self.kinds, "seq2seq") if gap_of(k)]
+            if gaps:
+                raise ValueError(
+                    f"{gaps}: a gap kind (the later paper's self-recovery) is for language "
+                    "models (task = 'lm')"
+                )
         else:
             lm_only = sorted(set(self.kinds) & set(SEQ2SEQ_ONLY_KINDS))
             if lm_only:
                 raise ValueError(
                     f"{lm_only}: the prefix of another row's reference is a translation "
                     "diagnostic (task = 'seq2seq')"
+                )
+        for kind in self.kinds:
+            g = gap_of(kind)
+            if g and not any(n + g in self.prefix_lengths for n in self.prefix_lengths):
+                raise ValueError(
+                    f"{kind!r}: EB-C_gap compares it at length l with the data prefix of l + {g} "
+                    f"words; add a prefix length l + {g} for some l of {self.prefix_lengths}"
                 )
         # A study type's own section checks a study of its type (app.studytypes.<type>.config).
         self.ratings.check_study(self)

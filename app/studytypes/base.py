@@ -231,6 +231,9 @@ class Diagnostics(Protocol):
     def text(self, diag: Any, fmt: str) -> str:
         """The table as ``csv`` or a plain-text ``table`` for the terminal."""
 
+    def recovery(self, session: Session, study: Study, query: Any) -> Any:
+        """The self-recovery figures' data (``app.results.schemas.RecoveryOut``)."""
+
 
 class Planner(Protocol):
     """The power and budget planner of a type that has one."""

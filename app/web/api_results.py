@@ -20,6 +20,7 @@ from app.results import catalog, downloads, service
 from app.results.schemas import (
     DiagnosticsOut,
     ManifestOut,
+    RecoveryOut,
     ResultQuery,
     ResultsOut,
     StudyDetailOut,
@@ -234,7 +235,7 @@ def results(study: StudyDep, session: SessionDep, query: ResultQueryDep) -> Resu
     response_model=DiagnosticsOut,
     responses=_404_NEXTWORD,
     summary="Diagnostic curves: CGD per prefix kind and length from people and from the "
-    "reference model, with the self-recovery gaps (next-word studies)",
+    "reference model, with the corruption ratios and EB-C_gap (next-word studies)",
 )
 def results_diagnostics(
     study: DiagnosticsStudyDep, session: SessionDep, query: ResultQueryDep
@@ -263,6 +264,47 @@ def results_diagnostics_file(
     query: ResultQueryDep,
 ) -> Response:
     return _file_response(_download(session, study, f"diagnostics.{fmt}", query, user))
+
+
+@router.get(
+    "/studies/{slug}/results/recovery",
+    response_model=RecoveryOut,
+    responses=_404_NEXTWORD,
+    summary="Self-recovery figures as data: EB-C_gap against l_gap (lines per l) and CGD "
+    "against the corruption rate beside CGD(M|D) and CGD(M|M) (next-word studies)",
+)
+def results_recovery(
+    study: DiagnosticsStudyDep, session: SessionDep, query: ResultQueryDep
+) -> RecoveryOut:
+    return study_type_of(study).diagnostics.recovery(session, study, query)
+
+
+@router.get(
+    "/studies/{slug}/results/recovery.{fmt}",
+    response_class=Response,
+    responses={
+        200: {
+            "content": {
+                "text/csv": {},
+                "application/x-tex": {},
+                "image/svg+xml": {},
+                "image/png": {},
+            },
+            "description": "the self-recovery figures' points as CSV or LaTeX tables, or their "
+            "plot (EB-C_gap against l_gap; CGD against the corruption rate)",
+        },
+        **_404_NEXTWORD,
+    },
+    summary="Self-recovery figures as CSV, LaTeX, SVG or PNG",
+)
+def results_recovery_file(
+    study: StudyDep,
+    session: SessionDep,
+    user: ApiUserDep,
+    fmt: Literal["csv", "tex", "svg", "png"],
+    query: ResultQueryDep,
+) -> Response:
+    return _file_response(_download(session, study, f"recovery.{fmt}", query, user))
 
 
 @router.get(

@@ -45,7 +45,11 @@ def test_diagnostics_in_every_format(db):
     rows = list(csv.DictReader(io.StringIO(out.output)))
     assert list(rows[0]) == DIAGNOSTIC_FIELDS and len(rows) == len(doc["rows"])
     out = run("diagnostics", "dgr", "--b", "200")
-    assert out.exit_code == 0 and "synthetic:word_gd" in out.output and "gap:" in out.output
+    assert (
+        out.exit_code == 0
+        and "synthetic:word_gd" in out.output
+        and "corruption_ratio:" in out.output
+    )
     # `ebc results STUDY` is what it was.
     out = run("dgr", "--b", "200", "--format", "json")
     assert out.exit_code == 0 and json.loads(out.output)["synthetic"]["reference_model"] == "fake:3"

@@ -1,5 +1,5 @@
 """Who may take part through each platform (issue 33): Prolific's prescreeners and its
-previous-studies filter in the study-creation body (the Prolific stand-in records it), the
+previous-studies blocklist in the study-creation body (the Prolific stand-in records it), the
 MTurk qualification that keeps out earlier studies' workers (botocore's Stubber, then the
 MTurk stand-in end to end), and what the Crowd page shows before publishing."""
 
@@ -97,8 +97,9 @@ def test_prolific_prescreeners_and_previous_studies_land_in_the_creation_body(
     assert filters["fluent-languages"]["selected_values"] == ["19", "47"]
     assert filters["current-country-of-residence"]["selected_values"] == ["1", "2"]
     assert filters["approval_rate"]["selected_range"] == {"lower": 98, "upper": 100}
-    assert filters["previous_studies"]["selected_values"] == ["65f0aa11bb22cc33dd44ee55"]
-    assert len(filters) == 5
+    # The blocklist, never Prolific's `previous_studies` (its AllowList: the opposite).
+    assert filters["previous_studies_blocklist"]["selected_values"] == ["65f0aa11bb22cc33dd44ee55"]
+    assert "previous_studies" not in filters and len(filters) == 5
 
 
 def test_a_prolific_study_with_nothing_set_sends_no_filters(session, make_session, migrated_db):

@@ -69,6 +69,10 @@ class Page(HTMLParser):
         self._span: str | None = None
         self._radio: dict | None = None
         self.hidden: dict[str, str] = {}  # hidden fields outside the texts: the row's ids
+        self.boxes: dict[str, dict] = {}  # checkboxes outside the texts: name -> attributes
+        self.textareas: list[str] = []  # their names
+        self.consent = ""  # the consent text as shown
+        self._consent = False
 
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
@@ -76,6 +80,12 @@ class Page(HTMLParser):
             self.forms += 1
         if tag == "input" and a.get("type") == "hidden" and self._item is None:
             self.hidden[a["name"]] = a.get("value") or ""
+        if tag == "input" and a.get("type") == "checkbox" and self._item is None:
+            self.boxes[a["name"]] = a
+        if tag == "textarea":
+            self.textareas.append(a["name"])
+        if tag == "div" and a.get("class") == "consent-text":
+            self._consent = True
         if tag == "fieldset" and (m := re.fullmatch(r"item(\d+)", a.get("id", ""))):
             self._item = {"words": "", "prompt": "", "source": "", "radios": [], "ms": None}
             self.items[int(m[1])] = self._item
@@ -91,12 +101,16 @@ class Page(HTMLParser):
                 self._item["ms"] = a["name"]
 
     def handle_endtag(self, tag):
+        if tag == "div":
+            self._consent = False
         if tag in ("span", "p"):
             self._span = None
         if tag == "fieldset":
             self._item = None
 
     def handle_data(self, data):
+        if self._consent:
+            self.consent += data
         if self._item is None or self._span is None:
             return
         if self._span == "words":
@@ -134,6 +148,9 @@ def turkle_results(
             page = turkle_fill(batch.template, row)
             for _ in range(made.assignments):
                 answers, chose = dict(page.hidden), {}
+                # The consent box ticked (the browser requires it), comment boxes left empty.
+                answers |= {name: box["value"] for name, box in page.boxes.items()}
+                answers |= dict.fromkeys(page.textareas, "")
                 for p, item in page.items.items():
                     if not item["words"].strip():  # hidden and disabled by the page's script
                         continue
@@ -288,6 +305,31 @@ def test_the_template_is_a_form_fragment_whose_placeholders_are_all_columns(sess
     assert page.forms == 0 and "<html" not in template and "<body" not in template
     assert len(page.items) == 11  # 5 + 5 + 1 attention item
     assert all(r["value"] != "" for item in page.items.values() for r in item["radios"])
+
+
+HOSTILE_CONSENT = 'We ask <b>you</b> & ${text_0} "q".\n\n<script>alert(1)</script> $5'
+
+
+def test_the_template_asks_consent_and_a_comment_as_the_study_does(session):
+    study = make_study(
+        session, slug="bt3c", lengths=(10,), per_cell=10,
+        participants={"consent": HOSTILE_CONSENT, "comments": True},
+    )  # fmt: skip
+    batch = export_batch(session, study)
+    row = read_csv(batch.inputs[0].text)[0]
+    assert placeholders(batch.template) == set(row)  # the text brings no placeholder
+    page = turkle_fill(batch.template, row)
+    # Shown as written (escaped: no markup, no `${var}` filled in), paragraph by paragraph.
+    assert page.consent == HOSTILE_CONSENT.replace("\n\n", "")
+    assert "<script>alert" not in batch.template and "<b>you" not in batch.template
+    assert page.boxes["consent"]["value"] == "yes" and "required" in page.boxes["consent"]
+    assert page.textareas == ["comment"]
+    assert 'maxlength="2000"' in batch.template
+
+    quiet = make_study(session, slug="bt3d", lengths=(10,), per_cell=10,
+                       participants={"comments": False})  # fmt: skip
+    bare = turkle_fill(export_batch(session, quiet).template, row)
+    assert (bare.boxes, bare.textareas, bare.consent) == ({}, [], "")
 
 
 def test_a_seq2seq_study_shows_the_source_sentence(session):

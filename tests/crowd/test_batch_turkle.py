@@ -2,7 +2,9 @@
 tests/crowd/turkle_site), driven in Chromium: export -> the batch uploaded through
 Turkle's admin page -> two logged-in workers do every Task -> Turkle's results CSV,
 downloaded from its admin -> import. Replicas 2: Turkle's "Assignments per Task" is 2, each
-worker gets each HIT once, and every assignment is stored, none refused.
+worker gets each HIT once, and every assignment is stored, none refused. The study asks for
+consent and takes comments: both workers tick the consent box on every HIT, one writes a
+comment, and their consent times and the comment are stored.
 
 About 30 s (Django's migrations, a server, a browser, 4 pages), on SQLite only.
 """
@@ -23,7 +25,7 @@ from sqlalchemy import select
 
 from app.audit.service import CLI
 from app.crowd.batch import NONE_TEXT, export_batch
-from app.crowd.imports import import_results
+from app.crowd.imports import import_results, tool_time
 from app.models import Annotator, Assignment, Hit, Judgment
 from tests.crowd.test_batch import read_csv
 from tests.hits.factory import make_study
@@ -33,6 +35,8 @@ pytestmark = pytest.mark.sqlite
 CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = {"ada": "ada-pass-1234", "bob": "bob-pass-1234"}
+CONSENT = "We study how people guess words.\n\nYou may stop at any time."
+COMMENT = '<b>"=1+1"</b> ${text_0} & one\nmore line'  # shown and stored as written
 ADMIN = ("admin", "admin-pass-1234")
 
 
@@ -104,8 +108,11 @@ def _upload(admin, base: str, project: int, name: str, csv_path: Path, assignmen
     return admin.content()
 
 
-def _work(page, base: str, batch_id: str, rng: random.Random) -> dict[tuple[int, int], str]:
-    """Do every Task Turkle hands this worker; (HIT number, position) -> the word chosen."""
+def _work(
+    page, base: str, batch_id: str, rng: random.Random, comment: str | None = None
+) -> dict[tuple[int, int], str]:
+    """Do every Task Turkle hands this worker, the consent box ticked (and `comment` written
+    on the first); (HIT number, position) -> the word chosen."""
     chose: dict[tuple[int, int], str] = {}
     while True:
         page.goto(f"{base}/batch/{batch_id}/accept_next_task/")
@@ -125,13 +132,21 @@ def _work(page, base: str, batch_id: str, rng: random.Random) -> dict[tuple[int,
             pick = rng.choice([i for i, word in enumerate(words) if word is not None])
             frame.locator(f"#item{p} label.option").nth(pick).click()  # a real click
             chose[(hit, p)] = words[pick]
+        assert frame.locator("#consent .consent-text").inner_text().startswith(CONSENT[:20])
+        frame.locator("input[name=consent]").check()
+        if comment is not None:
+            frame.locator("textarea[name=comment]").fill(comment)
+            comment = None
         frame.locator("#submitButton").click()
         page.wait_for_load_state()
 
 
 def test_two_turkle_workers_do_every_assignment_and_all_of_it_is_stored(session, turkle, tmp_path):
     base, env = turkle
-    study = make_study(session, slug="turkle", lengths=(10,), per_cell=10, replicas=2)
+    study = make_study(
+        session, slug="turkle", lengths=(10,), per_cell=10, replicas=2,
+        participants={"consent": CONSENT, "comments": True},
+    )  # fmt: skip
     batch = export_batch(session, study)
     assert [(f.name, f.assignments, f.hits) for f in batch.inputs] == [("input.csv", 2, 2)]
     (tmp_path / "hit_template.html").write_text(batch.template, encoding="utf-8")
@@ -168,7 +183,7 @@ def test_two_turkle_workers_do_every_assignment_and_all_of_it_is_stored(session,
             clicks = {}
             for user, password in WORKERS.items():
                 page = _login(browser.new_context(), base, "/login/", user, password)
-                clicks[user] = _work(page, base, batch_id, rng)
+                clicks[user] = _work(page, base, batch_id, rng, COMMENT if user == "ada" else None)
             download = admin.request.get(f"{base}/admin/turkle/batch/{batch_id}/download/")
             assert download.ok
             results = download.text()
@@ -210,3 +225,27 @@ def test_two_turkle_workers_do_every_assignment_and_all_of_it_is_stored(session,
         select(Hit.submitted_count, Hit.replicas).where(Hit.study_id == study.id)
     ).all()
     assert all(submitted == replicas == 2 for submitted, replicas in filled)
+
+    # Consent: each worker's earliest SubmitTime; the comment: ada's first HIT's, as written.
+    consented = dict(
+        session.execute(
+            select(Annotator.external_id, Annotator.consented_at).where(
+                Annotator.study_id == study.id
+            )
+        ).all()
+    )
+    first_sent = {
+        user: min(tool_time(r["SubmitTime"]) for r in file_rows if r["Turkle.Username"] == user)
+        for user in WORKERS
+    }
+    assert {worker_of[e.removeprefix("lab-turkle:")]: t for e, t in consented.items()} == first_sent
+    comments = session.execute(
+        select(Annotator.external_id, Hit.index, Assignment.comment)
+        .join(Assignment, Assignment.annotator_id == Annotator.id)
+        .join(Hit, Hit.id == Assignment.hit_id)
+        .where(Annotator.study_id == study.id, Assignment.comment.is_not(None))
+    ).all()
+    ada_first = min(h for h, _ in clicks["ada"])  # Turkle hands out Tasks in order
+    assert [(worker_of[e.removeprefix("lab-turkle:")], h, c) for e, h, c in comments] == [
+        ("ada", ada_first, COMMENT)
+    ]

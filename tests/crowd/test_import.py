@@ -9,7 +9,7 @@ own screen order: d and the chosen rank are never taken from the file.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import func, select
@@ -444,7 +444,9 @@ def test_ebc_crowd_import_results(migrated_copy, tmp_path):
 
     engine = build_engine(migrated_copy.settings())
     with make_sessionmaker(engine)() as s, s.begin():
-        study = make_study(s, slug="imcli", lengths=(10,), per_cell=20)
+        study = make_study(
+            s, slug="imcli", lengths=(10,), per_cell=20, participants={"consent": "We ask."}
+        )
         exported = export_batch(s, study)
     results, _ = turkle_results(exported)
     good = tmp_path / "Batch_1_results.csv"
@@ -453,7 +455,11 @@ def test_ebc_crowd_import_results(migrated_copy, tmp_path):
     rows = read_csv(results)
     bad.write_bytes(
         edit(
-            results, {0: {"AssignmentId": "9000", "Input.option_0_0": "=HYPERLINK(" + "x" * 9000}}
+            results,
+            {
+                0: {"AssignmentId": "9000", "Input.option_0_0": "=HYPERLINK(" + "x" * 9000},
+                1: {"AssignmentId": "9001", "Answer.consent": ""},  # the box not ticked
+            },
         ).encode()
     )
 
@@ -468,10 +474,11 @@ def test_ebc_crowd_import_results(migrated_copy, tmp_path):
     assert "stored 0, repeated 4, refused 0" in out.stdout
     out = run(bad, "--source", "lab-turkle", check=False)
     assert out.returncode == 3
-    assert "stored 0, repeated 3, refused 1" in out.stdout
+    assert "stored 0, repeated 2, refused 2" in out.stdout
     hit = rows[0]["Input.hit"]
     assert f"refused line 2 (HIT {hit}): tampered: Input.option_0_0" in out.stdout
-    assert len(out.stdout) < 1000  # the cell is not quoted
+    assert f"refused line 3 (HIT {rows[1]['Input.hit']}): no consent:" in out.stdout
+    assert len(out.stdout) < 1500  # the cell is not quoted
     no_source = run(good, check=False)
     assert no_source.returncode == 2 and "--source" in no_source.stderr
     bad_source = run(good, "--source", "Lab/1", check=False)
@@ -493,6 +500,93 @@ def test_ebc_crowd_import_results(migrated_copy, tmp_path):
         assert [(e["stored"], e["skipped"], e["source"]) for e in events] == [
             (4, 0, "lab-turkle"),
             (0, 0, "lab-turkle"),
-            (0, 1, "lab-turkle"),
+            (0, 2, "lab-turkle"),
         ]
     engine.dispose()
+
+
+CONSENT = "We study how people guess words.\n\nYou may stop at any time."
+FORMULA = '=HYPERLINK("http://evil","x")'
+
+
+def test_batch_rows_carry_consent_and_comments_as_the_web_pages_store_them(session):
+    import csv
+    import io
+
+    from app.crowd.batch import NO_CONSENT
+    from app.studytypes.nextword.exports import judgments_csv
+
+    study = make_study(
+        session, slug="im16", lengths=(10,), per_cell=20,
+        participants={"consent": CONSENT, "comments": True},
+    )  # fmt: skip
+    results, _ = turkle_results(export_batch(session, study), workers=2)
+    rows = read_csv(results)
+    assert [r["WorkerId"] for r in rows] == ["u0", "u1", "u0", "u1"]
+    assert {r["Answer.consent"] for r in rows} == {"yes"} and "Answer.comment" in rows[0]
+    sent = edit(
+        results,
+        {
+            # u0: the later row first (HIT order): the earliest time is kept; a comment
+            0: {"SubmitTime": "Tue Nov 11 12:00:00 UTC 2026", "Answer.comment": FORMULA + "\r\nok"},
+            1: {"Answer.consent": ""},  # u1: the box not ticked: refused
+            2: {"SubmitTime": "Tue Nov 11 02:05:00 PST 2026"},  # MTurk's site: Pacific time
+            3: {"SubmitTime": "", "AcceptTime": "soon"},  # u1: no time read: the import's
+        },
+    )
+    before = utcnow()
+    report = import_results(session, study, sent, source=SOURCE, by=CLI)
+    after = utcnow()
+    # Line 4 of the file: the comment above holds a line break.
+    assert report.stored == 3 and [(e.line, e.message) for e in report.errors] == [(4, NO_CONSENT)]
+    consented = dict(
+        session.execute(
+            select(Annotator.external_id, Annotator.consented_at).where(
+                Annotator.study_id == study.id
+            )
+        ).all()
+    )
+    assert consented[f"{SOURCE}:u0"] == datetime(2026, 11, 11, 10, 5, tzinfo=UTC)
+    assert before <= consented[f"{SOURCE}:u1"] <= after
+    comments = dict(
+        session.execute(
+            select(Assignment.external_assignment_id, Assignment.comment)
+            .join(Hit, Hit.id == Assignment.hit_id)
+            .where(Hit.study_id == study.id)
+        ).all()
+    )
+    assert comments == {
+        key(study, rows[0]["AssignmentId"]): FORMULA + "\nok",
+        key(study, rows[2]["AssignmentId"]): None,  # an empty box: no comment
+        key(study, rows[3]["AssignmentId"]): None,
+    }
+    exported = list(csv.DictReader(io.StringIO("".join(judgments_csv(session, study)))))
+    assert {r["hit_comment"] for r in exported} == {"", "'" + FORMULA + "\nok"}
+
+    # The box ticked in the file: the row is stored; the others are repeats.
+    again = import_results(
+        session, study, edit(sent, {1: {"Answer.consent": "yes"}}), source=SOURCE, by=CLI
+    )
+    assert (again.stored, again.repeated, again.errors) == (1, 3, [])
+
+
+@pytest.mark.sqlite  # the file's reading: the same on every backend
+def test_a_comment_the_web_page_refuses_refuses_its_row(session):
+    study, results, _ = batch(session, "im17", per_cell=20)
+    bad = {0: {"Answer.comment": "x" * 2001 + "\r\nmore"}, 1: {"Answer.comment": "bell \x07"}}
+    report = import_results(session, study, edit(results, bad), source=SOURCE, by=CLI)
+    # A row's line is its first: the first row takes lines 2 and 3.
+    assert report.stored == 2 and [e.line for e in report.errors] == [2, 4]
+    assert "longer than 2000 characters" in report.errors[0].message
+    assert "not allowed" in report.errors[1].message
+    assert all(len(e.message) < 300 for e in report.errors)
+
+
+def test_the_times_of_a_results_file():
+    from app.crowd.imports import tool_time
+
+    assert tool_time("Sat Nov 28 12:30:00 UTC 2026") == datetime(2026, 11, 28, 12, 30, tzinfo=UTC)
+    assert tool_time("Sat Jul 04 05:00:00 PDT 2026") == datetime(2026, 7, 4, 12, 0, tzinfo=UTC)
+    assert tool_time("2026-11-28T12:30:00+01:00") == datetime(2026, 11, 28, 11, 30, tzinfo=UTC)
+    for unread in ("", "Sat Nov 28 12:30:00 CET 2026", "2026-11-28T12:30:00", "Feb 30", None):
+        assert tool_time(unread) is None

@@ -42,3 +42,33 @@ def test_a_bad_invite_count_is_refused_before_publishing(cli_db):
         cli, ["crowd", "publish", SLUG, "--provider", "local", "--yes", "--invites", "0"]
     )
     assert out.exit_code == 0 and "published 4 now" in out.output, out.output
+
+
+def test_the_provider_follows_the_study_as_its_crowd_page_opens(cli_db, monkeypatch):
+    from app.crowd.registry import page_default
+    from app.models import Study
+
+    monkeypatch.delenv("EBC_PROLIFIC_API_TOKEN", raising=False)
+    # A study that enables no crowd channel: the invite links (local).
+    out = CliRunner().invoke(cli, ["crowd", "publish", SLUG, "--yes"])
+    assert out.exit_code == 0 and "provider: local (the study's first channel" in out.output
+    assert "published 4 now; 4 on local" in out.output, out.output
+
+    # MTurk and Prolific enabled: Prolific, as the Crowd page opens; --provider still wins.
+    with cli_db() as s, s.begin():
+        study = s.scalar(select(Study).where(Study.slug == SLUG))
+        both = {"enabled": True, "completion_code": "C0DE"}
+        study.channels = {**study.channels, "prolific": both, "mturk": {"enabled": True}}
+    with cli_db() as s:
+        assert page_default(s.scalar(select(Study).where(Study.slug == SLUG))).name == "prolific"
+    out = CliRunner().invoke(cli, ["crowd", "sync", SLUG])
+    assert out.exit_code == 1 and "provider: prolific" in out.output
+    assert "EBC_PROLIFIC_API_TOKEN" in out.output  # this server has no Prolific token
+    out = CliRunner().invoke(cli, ["crowd", "sync", SLUG, "--provider", "local"])
+    assert out.exit_code == 0 and "provider:" not in out.output, out.output
+
+    # No study to follow: the provider must be named; an unknown study is refused.
+    out = CliRunner().invoke(cli, ["crowd", "balance"])
+    assert out.exit_code == 1 and "give a study" in out.output
+    out = CliRunner().invoke(cli, ["crowd", "sync", "no-such-study"])
+    assert out.exit_code == 1 and "provider:" not in out.output

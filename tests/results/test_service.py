@@ -28,7 +28,7 @@ import pytest
 
 from app.results.schemas import ResultQuery, ResultsOut
 from app.results.service import study_results
-from app.results.stats import agreement, finite_or_none
+from app.results.stats import TEST_METHOD, agreement, finite_or_none
 from app.studytypes.nextword import exports
 from app.studytypes.nextword.queries import load_judgments
 
@@ -72,16 +72,28 @@ def test_counts_and_warnings_of_the_single_estimator(session, handmade):
     other = _row(res.other)
     assert other.ebc.n_annotators == 5 and other.ebc.n_judgments == 20
     # Every interval contains its estimate and comes with the delta-method cross-check.
-    # Issue 11 changed the default: EB-C by the inverted wild cluster bootstrap test, CGD
-    # by the jackknife t interval (was the percentile bootstrap for all).
-    # With 3 annotators (8 sign patterns) the EB-C interval may have no finite upper
-    # end: JSON null.
+    # The handmade items are judged by several annotators: a crossed design, so (issue 32)
+    # the default unit is two-way and the test follows it; the annotator-only wild test
+    # is secondary.
+    assert res.results.design == "crossed" and res.results.unit == "twoway"
+    assert "crossed" in res.results.design_reason
+    assert row.test.method != TEST_METHOD and res.results.secondary_tests[0].method == TEST_METHOD
     for q in (row.cgd_data, row.cgd_model, row.ebc):
         high = finite_or_none(q.high)  # as JSON has it
         assert high is not None or q.name == "ebc"
         assert q.low <= q.estimate and (high is None or q.estimate <= high)
-        assert q.method == ("wild" if q.name == "ebc" else "jackknife-t")
+        assert q.method == "cgm"
         assert finite_or_none(q.delta_low) is not None and q.iid_se > 0
+    # The annotator unit, asked for: EB-C by the inverted wild cluster bootstrap test, CGD
+    # by the jackknife t interval (issue 11). With 3 annotators (8 sign patterns) the EB-C
+    # interval may have no finite upper end: JSON null.
+    annot = study_results(
+        session, handmade.study, ResultQuery(exclusions="on", unit="annotator", **FAST)
+    )
+    arow = _row(annot.results)
+    assert [q.method for q in (arow.cgd_data, arow.ebc)] == ["jackknife-t", "wild"]
+    assert arow.test.method == TEST_METHOD and not annot.results.secondary_tests
+    assert any("the design is crossed" in w for w in annot.results.warnings)
     # Few annotators by their effective number (3 annotators: at most 3).
     assert row.ebc.n_effective <= 3 and row.test.few_annotators
     assert 0 < row.test.p_value <= 1 and row.test.p_value == row.ebc.p_value
@@ -153,7 +165,13 @@ def test_units_and_bca_run_through_the_service(session, handmade):
     for unit in ("hit", "item", "twoway"):
         res = study_results(session, handmade.study, ResultQuery(unit=unit, **FAST))
         assert res.results.unit == unit
-    res = study_results(session, handmade.study, ResultQuery(ci="bca", **FAST))
+        # The p-value follows the interval's unit (issue 32).
+        assert res.results.tests[0].p_value == res.results.table[0].ebc.p_value
+        if unit != "twoway":
+            assert f"clustered by {unit}" in res.results.tests[0].method
+    # A crossed design's default is two-way, which has no bootstrap: bca by annotator.
+    query = ResultQuery(ci="bca", unit="annotator", **FAST)
+    res = study_results(session, handmade.study, query)
     assert res.results.ci == "bca"
 
 

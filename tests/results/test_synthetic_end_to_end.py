@@ -3,8 +3,8 @@ worker on the fake model (``fake:<seed>``, no weights), then the results' synthe
 the diagnostics, on both databases.
 
 - P_D = P_M (the reference named like the model): every divergence is 0, so every CGD is 0
-  and every EB-C and gap is 1 (0/0: no deviation after either kind of prefix, issue 14),
-  in every resample too.
+  and every EB-C, corruption ratio and EB-C_gap is 1 (0/0: no deviation after either kind of
+  prefix, issue 14), in every resample too.
 - P_D != P_M: the table's cells are the means of what the worker stored, per cell and metric.
 """
 
@@ -26,7 +26,8 @@ from tests.worker.test_fake_pipeline import fake_lines
 from worker.runner import Worker, WorkerOptions
 
 FAST = ResultQuery(b=200, seed=1)
-KINDS = ["data", "model", "data_corrupted@0.5", "model_corrupted@0.5"]
+GAP = "data_shuffled+gap@2"  # at l = 3 over data at 3 + 2 = 5 (EB-C_gap)
+KINDS = ["data", "model", "data_corrupted@0.5", "model_corrupted@0.5", GAP]
 
 
 @pytest.fixture
@@ -88,8 +89,18 @@ def test_reference_equal_to_the_model_gives_zero_cgd_and_ebc_one(db):
         doc = study_results(session, study, FAST).model_dump(mode="json")
         assert doc["synthetic"]["ebc"][0]["ebc"]["tv"]["estimate"] == 1
         diag = study_diagnostics(session, study, FAST)
-        gaps = [r for r in diag.rows if r.gap_reference is not None]
-        assert gaps and all(r.gap == 1 for r in gaps)
+        ratios = [r for r in diag.rows if r.ratio_reference is not None and r.length == 3]
+        assert ratios and all(r.ratio == 1 for r in ratios)
+        # EB-C_gap = 1 exactly for P_M = P_D (issue 34), at l = 3 over data at l = 5 only.
+        assert {(f.length, f.reference_length) for f in syn.ebc_gap} == {(3, 5)}
+        assert all((f.estimate, f.low, f.high) == (1, 1, 1) for f in syn.ebc_gap)
+        gaps = [r for r in diag.rows if r.ratio_name == "ebc_gap"]
+        assert {(r.length, r.l_gap, r.ratio_reference_length) for r in gaps} == {
+            (3, 2, 5),
+            (5, 2, 7),
+        }
+        assert all(r.ratio == 1 for r in gaps if r.length == 3)
+        assert all(math.isnan(r.ratio) for r in gaps if r.length == 5)  # no data cell at 7
         assert all(r.cgd == 0 for r in diag.rows)
 
 
@@ -116,3 +127,9 @@ def test_a_different_reference_gives_the_means_of_what_the_worker_stored(db):
                     assert fig.estimate == pytest.approx(model / data)
                 else:
                     assert math.isnan(fig.estimate)
+        # EB-C_gap: the gap kind's mean at l = 3 over the data cell's at l = 5.
+        for fig in syn.ebc_gap:
+            assert (fig.kind, fig.length, fig.reference_length) == (GAP, 3, 5)
+            gap, data = want[(3, GAP, fig.metric)], want[(5, "data", fig.metric)]
+            if data > 0:
+                assert fig.estimate == pytest.approx(gap / data)

@@ -38,13 +38,29 @@ def test_defaults_follow_the_paper():
         ("model_corrupted@0.3", ("model_corrupted", 0.3)),
         ("data_corrupted@1", ("data_corrupted", 1.0)),
         ("random", ("random", None)),
+        # A gap kind parses as its distorted prefix (`kind_parts` has the gap).
+        ("data_shuffled+gap@5", ("data_shuffled", None)),
+        ("data_corrupted@0.3+gap@10", ("data_corrupted", 0.3)),
     ],
 )
 def test_parse_kind(kind, parsed):
     assert parse_kind(kind) == parsed
 
 
-@pytest.mark.parametrize("kind", ["modle", "data_corrupted@0", "data_corrupted@1.5", "data@0.1"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "modle",
+        "data_corrupted@0",
+        "data_corrupted@1.5",
+        "data@0.1",
+        "data+gap@5",
+        "model_corrupted@0.3+gap@5",
+        "data_shuffled+gap@0",
+        "data_shuffled+gap@1001",
+        "data_shuffled+gap@5+gap@5",
+    ],
+)
 def test_bad_kinds_are_refused(kind):
     with pytest.raises(ValueError):
         parse_kind(kind)
@@ -66,6 +82,33 @@ def test_bad_kinds_are_refused(kind):
 def test_invalid_configurations_say_what_is_wrong(change, message):
     with pytest.raises(ValidationError, match=message):
         StudyConfig.model_validate({**MINIMAL, **change})
+
+
+def test_gap_kinds_parts_and_checks():
+    from app.studies.kinds import kind_parts
+
+    parts = kind_parts("data_corrupted@0.3+gap@5")
+    assert (parts.base, parts.rate, parts.gap, parts.distorted) == (
+        "data_corrupted",
+        0.3,
+        5,
+        "data_corrupted@0.3",
+    )
+    ok = StudyConfig.model_validate({**MINIMAL, "kinds": ["data", "model", "data_shuffled+gap@10"]})
+    assert ok.kinds[-1] == "data_shuffled+gap@10"  # 10 + 10 and 20 + 10 are lengths
+    with pytest.raises(ValidationError, match="add a prefix length l \\+ 5"):
+        StudyConfig.model_validate({**MINIMAL, "kinds": ["data", "model", "data_shuffled+gap@5"]})
+    seq2seq = {
+        **MINIMAL,
+        "task": "seq2seq",
+        "dataset": {"path": "pairs.tsv", "format": "tsv"},
+        "kinds": ["data", "model", "data_shuffled+gap@10"],
+    }
+    with pytest.raises(ValidationError, match="for language models"):
+        StudyConfig.model_validate(seq2seq)
+    ratings = {**MINIMAL, "type": "ratings", "kinds": ["data", "model", "data_shuffled+gap@10"]}
+    with pytest.raises(ValidationError, match="not made yet"):
+        StudyConfig.model_validate(ratings)
 
 
 def test_study_round_trips_through_the_table(session):

@@ -49,14 +49,15 @@ def test_diagnostics_json_is_the_service_table(client, session, study, auth):
         "synthetic:gd",
         "synthetic:word_gd",
     }
-    gap = next(
+    corrupted = next(
         row
         for row in doc["rows"]
         if row["source"] == "people" and row["kind"] == "model_corrupted@0.5"
     )
-    assert gap["gap_reference"] == "model" and gap["c"] == 0.5 and gap["gap"] > 0
+    assert corrupted["ratio_name"] == "corruption_ratio" and corrupted["c"] == 0.5
+    assert corrupted["ratio_reference"] == "model" and corrupted["ratio"] > 0
     plain = next(row for row in doc["rows"] if row["kind"] == "random")
-    assert plain["gap"] is None and plain["gap_reference"] is None  # NaN -> null
+    assert plain["ratio"] is None and plain["ratio_reference"] is None  # NaN -> null
 
 
 def test_diagnostics_csv_and_plot_are_audited_downloads(client, session, study, auth):
@@ -88,11 +89,12 @@ def test_results_json_has_the_synthetic_key(client, session, study, auth):
     assert {c["kind"] for c in syn["cells"]} == set(study.kinds)
     assert [row["length"] for row in syn["ebc"]] == [5, 10]
     assert set(syn["ebc"][0]["ebc"]) == {"tv", "js", "gd", "word_gd"}
-    assert {(g["kind"], g["reference_kind"]) for g in syn["gaps"]} == {
+    assert {(g["kind"], g["reference_kind"]) for g in syn["corruption_ratios"]} == {
         ("data_corrupted@0.5", "data"),
         ("model_corrupted@0.5", "model"),
     }
-    assert len(syn["gaps"]) == 2 * 2 * 4  # kinds x lengths x metrics
+    assert len(syn["corruption_ratios"]) == 2 * 2 * 4  # kinds x lengths x metrics
+    assert syn["ebc_gap"] == []  # no gap kind
     StudyFactory(session, "plain")
     session.commit()
     assert (
@@ -132,7 +134,7 @@ def test_openapi_documents_the_diagnostics(client):
     assert set(files["responses"]["200"]["content"]) == {"text/csv", "image/svg+xml", "image/png"}
     schemas = doc["components"]["schemas"]
     nullable = [{"type": "number"}, {"type": "null"}]
-    assert schemas["DiagnosticRow"]["properties"]["gap"]["anyOf"] == nullable
+    assert schemas["DiagnosticRow"]["properties"]["ratio"]["anyOf"] == nullable
     assert schemas["SyntheticFigure"]["properties"]["estimate"]["anyOf"] == nullable
     synthetic = schemas["ResultsOut"]["properties"]["synthetic"]
     assert {"type": "null"} in synthetic["anyOf"]

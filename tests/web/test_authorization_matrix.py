@@ -93,6 +93,8 @@ EXPECTED: dict[tuple[str, str], dict[str, int] | str] = {
     ("GET", "/api/v1/studies/{slug}/results"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/results/diagnostics"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/results/diagnostics.{fmt}"): API_STUDY,
+    ("GET", "/api/v1/studies/{slug}/results/recovery"): API_STUDY,
+    ("GET", "/api/v1/studies/{slug}/results/recovery.{fmt}"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/results.csv"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/results.tex"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/plot.{fmt}"): API_STUDY,

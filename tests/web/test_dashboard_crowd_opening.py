@@ -69,7 +69,7 @@ def test_who_may_take_part_is_shown_before_publishing(logged_in, session):
     r = _page(logged_in, "main")
     text = unescape(r.text)
     assert 'id="prescreeners"' in r.text and "first_languages" in text and "95" in text
-    assert "pilot" in text and "previous-studies filter" in text
+    assert "pilot" in text and "previous-studies blocklist" in text
     assert "No study is called ghost" in text
     turk = unescape(_page(logged_in, "main", "?provider=mturk").text)
     assert "qualification also keeps them" in turk and "1 earlier worker " in turk

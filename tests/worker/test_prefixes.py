@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from app.precompute.datasets import DatasetError
+from app.studies.kinds import parse_kind
 from worker.prefixes import (
     PrefixSpec,
     get_token_classes,
     item_seed,
     make_items,
-    parse_kind,
     stable_seed,
 )
 from worker.sampling import sample_tokens

@@ -36,13 +36,17 @@ def upgrade() -> None:
     op.add_column("assignments", sa.Column("page_signals", sa.JSON(), nullable=True))
 
 
+_ADDED = {
+    "assignments": ("page_signals", "comment"),
+    "annotators": ("commented_at", "comment", "consented_at"),
+    "studies": ("participants",),
+}
+
+
 def downgrade() -> None:
-    with op.batch_alter_table("assignments") as batch:
-        batch.drop_column("page_signals")
-        batch.drop_column("comment")
-    with op.batch_alter_table("annotators") as batch:
-        batch.drop_column("commented_at")
-        batch.drop_column("comment")
-        batch.drop_column("consented_at")
-    with op.batch_alter_table("studies") as batch:
-        batch.drop_column("participants")
+    # In place, as in 0004 and 0008: on SQLite a batch-mode copy of `annotators` drops the old
+    # table, and with foreign keys on that deletes every assignment through ON DELETE CASCADE.
+    # ALTER TABLE ... DROP COLUMN works in place on SQLite >= 3.35 and on PostgreSQL.
+    for table, columns in _ADDED.items():
+        for column in columns:
+            op.drop_column(table, column)

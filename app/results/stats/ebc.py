@@ -21,7 +21,7 @@ Exclusions (blocked annotators, failed attention checks, too-fast answers) are a
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
@@ -33,13 +33,22 @@ from .bootstrap import bca_interval, percentile_interval, resample_cluster_total
 from .cluster import WildRatio, effective_clusters, jackknife_t, wild_ratio
 from .columns import DATA_KIND, MODEL_KIND, Kind, cells, codes, unique_inverse
 from .figure import Figure
+from .sequential import anytime_interval, half_width, holm, stop_now
+from .twoway import (
+    TWOWAY_TEST_METHOD,
+    TWOWAY_TEST_NULL,
+    LogForms,
+    detect_design,
+    onecell_sums,
+    twoway,
+)
 
 FEW_ANNOTATORS = 30
 """Below this *effective* number of annotators (:func:`effective_clusters`) a figure's
 interval and test are flagged as unreliable."""
 
 Estimator = Literal["single", "plurality"]
-Unit = Literal["annotator", "twoway", "hit", "item"]
+Unit = Literal["auto", "annotator", "twoway", "hit", "item"]
 CiMethod = Literal["wild", "percentile", "bca"]
 
 TEST_NULL = "population EB-C = 1, annotators as the sampled unit"
@@ -49,7 +58,9 @@ INTERVAL_LABELS = {
     "(leave one cluster out) t interval with G_eff - 1 degrees of freedom",
     "percentile": "percentile cluster bootstrap",
     "bca": "BCa cluster bootstrap",
-    "cgm": "Cameron-Gelbach-Miller two-way variance, normal interval on the log scale",
+    "cgm": "two-way (annotator x item): Cameron-Gelbach-Miller variance with the annotator "
+    "part by leave-one-annotator-out jackknife, t interval with min(G_eff annotators, "
+    "G_eff items) - 1 degrees of freedom (on the log scale for ratios)",
 }
 """What each interval method is, in words (``EBCResults.interval``)."""
 
@@ -96,7 +107,8 @@ class Quantity:
     """One reported number with its uncertainty.
 
     ``name`` is ``"cgd"`` (one cell), ``"ebc"`` (model over data at one length),
-    ``"ratio"`` (a diagnostic kind over data at one length) or ``"trend"`` (slope of
+    ``"ratio"`` (a diagnostic kind over data at one length), ``"ebc_gap"`` (a gap kind at
+    length l over data at ``reference_length`` = l + g: EB-C_gap) or ``"trend"`` (slope of
     ``ln EB-C`` per word of prefix length, OLS over the lengths).
 
     ``estimate, se, low, high`` come from the chosen method (``method``): ``"wild"``
@@ -111,12 +123,19 @@ class Quantity:
     annotators and clusters that enter the number. ``n_effective`` is the effective
     number of annotators, ``(sum_g n_g)^2 / sum_g n_g^2`` over the judgments ``n_g``
     each annotator contributes (:func:`effective_clusters`); ``few_annotators`` warns
-    when it is below 30. ``p_value``: for a ratio, the wild cluster bootstrap test of
-    ratio = 1 with annotators as the sampled unit (whatever the resampling unit); for
-    the trend under the default, the jackknife t test of slope = 0; NaN otherwise.
+    when it is below 30. ``p_value``: for a ratio, the test of ratio = 1 by the interval's
+    own unit (the wild cluster bootstrap by annotator, HIT or item; the two-way t test
+    when the unit is ``twoway``); for the trend under the default or two-way, the t test
+    of slope = 0; NaN otherwise. ``p_holm``: ``p_value`` Holm-adjusted over the lengths
+    (the family: one kind's ratios over data at every length; NaN for a CGD and the
+    trend). ``av_low``, ``av_high``: for a ratio, the anytime-valid interval (asymptotic
+    confidence sequence over annotators, :mod:`.sequential`), "valid however often you
+    look"; ``av_half_width`` its ``(high - low) / 2`` for the stop rule
+    (:func:`~.sequential.stop_now`). ``low``/``high`` are valid at the planned n (one
+    look).
     """
 
-    name: Literal["cgd", "ebc", "ratio", "trend"]
+    name: Literal["cgd", "ebc", "ratio", "ebc_gap", "trend"]
     length: int | None
     kind: Kind | None
     reference_kind: Kind | None
@@ -138,6 +157,15 @@ class Quantity:
     few_annotators: bool
     n_effective: Figure = float("nan")
     p_value: Figure = float("nan")
+    reference_length: int | None = None  # a ratio's denominator cell's length
+    p_holm: Figure = float("nan")
+    av_low: Figure = float("nan")
+    av_high: Figure = float("nan")
+    av_half_width: Figure = float("nan")
+
+
+RATIO_NAMES = ("ebc", "ratio", "ebc_gap")
+"""The quantities that are ratios of two cells' CGDs (their intervals and tests are a ratio's)."""
 
 
 @dataclass(frozen=True)
@@ -145,11 +173,15 @@ class ClusterTest:
     """The headline test of EB-C = 1 at one length (``length=None``: pooled over the
     lengths, ``sum of model sums / model counts`` over ``sum of data ...``).
 
-    ``statistic`` is the cluster-robust t of ``CGD(model) - CGD(data)``; ``p_value``
-    two-sided, ``p_greater`` for EB-C > 1, from ``b`` wild cluster bootstrap draws
-    (:func:`wild_ratio`); ``low``/``high`` its inversion at ``level`` (the same
-    interval as the EB-C figure when the unit is the annotator and the method
-    ``wild``). ``null`` and ``method`` say it in words.
+    By the unit of the intervals (``method``, ``null`` say it in words): with annotators
+    (or HITs, items) as the unit, ``statistic`` is the cluster-robust t of ``CGD(model) -
+    CGD(data)``; ``p_value`` two-sided, ``p_greater`` for EB-C > 1, from ``b`` wild
+    cluster bootstrap draws (:func:`wild_ratio`); ``low``/``high`` its inversion at
+    ``level``. Two-way (crossed designs): the t test of ``ln EB-C = 0`` with the two-way
+    SE (:mod:`.twoway`), ``low``/``high`` the matching t interval. Either way the interval
+    excludes 1 exactly when ``p_value <= 1 - level``. ``p_holm``: Holm-adjusted over the
+    lengths (NaN for the pooled test, a headline and not a member of the family);
+    ``av_low``/``av_high``: the anytime-valid interval (:mod:`.sequential`).
     """
 
     length: int | None
@@ -166,6 +198,9 @@ class ClusterTest:
     few_annotators: bool
     null: str = TEST_NULL
     method: str = TEST_METHOD
+    p_holm: Figure = float("nan")
+    av_low: Figure = float("nan")
+    av_high: Figure = float("nan")
 
 
 @dataclass(frozen=True)
@@ -173,9 +208,15 @@ class EBCResults:
     """CGD per cell, EB-C and diagnostic ratios per length, and the trend.
 
     ``unit`` is what was resampled (``annotator``, ``hit``, ``item``) or ``twoway``
-    (Cameron-Gelbach-Miller variance, annotator x item); ``interval`` says the method in
-    words. ``tests`` are the headline tests of EB-C = 1 (per length, and pooled when
-    there are several), always with annotators as the sampled unit. ``n_effective`` is
+    (annotator x item, :mod:`.twoway`), after ``auto`` was resolved by the design;
+    ``interval`` says the method in words. ``design`` (``nested`` or ``crossed``),
+    ``design_reason`` (a sentence) and ``shared_share`` (share of judgments on items
+    several annotators judged) are :func:`~.twoway.detect_design`'s. ``tests`` are the
+    headline tests of EB-C = 1 (per length, and pooled when there are several) by the
+    intervals' unit; ``secondary_tests`` the wild annotator-only tests with their
+    intervals when the unit is not the annotator (labelled secondary); ``multiplicity``
+    says, with several lengths, which figures are the headline and how the per-length
+    p-values are adjusted. ``n_effective`` is
     the effective number of annotators over all judgments; ``few_annotators`` is set
     when any figure's effective number is below 30. ``bootstrap_ebc`` keeps the
     resampled EB-C values of a pairs bootstrap (``B x n_lengths``; ``None`` for
@@ -201,6 +242,11 @@ class EBCResults:
     interval: str = ""
     tests: list[ClusterTest] = field(default_factory=list)
     bootstrap_ebc: np.ndarray | None = field(default=None, repr=False, compare=False)
+    design: str = "nested"
+    design_reason: str = ""
+    shared_share: float = 0.0
+    secondary_tests: list[ClusterTest] = field(default_factory=list)
+    multiplicity: str = ""
 
     def ebc(self, length: int) -> Quantity:
         """The EB-C quantity at ``length`` (KeyError when the length has no EB-C)."""
@@ -208,6 +254,12 @@ class EBCResults:
             if q.name == "ebc" and q.length == length:
                 return q
         raise KeyError(length)
+
+    def stop(self, h: float) -> bool:
+        """The stop rule (:func:`~.sequential.stop_now`): every EB-C's anytime-valid
+        interval has a half-width of at most ``h``."""
+        ebc = [q for q in self.ratios if q.name == "ebc"]
+        return stop_now([q.av_low for q in ebc], [q.av_high for q in ebc], h)
 
     def cell(self, length: int, kind: int) -> Quantity:
         for q in self.cgd:
@@ -292,15 +344,19 @@ def _totals(g: np.ndarray, cell: np.ndarray, v: np.ndarray, n_cells: int) -> np.
 
 
 def _quantity_matrix(
-    cells: np.ndarray, data_kind: int, model_kind: int
+    cells: np.ndarray, data_kind: int, model_kind: int, gaps: Mapping[int, int] | None = None
 ) -> tuple[np.ndarray, list[tuple], np.ndarray]:
     """Every reported quantity as a linear map of ``ln CGD`` per cell.
 
-    Rows: ``ln CGD_j`` for each cell; ``ln CGD_(l,k) - ln CGD_(l,data)`` for each
-    length and non-data kind; the OLS slope ``sum_l c_l ln EB-C_l`` with
-    ``c_l = (l - mean l) / sum (l - mean l)^2`` when two or more lengths have EB-C.
-    Returns ``(A, labels, exp_scale)``; ``exp_scale`` marks rows reported as ``exp``.
+    Rows: ``ln CGD_j`` for each cell; ``ln CGD_(l,k) - ln CGD_(l,data)`` for each length and
+    non-data kind, but a gap kind (``gaps``: its code -> g), whose row is ``ln CGD_(l,k) - ln
+    CGD_(l+g,data)`` (EB-C_gap, where that data cell exists); the OLS slope ``sum_l c_l ln
+    EB-C_l`` with ``c_l = (l - mean l) / sum (l - mean l)^2`` when two or more lengths have
+    EB-C.
+    Returns ``(A, labels, exp_scale)``; ``exp_scale`` marks rows reported as ``exp``; a
+    label is (name, length, kind, reference kind, reference length).
     """
+    gaps = gaps or {}
     n_cells = cells.shape[0]
     rows: list[np.ndarray] = []
     labels: list[tuple] = []
@@ -308,7 +364,7 @@ def _quantity_matrix(
         r = np.zeros(n_cells)
         r[j] = 1.0
         rows.append(r)
-        labels.append(("cgd", int(length), int(kind), None))
+        labels.append(("cgd", int(length), int(kind), None, None))
     index = {(int(a), int(b)): j for j, (a, b) in enumerate(cells)}
     ebc_rows: list[tuple[int, np.ndarray]] = []
     for length in np.unique(cells[:, 0]):
@@ -316,21 +372,28 @@ def _quantity_matrix(
         if ref is None:
             continue
         for kind in np.unique(cells[cells[:, 0] == length, 1]):
-            if kind == data_kind:
+            if kind == data_kind or int(kind) in gaps:
                 continue
             r = np.zeros(n_cells)
             r[index[(int(length), int(kind))]] += 1.0
             r[ref] -= 1.0
             rows.append(r)
             name = "ebc" if kind == model_kind else "ratio"
-            labels.append((name, int(length), int(kind), data_kind))
+            labels.append((name, int(length), int(kind), data_kind, int(length)))
             if kind == model_kind:
                 ebc_rows.append((int(length), r))
+    for (length, kind), j in index.items():  # EB-C_gap: over data at l + g
+        ref = index.get((length + gaps.get(kind, 0), data_kind))
+        if kind in gaps and ref is not None:
+            r = np.zeros(n_cells)
+            r[j], r[ref] = 1.0, -1.0
+            rows.append(r)
+            labels.append(("ebc_gap", length, kind, data_kind, length + gaps[kind]))
     if len(ebc_rows) >= 2:
         ls = np.array([length for length, _ in ebc_rows], dtype=float)
         c = (ls - ls.mean()) / np.sum((ls - ls.mean()) ** 2)
         rows.append(sum(ci * r for ci, (_, r) in zip(c, ebc_rows, strict=True)))
-        labels.append(("trend", None, model_kind, data_kind))
+        labels.append(("trend", None, model_kind, data_kind, None))
     a = np.array(rows)
     exp_scale = np.array([lab[0] != "trend" for lab in labels])
     return a, labels, exp_scale
@@ -448,9 +511,9 @@ class _Fit:
     counted: dict[int, np.ndarray] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, des: _Design, data_kind: int, model_kind: int) -> _Fit:
+    def of(cls, des: _Design, data_kind: int, model_kind: int, gaps=None) -> _Fit:
         n_cells = des.cells.shape[0]
-        a, labels, exp_scale = _quantity_matrix(des.cells, data_kind, model_kind)
+        a, labels, exp_scale = _quantity_matrix(des.cells, data_kind, model_kind, gaps)
         tot_s = np.bincount(des.cell, weights=des.y, minlength=n_cells)
         tot_n = np.bincount(des.cell, weights=des.w, minlength=n_cells)
         est = _theta(tot_s, tot_n, a, exp_scale)
@@ -464,7 +527,8 @@ class _Fit:
         return self.des.cells.shape[0]
 
     def named(self, *names: str) -> np.ndarray:
-        """Which quantities are named one of `names` ("cgd", "ebc", "ratio", "trend")."""
+        """Which quantities are named one of `names` ("cgd", "ebc", "ratio", "ebc_gap",
+        "trend")."""
         return np.array([lab[0] in names for lab in self.labels])
 
     def rows(self, *names: str) -> list[int]:
@@ -555,7 +619,7 @@ class _Headline:
         # them whatever the resampling unit.
         s_a, n_a = fit.totals(fit.des.annotator)
         n_eff = effective_clusters(n_a @ fit.involved.T)
-        ratio_rows, ebc_rows = fit.rows("ebc", "ratio"), fit.rows("ebc")
+        ratio_rows, ebc_rows = fit.rows(*RATIO_NAMES), fit.rows("ebc")
         num = np.where(fit.a[ratio_rows] > 0, 1.0, 0.0)
         den = np.where(fit.a[ratio_rows] < 0, 1.0, 0.0)
         pooled = len(ebc_rows) >= 2
@@ -571,12 +635,40 @@ class _Headline:
         p_value[self.ratio_rows] = self.tests.p_value[: len(self.ratio_rows)]
         return p_value
 
-    def cluster_tests(self, fit: _Fit, level: float, b: int) -> list[ClusterTest]:
+    def forms(self, fit: _Fit) -> LogForms:
+        """Every quantity of `fit` (the rows of its ``a``), then the pooled EB-C when
+        there is one, as log-linear forms (:class:`~.twoway.LogForms`)."""
+        n_cells = fit.n_cells
+        groups, coef = np.eye(n_cells), fit.a
+        if self.pooled:
+            groups = np.vstack([groups, self.num[-1], self.den[-1]])
+            coef = np.hstack([coef, np.zeros((coef.shape[0], 2))])
+            coef = np.vstack([coef, np.r_[np.zeros(n_cells), 1.0, -1.0]])
+        return LogForms(groups, coef)
+
+    def test_rows(self, fit: _Fit) -> list[int]:
+        """The forms' rows of the ratios, then of the pooled EB-C: the order of the
+        tests' arrays (:class:`WildRatio`)."""
+        return self.ratio_rows + ([len(fit.labels)] if self.pooled else [])
+
+    def cluster_tests(
+        self, fit: _Fit, level: float, b: int, tests: WildRatio, extra: _Extra | None = None
+    ) -> list[ClusterTest]:
+        """One test per length with an EB-C, then the pooled one, from `tests` (arrays in
+        :meth:`test_rows` order), with the Holm and anytime-valid figures of `extra`."""
         out = []
-        tests, ratio_rows = self.tests, self.ratio_rows
+        ratio_rows = self.ratio_rows
+        method, null = (extra.method, extra.null) if extra else (TEST_METHOD, TEST_NULL)
         for k in self.ebc_rows + ([None] if self.pooled else []):
             row = ratio_rows.index(k) if k is not None else len(ratio_rows)
             ge = float(tests.n_effective[row])
+            more = {}
+            if extra is not None:
+                more = {
+                    "p_holm": float(extra.p_holm[row]),
+                    "av_low": float(extra.av_low[row]),
+                    "av_high": float(extra.av_high[row]),
+                }
             out.append(
                 ClusterTest(
                     length=fit.labels[k][1] if k is not None else None,
@@ -591,6 +683,9 @@ class _Headline:
                     n_annotators=int(tests.n_clusters[row]),
                     n_effective=ge,
                     few_annotators=not ge >= FEW_ANNOTATORS,
+                    null=null,
+                    method=method,
+                    **more,
                 )
             )
         return out
@@ -598,7 +693,9 @@ class _Headline:
 
 class _Bars(NamedTuple):
     """Each quantity's error bar by one method, its delta-method cross-check, its
-    p-value, the clusters that enter it, and the bootstrap's EB-C draws (if any)."""
+    p-value, the clusters that enter it, and the bootstrap's EB-C draws (if any); the
+    headline tests by the same unit (:meth:`_Headline.test_rows` order) with their labels,
+    and (two-way) the SE of ``ln`` of each tested ratio."""
 
     se: np.ndarray
     low: np.ndarray
@@ -610,46 +707,92 @@ class _Bars(NamedTuple):
     n_clust: np.ndarray
     p_value: np.ndarray
     boot_ebc: np.ndarray | None = None
+    tests: WildRatio | None = None
+    test_method: str = TEST_METHOD
+    test_null: str = TEST_NULL
+    se_log_tested: np.ndarray | None = None
 
 
-def _twoway_bars(fit: _Fit, p_value: np.ndarray, level: float, notes: list[str]) -> _Bars:
-    """Cameron-Gelbach-Miller: ``V = V_annotator + V_item - V_annotator∩item`` (its
-    fallback warned in `notes`), a normal interval on the log scale."""
-    des = fit.des
-    v_a = fit.var_by(des.annotator)
-    v_i = fit.var_by(des.item)
-    pair = des.annotator.astype(np.int64) * (int(des.item.max()) + 1) + des.item
-    v_ai = fit.var_by(codes(pair)[0])
-    var_log = v_a + v_i - v_ai
-    bad = ~(var_log > 0)
-    if np.any(bad & np.isfinite(var_log)):
+def _wild_labels(unit: str) -> tuple[str, str]:
+    """The method and null of the wild cluster bootstrap test by `unit`, in words."""
+    plural = {"annotator": "annotators", "hit": "HITs", "item": "items"}[unit]
+    return (
+        TEST_METHOD.replace("clustered by annotator", f"clustered by {unit}"),
+        TEST_NULL.replace("annotators as", f"{plural} as"),
+    )
+
+
+def _twoway_bars(
+    fit: _Fit, head: _Headline, forms: LogForms, level: float, notes: list[str]
+) -> _Bars:
+    """Two-way (annotator x item) SEs, t intervals and tests (:func:`~.twoway.twoway`);
+    its fallback warned in `notes`. A CGD's interval is linear (cut to [0, 1]), a
+    ratio's is on the log scale, the trend's on its own (log-ratio per word) scale."""
+    des, n_cells = fit.des, fit.n_cells
+    item_sums = onecell_sums(des.item, des.cell, des.y, des.w, n_cells)
+    pair = codes(des.annotator.astype(np.int64) * (int(des.item.max()) + 1) + des.item)[0]
+    pair_sums = onecell_sums(pair, des.cell, des.y, des.w, n_cells)
+    tw = twoway(forms, fit.tot_s, fit.tot_n, head.s_a, head.n_a, item_sums, pair_sums, level)
+    if tw.fallback.any():
         notes.append(
             "two-way variance not positive for some quantities; used max(V_annotator, V_item) there"
         )
-    var_log = np.where(bad, np.maximum(v_a, v_i), var_log)
-    se, low, high = fit.delta(var_log, level)
-    d_se, d_low, d_high = fit.delta(v_a, level)
+    nq = len(fit.labels)
+    est, q_hat, exp_scale = fit.est, fit.q_hat, fit.exp_scale
+    se_log, tq = tw.se[:nq], tw.tq[:nq]
+    is_cgd = fit.named("cgd")
+    with _quiet_nan():
+        se = np.where(exp_scale, est * se_log, se_log)
+        low_log, high_log = q_hat - tq * se_log, q_hat + tq * se_log
+        low = np.where(
+            is_cgd, np.maximum(est - tq * se, 0.0), np.where(exp_scale, np.exp(low_log), low_log)
+        )
+        high = np.where(
+            is_cgd, np.minimum(est + tq * se, 1.0), np.where(exp_scale, np.exp(high_log), high_log)
+        )
+        pos = head.test_rows(fit)
+        half = tw.tq[pos] * tw.se[pos]
+        tests = WildRatio(
+            estimate=np.exp(tw.est[pos]),
+            statistic=tw.statistic[pos],
+            p_value=tw.p_value[pos],
+            p_greater=tw.p_greater[pos],
+            low=np.exp(tw.est[pos] - half),
+            high=np.exp(tw.est[pos] + half),
+            n_clusters=head.tests.n_clusters,
+            n_effective=head.tests.n_effective,
+            b=head.tests.b,
+            null=1.0,
+        )
+    p_value = np.where(is_cgd, np.nan, tw.p_value[:nq])
+    d_se, d_low, d_high = fit.delta(fit.var_log(head.s_a, head.n_a), level)
     n_clust = fit.n_present(des.annotator)
-    return _Bars(se, low, high, d_se, d_low, d_high, "cgm", n_clust, p_value)
+    return _Bars(
+        se, low, high, d_se, d_low, d_high, "cgm", n_clust, p_value, None,
+        tests, TWOWAY_TEST_METHOD, TWOWAY_TEST_NULL, tw.se[pos],
+    )  # fmt: skip
 
 
 def _wild_bars(
     fit: _Fit, head: _Headline, p_value: np.ndarray, unit: str, b: int, seed, level: float
 ) -> _Bars:
-    """A ratio's interval inverts the wild cluster bootstrap-t test by `unit`; a CGD's and
-    the trend's is the jackknife t interval with ``G_eff - 1`` degrees of freedom."""
+    """A ratio's interval inverts the wild cluster bootstrap-t test by `unit` (whose
+    p-values are the ratios'); a CGD's and the trend's is the jackknife t interval with
+    ``G_eff - 1`` degrees of freedom."""
     cluster = fit.unit(unit)
     if unit == "annotator":
         s_g, n_g, wild = head.s_a, head.n_a, head.tests
     else:
         s_g, n_g = fit.totals(cluster)
         wild = wild_ratio(s_g, n_g, head.num, head.den, b=b, seed=seed, level=level)
+        p_value = p_value.copy()
+        p_value[head.ratio_rows] = wild.p_value[: len(head.ratio_rows)]
     est, ratio_rows = fit.est, head.ratio_rows
     counts_q = n_g @ fit.involved.T
     with _quiet_nan():
         jack = _theta(fit.tot_s - s_g, fit.tot_n - n_g, fit.a, fit.exp_scale)
         # Symmetric scale: ln of a ratio; a CGD and the (log-scale) slope as they are.
-        is_ratio = fit.named("ebc", "ratio")
+        is_ratio = fit.named(*RATIO_NAMES)
         sym = np.where(is_ratio, np.log(est), est)
         jack = np.where(is_ratio, np.log(jack), jack)
         se_sym, tq, p_jack = jackknife_t(
@@ -657,15 +800,27 @@ def _wild_bars(
         )
         se = np.where(is_ratio, est * se_sym, se_sym)
         low, high = sym - tq * se_sym, sym + tq * se_sym
-        # A CGD is a share: its interval is cut to [0, 1] (coverage is unchanged).
+        # A CGD is a share: its interval is cut to [0, 1] (coverage is unchanged) ...
         is_cgd = fit.named("cgd")
         low = np.where(is_cgd, np.maximum(low, 0.0), low)
         high = np.where(is_cgd, np.minimum(high, 1.0), high)
+        # ... and, when its estimate is inside (0, 1), the jackknife t interval on the
+        # logit scale: annotators' shares are skewed, and with 8 annotators the linear
+        # interval covered 91-92% (issue 32), the logit one more (docs/statistics.md).
+        lg, lg_jack = special.logit(est), special.logit(jack)
+        se_lg, _, _ = jackknife_t(lg, lg_jack, counts_q > 0, np.ones(est.size), level)
+        inside = is_cgd & np.isfinite(lg) & np.isfinite(se_lg)
+        low = np.where(inside, special.expit(lg - tq * se_lg), low)
+        high = np.where(inside, special.expit(lg + tq * se_lg), high)
     low[ratio_rows] = wild.low[: len(ratio_rows)]
     high[ratio_rows] = wild.high[: len(ratio_rows)]
     p_value = np.where(fit.named("trend"), p_jack, p_value)
     d_se, d_low, d_high = fit.delta(fit.var_log(s_g, n_g), level)
-    return _Bars(se, low, high, d_se, d_low, d_high, "wild", fit.n_present(cluster), p_value)
+    method, null = _wild_labels(unit)
+    return _Bars(
+        se, low, high, d_se, d_low, d_high, "wild", fit.n_present(cluster), p_value, None,
+        wild, method, null,
+    )  # fmt: skip
 
 
 def _bootstrap_bars(
@@ -680,12 +835,16 @@ def _bootstrap_bars(
     notes: list[str],
 ) -> _Bars:
     """The pairs cluster bootstrap by `unit`: percentile or BCa intervals, the SE the
-    resamples' sd (resamples that left a cell empty dropped, and said in `notes`)."""
+    resamples' sd (resamples that left a cell empty dropped, and said in `notes`); the
+    ratios' p-values from the wild test by the same unit."""
     cluster = fit.unit(unit)
     if unit == "annotator":
-        s_g, n_g = head.s_a, head.n_a
+        s_g, n_g, wild = head.s_a, head.n_a, head.tests
     else:
         s_g, n_g = fit.totals(cluster)
+        wild = wild_ratio(s_g, n_g, head.num, head.den, b=b, seed=seed, level=None)
+        p_value = p_value.copy()
+        p_value[head.ratio_rows] = wild.p_value[: len(head.ratio_rows)]
     a, exp_scale = fit.a, fit.exp_scale
     s_b, n_b = resample_cluster_totals(s_g, n_g, b, seed)
     theta_b = _theta(s_b, n_b, a, exp_scale)
@@ -706,7 +865,46 @@ def _bootstrap_bars(
         )
     boot_ebc = theta_b[:, fit.rows("ebc")]
     n_clust = fit.n_present(cluster)
-    return _Bars(se, low, high, d_se, d_low, d_high, ci, n_clust, p_value, boot_ebc)
+    method, null = _wild_labels(unit)
+    return _Bars(
+        se, low, high, d_se, d_low, d_high, ci, n_clust, p_value, boot_ebc, wild, method, null
+    )
+
+
+class _Extra(NamedTuple):
+    """Per tested ratio (:meth:`_Headline.test_rows` order): Holm-adjusted p-values and
+    the anytime-valid interval; the headline tests' labels."""
+
+    p_holm: np.ndarray
+    av_low: np.ndarray
+    av_high: np.ndarray
+    method: str
+    null: str
+
+
+def _extra(fit: _Fit, head: _Headline, forms: LogForms, bars: _Bars, level: float) -> _Extra:
+    """Holm over the lengths (per kind) and the anytime-valid interval of every ratio and
+    of the pooled EB-C (:mod:`.sequential`): the confidence sequence over annotators,
+    from the headline's SE of ``ln`` ratio when it is two-way, else the
+    leave-one-annotator-out jackknife's."""
+    pos = head.test_rows(fit)
+    with _quiet_nan():
+        est_log = forms.log_values(fit.tot_s, fit.tot_n)[pos]
+        se = bars.se_log_tested
+        if se is None:
+            jack = forms.log_values(fit.tot_s - head.s_a, fit.tot_n - head.n_a)[:, pos]
+            involved = (head.n_a @ forms.cells()[pos].T) > 0
+            se, _, _ = jackknife_t(est_log, jack, involved, np.ones(len(pos)), level)
+        t = head.tests.n_clusters.astype(float)
+        df = head.tests.n_effective - 1.0
+        av_low, av_high = anytime_interval(est_log, se, t, df=df, level=level)
+    p_holm = np.full(len(pos), np.nan)
+    kinds = np.array([fit.labels[k][2] for k in head.ratio_rows])
+    p_ratio = bars.p_value[head.ratio_rows]
+    for kind in np.unique(kinds):
+        which = np.flatnonzero(kinds == kind)
+        p_holm[which] = holm(p_ratio[which])
+    return _Extra(p_holm, av_low, av_high, bars.test_method, bars.test_null)
 
 
 def _few_note(fit: _Fit, head: _Headline, n_annot: np.ndarray, few: np.ndarray) -> str:
@@ -737,10 +935,19 @@ def _quantities(
     counts: tuple[np.ndarray, np.ndarray, np.ndarray],
     few: np.ndarray,
     level: float,
+    extra: _Extra,
 ) -> list[Quantity]:
     """Every quantity as reported: its estimate, error bar, cross-checks and counts
-    (``counts``: judgments, items, annotators that enter it)."""
+    (``counts``: judgments, items, annotators that enter it), and for a ratio its Holm
+    p-value and anytime-valid interval (`extra`)."""
     n_judg, n_items, n_annot = counts
+    nq = len(fit.labels)
+    p_holm, av_low, av_high = (np.full(nq, np.nan) for _ in range(3))
+    n_r = len(head.ratio_rows)
+    p_holm[head.ratio_rows] = extra.p_holm[:n_r]
+    av_low[head.ratio_rows] = extra.av_low[:n_r]
+    av_high[head.ratio_rows] = extra.av_high[:n_r]
+    av_half = half_width(av_low, av_high)
     method_of = {"cgd": "jackknife-t", "trend": "jackknife-t"} if bars.method == "wild" else {}
     return [
         Quantity(
@@ -766,6 +973,11 @@ def _quantities(
             few_annotators=bool(few[k]),
             n_effective=float(head.n_eff[k]),
             p_value=float(bars.p_value[k]),
+            reference_length=lab[4],
+            p_holm=float(p_holm[k]),
+            av_low=float(av_low[k]),
+            av_high=float(av_high[k]),
+            av_half_width=float(av_half[k]),
         )
         for k, lab in enumerate(fit.labels)
     ]
@@ -781,7 +993,7 @@ def estimate_ebc(
     *,
     choice: np.ndarray | None = None,
     estimator: Estimator = "single",
-    unit: Unit = "annotator",
+    unit: Unit = "auto",
     b: int = 10_000,
     ci: CiMethod = "wild",
     level: float = 0.95,
@@ -790,6 +1002,7 @@ def estimate_ebc(
     model_kind: int = MODEL_KIND,
     attention: np.ndarray | None = None,
     keep: np.ndarray | None = None,
+    gaps: Mapping[int, int] | None = None,
 ) -> EBCResults:
     """CGD per cell, EB-C (and each diagnostic kind over ``data``) per length, and the
     trend of ``ln EB-C`` over length, each with an error bar.
@@ -798,7 +1011,9 @@ def estimate_ebc(
         single:    ``CGD_j = sum_{r in j} d_r / n_j`` over judgments (the paper's).
         plurality: ``CGD_j = sum_{i in j} d_i / n_items_j`` with ``d_i`` from
                    :func:`plurality_by_item`.
-        ``EB-C_l = CGD_(l,model) / CGD_(l,data)``; diagnostic ratios likewise;
+        ``EB-C_l = CGD_(l,model) / CGD_(l,data)``; diagnostic ratios likewise; a gap
+        kind's (``gaps``: kind code -> g) ``EB-C_gap_l = CGD_(l,kind) / CGD_(l+g,data)``
+        (the later paper's App. A eq. 9), with a ratio's intervals and test;
         trend = OLS slope of ``ln EB-C_l`` on ``l`` (per word).
 
     Estimand: the population CGD and EB-C of :mod:`app.results.stats.cluster` (the
@@ -845,33 +1060,49 @@ def estimate_ebc(
     annotator bootstrap resamples annotators' shares of item values (a linearisation;
     prefer ``twoway`` or ``hit`` there).
     """
-    if unit not in ("annotator", "hit", "item", "twoway"):
+    if unit not in ("auto", "annotator", "hit", "item", "twoway"):
         raise ValueError(f"unknown unit {unit!r}")
     if ci not in ("wild", "percentile", "bca"):
         raise ValueError(f"unknown interval method {ci!r}")
     des = _design(d, length, kind, annotator, hit, item, choice, estimator, attention, keep)
-    fit = _Fit.of(des, data_kind, model_kind)
+    crossing = detect_design(des.item, des.annotator)
+    notes: list[str] = []
+    if unit == "auto":
+        unit = "twoway" if crossing.design == "crossed" else "annotator"
+    elif crossing.design == "crossed" and unit != "twoway":
+        notes.append(
+            f"the design is crossed ({crossing.shared_share:.0%} of the judgments on items "
+            f"several annotators judged) but the unit is {unit}: these intervals and tests "
+            "ignore that items are shared and reject a true EB-C = 1 too often; the "
+            "default (unit auto) makes them two-way"
+        )
+    fit = _Fit.of(des, data_kind, model_kind, gaps)
     n_judg = fit.involved @ np.bincount(des.cell, minlength=fit.n_cells)
     n_items = fit.n_present(des.item)
     n_annot = fit.n_present(des.annotator)
     iid_se = fit.iid_se()
-    notes: list[str] = []
+    # The annotator wild tests: the headline when the unit is the annotator, else the
+    # secondary one-way figures (with their inverted intervals).
     own_wild = unit == "annotator" and ci == "wild"
-    head = _Headline.of(fit, b=b, seed=seed, level=level if own_wild else None)
+    head_level = level if own_wild or unit != "annotator" else None
+    head = _Headline.of(fit, b=b, seed=seed, level=head_level)
+    forms = head.forms(fit)
     p_value = head.p_values(len(fit.labels))
     if unit == "twoway":
-        bars = _twoway_bars(fit, p_value, level, notes)
+        bars = _twoway_bars(fit, head, forms, level, notes)
     elif ci == "wild":
         bars = _wild_bars(fit, head, p_value, unit, b, seed, level)
     else:
         bars = _bootstrap_bars(fit, head, p_value, unit, ci, b, seed, level, notes)
+    extra = _extra(fit, head, forms, bars, level)
     few = ~(head.n_eff >= FEW_ANNOTATORS)
     if few.any():
         notes.append(_few_note(fit, head, n_annot, few))
     with np.errstate(invalid="ignore", divide="ignore"):
         deff = (bars.se / iid_se) ** 2
     counts = (n_judg, n_items, n_annot)
-    quantities = _quantities(fit, head, bars, iid_se, deff, counts, few, level)
+    quantities = _quantities(fit, head, bars, iid_se, deff, counts, few, level, extra)
+    secondary = head.cluster_tests(fit, level, b, head.tests) if unit != "annotator" else []
     return EBCResults(
         estimator=estimator,
         unit=unit,
@@ -885,20 +1116,35 @@ def estimate_ebc(
         n_clusters=int(fit.unit(unit).max()) + 1,
         few_annotators=bool(few.any()),
         cgd=[q for q in quantities if q.name == "cgd"],
-        ratios=[q for q in quantities if q.name in ("ebc", "ratio")],
+        ratios=[q for q in quantities if q.name in RATIO_NAMES],
         trend=next((q for q in quantities if q.name == "trend"), None),
         warnings=notes,
         n_effective=float(effective_clusters(head.n_a.sum(axis=1))),
         interval=INTERVAL_LABELS["cgm" if unit == "twoway" else ci],
-        tests=head.cluster_tests(fit, level, b),
+        tests=head.cluster_tests(fit, level, b, bars.tests, extra),
         bootstrap_ebc=bars.boot_ebc,
+        design=crossing.design,
+        design_reason=crossing.reason,
+        shared_share=crossing.shared_share,
+        secondary_tests=secondary,
+        multiplicity=_multiplicity(len(head.ebc_rows)),
+    )
+
+
+def _multiplicity(n_lengths: int) -> str:
+    if n_lengths < 2:
+        return ""
+    return (
+        f"{n_lengths} lengths: the pooled test over lengths and the trend are the headline; "
+        f"each length's test is one of {n_lengths}, so its p-value is also given "
+        "Holm-adjusted (p_holm), which keeps the chance of any false rejection at the level"
     )
 
 
 def _describe(label: tuple) -> str:
-    name, length, kind, _ = label
+    name, length, kind = label[:3]
     if name == "trend":
         return "the trend"
     if name == "cgd":
         return f"CGD at l={length} (kind {kind})"
-    return f"{'EB-C' if name == 'ebc' else 'a ratio'} at l={length}"
+    return f"{ {'ebc': 'EB-C', 'ebc_gap': 'EB-C_gap'}.get(name, 'a ratio') } at l={length}"

@@ -102,7 +102,12 @@ class KindTexts:
 
 @dataclass(frozen=True)
 class TextScore:
-    """Score ``score`` of the continuations after ``kind`` prefixes at ``length``."""
+    """Score ``score`` of the continuations after ``kind`` prefixes at ``length``.
+
+    ``degenerate`` (with ``degenerate_reason``, a sentence) flags a score that says
+    nothing (:func:`degenerate_reason`): the entropy stuck at its bound, or no spread
+    over the resamples; its ``se``, ``low`` and ``high`` are then NaN rather than a
+    zero-width interval."""
 
     length: int
     kind: str
@@ -113,11 +118,15 @@ class TextScore:
     high: Figure
     n: int  # continuations counted: with a data continuation, except for the entropy
     method: str  # the interval's
+    degenerate: bool = False
+    degenerate_reason: str = ""
 
 
 @dataclass(frozen=True)
 class EBMRatio:
-    """``f(data) / f(kind)`` at ``length``: EB-M when ``kind`` is ``model``."""
+    """``f(data) / f(kind)`` at ``length``: EB-M when ``kind`` is ``model``. Degenerate
+    (``se``, ``low``, ``high`` NaN, the reason said) when either score is, or the ratio
+    does not vary over the resamples."""
 
     length: int
     score: str
@@ -127,6 +136,8 @@ class EBMRatio:
     low: Figure
     high: Figure
     method: str
+    degenerate: bool = False
+    degenerate_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -271,6 +282,41 @@ def _log_dev(values: np.ndarray, factor: float) -> np.ndarray:
     return np.sqrt(factor) * (logs - np.nanmean(logs))
 
 
+ENTROPY_AT_BOUND = (
+    "every n-gram occurs once: the entropy is at its bound, the log of the number of "
+    "n-grams, and measures how much text there is, not how diverse it is (too few "
+    "continuations)"
+)
+NO_SPREAD = "the resamples do not vary (too few continuations): no interval can be given"
+
+
+def degenerate_reason(
+    name: str, point: float, se: float, entropy_bound: float | None = None
+) -> str:
+    """Why a score (or ratio) says nothing, or "": the entropy at its bound ``log(number
+    of n-grams)`` (every n-gram distinct: it then grows with the amount of text alone,
+    and a ratio of two such entropies is ~1 whatever the model does), or a finite value
+    whose resamples do not vary (``se == 0``: a zero-width interval such as ``[1, 1]``
+    would claim a precision the data do not have)."""
+    if (
+        name == "entropy"
+        and entropy_bound is not None
+        and np.isfinite(point)
+        and point >= entropy_bound - 1e-9
+    ):
+        return ENTROPY_AT_BOUND
+    if np.isfinite(point) and se == 0:
+        return NO_SPREAD
+    return ""
+
+
+def _flagged(figs: tuple[float, ...], reason: str) -> tuple[tuple[float, ...], dict]:
+    """The figures with their interval dropped when `reason` says they are degenerate."""
+    if not reason:
+        return figs, {}
+    return (figs[0], np.nan, np.nan, np.nan), {"degenerate": True, "degenerate_reason": reason}
+
+
 def _kind_scores(
     t: KindTexts, boot_m: np.ndarray, sub_m: np.ndarray
 ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
@@ -301,6 +347,8 @@ def _kind_scores(
     entropy = NgramEntropy(list(t.continuations))
     points["entropy"] = float(entropy.scores(np.ones((1, n)))[0])
     resampled["entropy"] = entropy.scores(sub_m)
+    total = float(entropy.counts.sum())
+    points["entropy_bound"] = float(np.log(total)) if total > 0 else np.nan
     return points, resampled
 
 
@@ -360,7 +408,11 @@ def ebm_scores(
                     figs = _percentile(point, vals, level)
                 n = n_all if name == "entropy" else n_ref
                 method = JACKKNIFE if name in SUBSAMPLED else BOOTSTRAP
-                scores.append(TextScore(length, kind, name, *figs, n=n, method=method))
+                why = degenerate_reason(name, figs[0], figs[1], points[kind]["entropy_bound"])
+                if why:
+                    warnings.append(f"l={length} {kind}: {SCORE_LABELS[name]}: {why}")
+                figs, flag = _flagged(figs, why)
+                scores.append(TextScore(length, kind, name, *figs, n=n, method=method, **flag))
         if DATA_KIND in texts:
             for kind in sorted(k for k in texts if k != DATA_KIND):
                 for name in SCORES:
@@ -373,7 +425,15 @@ def ebm_scores(
                     else:
                         figs = _percentile(point, ratio, level)
                     method = JACKKNIFE if name in SUBSAMPLED else BOOTSTRAP
-                    ratios.append(EBMRatio(length, name, kind, *figs, method=method))
+                    reasons = [
+                        degenerate_reason(name, points[k][name], 1.0, points[k]["entropy_bound"])
+                        for k in (DATA_KIND, kind)
+                    ]
+                    why = next((r for r in reasons if r), "") or degenerate_reason(
+                        name, figs[0], figs[1]
+                    )
+                    figs, flag = _flagged(figs, why)
+                    ratios.append(EBMRatio(length, name, kind, *figs, method=method, **flag))
         if DATA_KIND in texts and MODEL_KIND in texts:
             model, data = texts[MODEL_KIND], texts[DATA_KIND]
             shared = SharedBleu(list(model.continuations), list(data.continuations))
@@ -397,7 +457,9 @@ def ebm_scores(
 
 
 __all__ = [
+    "ENTROPY_AT_BOUND",
     "FEW_PROMPTS",
+    "NO_SPREAD",
     "SCORES",
     "SCORE_LABELS",
     "EBBleu",
@@ -405,6 +467,7 @@ __all__ = [
     "EBMScores",
     "KindTexts",
     "TextScore",
+    "degenerate_reason",
     "ebm_scores",
     "score_settings",
 ]

@@ -47,8 +47,10 @@ class SyntheticFigure:
     """One synthetic number for one metric.
 
     ``name`` is ``"cgd"`` (the mean of the metric over a cell's items), ``"ebc"``
-    (``CGD(model) / CGD(data)`` at one length) or ``"ratio"`` (``CGD(kind) /
-    CGD(reference_kind)`` at one length, e.g. the self-recovery gap). ``se`` is the sd
+    (``CGD(model) / CGD(data)`` at one length), ``"ratio"`` (``CGD(kind) /
+    CGD(reference_kind)`` at one length, e.g. a corrupted kind's corruption ratio) or
+    ``"ebc_gap"`` (a gap kind's ``CGD(kind, l) / CGD(data, reference_length)`` with
+    ``reference_length`` = l + g: EB-C_gap). ``se`` is the sd
     of the bootstrap values, ``low``/``high`` their percentile interval at ``level``.
     ``n_items`` counts the items that enter (both cells of a ratio); ``n_resamples`` the
     resamples whose value is finite (a ratio whose denominator resamples to 0 has none).
@@ -56,7 +58,7 @@ class SyntheticFigure:
     which is 1 (see `synthetic_ratio`).
     """
 
-    name: Literal["cgd", "ebc", "ratio"]
+    name: Literal["cgd", "ebc", "ratio", "ebc_gap"]
     metric: str
     length: int
     kind: Kind
@@ -68,6 +70,7 @@ class SyntheticFigure:
     level: float
     n_items: int
     n_resamples: int
+    reference_length: int | None = None
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,9 @@ def synthetic_ratio(num: float | np.ndarray, den: float | np.ndarray) -> np.ndar
     return np.where((num == 0) & (den == 0), 1.0, ebc_ratio(num, den))
 
 
-def _figure(name, metric, length, kind, ref, est, boot, level, n_items) -> SyntheticFigure:
+def _figure(
+    name, metric, length, kind, ref, est, boot, level, n_items, ref_length=None
+) -> SyntheticFigure:
     ok = np.isfinite(boot)
     finite = bool(np.isfinite(est))
     if finite and ok.sum() >= 2:
@@ -129,6 +134,7 @@ def _figure(name, metric, length, kind, ref, est, boot, level, n_items) -> Synth
         level=level,
         n_items=int(n_items),
         n_resamples=int(ok.sum()),
+        reference_length=ref_length,
     )
 
 
@@ -138,7 +144,7 @@ def synthetic_table(
     values: np.ndarray,
     *,
     metrics: Sequence[str] = METRICS,
-    pairs: Sequence[tuple[int, int]] = ((MODEL_KIND, DATA_KIND),),
+    pairs: Sequence[tuple[int, int] | tuple[int, int, int]] = ((MODEL_KIND, DATA_KIND),),
     b: int = 10_000,
     seed: int | None = 0,
     level: float = 0.95,
@@ -152,6 +158,8 @@ def synthetic_table(
     have it``; for each ``(num, den)`` in ``pairs`` and each length with both cells,
     ``R_m(l) = CGD_m(l, num) / CGD_m(l, den)`` -- a ratio of means, never a mean of
     ratios. The pair ``(model, data)`` is EB-C (named ``"ebc"``); the others ``"ratio"``.
+    A triple ``(num, den, g)`` is a gap kind's EB-C_gap (``"ebc_gap"``): ``CGD_m(l, num) /
+    CGD_m(l + g, den)``, for each length l whose l + g has the ``den`` cell.
     A ratio over a CGD of 0 is undefined (NaN, with a warning).
 
     Intervals: a stratified item bootstrap. Each of ``b`` resamples draws, in every cell
@@ -215,20 +223,22 @@ def synthetic_table(
 
     ratios: list[SyntheticFigure] = []
     for ln in sorted({int(v) for v in present[:, 0]}):
-        for num, den in pairs:
-            if (ln, num) not in means or (ln, den) not in means:
+        for pair in pairs:
+            num, den, g = (*pair, 0)[:3]
+            top, bottom = (ln, num), (ln + g, den)
+            if top not in means or bottom not in means:
                 continue
-            est = synthetic_ratio(means[(ln, num)], means[(ln, den)])
-            boot = synthetic_ratio(boots[(ln, num)], boots[(ln, den)])
-            name = "ebc" if (num, den) == (MODEL_KIND, DATA_KIND) else "ratio"
+            est = synthetic_ratio(means[top], means[bottom])
+            boot = synthetic_ratio(boots[top], boots[bottom])
+            name = "ebc_gap" if g else "ebc" if (num, den) == (MODEL_KIND, DATA_KIND) else "ratio"
             for m, metric in enumerate(metrics):
-                n = counts[(ln, num)][m] + counts[(ln, den)][m]
-                if means[(ln, den)][m] == 0 and means[(ln, num)][m] != 0:
+                n = counts[top][m] + counts[bottom][m]
+                if means[bottom][m] == 0 and means[top][m] != 0:
                     warnings.append(
                         f"l={ln}, {metric}: CGD({named(den)}) is 0, so "
                         f"CGD({named(num)}) / CGD({named(den)}) is undefined (null)"
                     )
-                fig = _figure(name, metric, ln, num, den, est[m], boot[:, m], level, n)
+                fig = _figure(name, metric, ln, num, den, est[m], boot[:, m], level, n, ln + g)
                 dropped = b - fig.n_resamples
                 if np.isfinite(fig.estimate) and dropped:
                     warnings.append(

@@ -15,6 +15,7 @@ from app.studytypes.nextword import diagnostics, planning
 from app.studytypes.nextword.downloads import CATALOGUE
 from app.studytypes.nextword.plot import diagnostics_plot, results_plot
 from app.studytypes.nextword.readable import interval_sentence
+from app.studytypes.nextword.recovery import recovery_from, recovery_plot
 
 ANSWERS_LABEL, ITEMS_LABEL = "Judgments", "Items"  # as the study page names them
 
@@ -48,9 +49,12 @@ def results_context(
     plot = None
     if res.results is not None:
         plot = base64.b64encode(results_plot(res, "svg")).decode()
-    diag_plot = None
+    diag_plot = recovery_svg = None
     if diag is not None:
         diag_plot = base64.b64encode(diagnostics_plot(diag, "svg")).decode()
+        rec = recovery_from(diag)
+        if rec.gap_curve or rec.corruption_curve:
+            recovery_svg = base64.b64encode(recovery_plot(rec, "svg")).decode()
     return {
         "study": study,
         "res": res,
@@ -62,7 +66,10 @@ def results_context(
         "planner": options,
         "diagnostics": diag,
         "diagnostics_plot": diag_plot,
-        "downloads": [n for n in CATALOGUE if diag or not n.startswith("diagnostics.")],
+        "recovery_plot": recovery_svg,
+        "downloads": [
+            n for n in CATALOGUE if diag or not n.startswith(("diagnostics.", "recovery."))
+        ],
     }
 
 

@@ -1,5 +1,6 @@
 """The papers' diagnostic curves (issue 14): CGD per prefix kind against prefix length,
-from people and from a reference model, in one table, with the self-recovery gaps.
+from people and from a reference model, in one table, with each row's ratio: a corrupted
+kind's corruption ratio and a gap kind's EB-C_gap (the later paper's self-recovery).
 
 One row per (source, kind, length): ``source`` is ``people`` (the judgments, with the
 estimator and the annotator-cluster intervals of the headline figures:
@@ -7,14 +8,17 @@ estimator and the annotator-cluster intervals of the headline figures:
 exclusion rules) or ``synthetic:<metric>`` (the reference model P_D in place of people:
 the mean over items of token d_TV, d_JS, d_GD or word-level d_GD, item-bootstrap
 intervals: :mod:`app.studytypes.nextword.synthetic`). Kinds are the study's: data, model,
-data_shuffled, random, unrelated, data_corrupted@c, model_corrupted@c; a translation
-study's rows also carry the first paper's labels (DATA, NORMAL, UNREL, RAND).
+data_shuffled, random, unrelated, data_corrupted@c, model_corrupted@c and the gap kinds
+data_shuffled+gap@g, data_corrupted@c+gap@g; a translation study's rows also carry the
+first paper's labels (DATA, NORMAL, UNREL, RAND).
 
-The self-recovery gap of a corrupted kind (the later paper's EB-C_gap; see
-:data:`GAP_DEFINITION`) is a ratio of two cells' CGDs at one length, with an interval
-from the same resampling as its source's CGDs: annotator clusters for people (the wild
-cluster bootstrap that the headline EB-C uses; a model_corrupted gap is the same
-estimator with ``model`` as the reference kind), items for the synthetic rows.
+A row's ratio (see :data:`RATIO_DEFINITIONS`) is a ratio of two cells' CGDs: a corrupted
+kind's corruption ratio over the kind it corrupts at the same length (before issue 34 it
+was called the self-recovery gap), a gap kind's EB-C_gap over ``data`` at l + g. Its
+interval comes from the same resampling as its source's CGDs: annotator clusters for
+people (the wild cluster bootstrap that the headline EB-C uses, and its test of ratio =
+1; a model_corrupted ratio is the same estimator with ``model`` as the reference kind),
+items for the synthetic rows.
 
 :func:`compute_diagnostics` is pure (loaded columns in, ``DiagnosticsOut`` out);
 :func:`study_diagnostics` loads and computes; :func:`results_with_diagnostics` computes
@@ -52,28 +56,37 @@ from app.results.stats import (
     Quantity,
     estimate_ebc,
 )
+from app.studies.kinds import KINDS
 from app.studytypes.nextword import queries
 from app.studytypes.nextword.queries import Judgments
 from app.studytypes.nextword.results import MainEstimate, load_and_compute
 from app.studytypes.nextword.synthetic import (
-    CORRUPTED_OVER,
+    corruption_reference,
+    gap_codes,
+    parts_of,
     reference_model,
-    split_kind,
     synthetic_results,
 )
 
-PAPER_LABELS = {"data": "DATA", "model": "NORMAL", "unrelated": "UNREL", "random": "RAND"}
+PAPER_LABELS = {base: info.paper_label for base, info in KINDS.items() if info.paper_label}
 """The first paper's forced prefixes of its translation diagnostics, by our kind names."""
 
-GAP_DEFINITION = (
-    "EB-C_gap(c, l) = CGD(M | data_corrupted@c, l) / CGD(M | data, l), and for "
-    "model_corrupted@c the same over CGD(M | model, l): the distortion a corrupted prefix "
-    "leaves, i.e. how much more often the model's next word departs from P_D's after a "
-    "prefix whose words were each replaced at random with probability c than after the "
-    "clean prefix of the same kind, as the prefix grows. A model that recovers from the "
-    "corruption (self-recovery) shows a gap that shrinks towards 1 with l; a gap that "
-    "stays or grows means the damage persists."
-)
+RATIO_DEFINITIONS = {
+    "corruption_ratio": (
+        "CGD(M | data_corrupted@c, l) / CGD(M | data, l), and for model_corrupted@c the same "
+        "over CGD(M | model, l): how much more often the model's next word departs from "
+        "P_D's after a prefix whose words were each replaced at random with probability c "
+        "than after the clean prefix of the same kind and length. Not the paper's gap: "
+        "before issue 34 this ratio was called the self-recovery gap."
+    ),
+    "ebc_gap": (
+        "EB-C_gap(l, l_gap) = CGD(M | distorted prefix of l words + l_gap words written by "
+        "the model) / CGD(M | data prefix of l + l_gap words) (the later paper's App. A "
+        "eq. 9, kinds data_shuffled+gap@g and data_corrupted@c+gap@g): a model that "
+        "recovers from the distortion (self-recovery) shows EB-C_gap falling towards 1 as "
+        "l_gap grows; one that stays above 1 keeps the damage, one that rises compounds it."
+    ),
+}
 
 NAN = float("nan")
 
@@ -153,7 +166,7 @@ def compute_diagnostics(
         exclusions_applied=applied,
         people_interval=interval,
         synthetic_interval=SYNTHETIC_INTERVAL,
-        gap_definition=GAP_DEFINITION,
+        ratio_definitions=RATIO_DEFINITIONS,
         paper_labels=labels,
         n_simulated=n_simulated,
         rows=rows,
@@ -195,37 +208,35 @@ def _people_rows(
         "ci": query.ci,
         "level": query.level,
         "seed": query.seed,
+        "gaps": gap_codes(kinds),
     }
     cols = (j.d, j.length, j.kind, j.annotator, j.hit, j.item)
     if main is not None and main.query == query and np.array_equal(main.keep, mask):
         res = main.estimate  # the headline figures' estimate: the same call, made already
     else:
         res = estimate_ebc(*cols, keep=mask, **common)
-    gaps: dict[tuple[int, int], Quantity] = {}
-    for q in res.ratios:  # every kind over data: keep the data_corrupted ones
-        if split_kind(kinds[q.kind])[0] == "data_corrupted":
-            gaps[(q.length, q.kind)] = q
-    corrupted = [c for c, k in enumerate(kinds) if split_kind(k)[0] == "model_corrupted"]
+    ratios: dict[tuple[int, int], Quantity] = {}
+    for q in res.ratios:  # every kind over data: the corruption ratios over data, EB-C_gap
+        if q.name == "ebc_gap" or corruption_reference(kinds[q.kind]) == "data":
+            ratios[(q.length, q.kind)] = q
+    corrupted = [c for c, k in enumerate(kinds) if corruption_reference(k) == "model"]
     sub = mask & np.isin(j.kind, [MODEL_KIND, *corrupted])
     with_model = set(j.length[sub & (j.kind == MODEL_KIND)].tolist())
     if with_model & set(j.length[sub & (j.kind != MODEL_KIND)].tolist()):
         # The same estimator with `model` as the reference kind: model_corrupted over model
         # (no kind is labelled the model's, so no EB-C or trend is formed).
         res_m = estimate_ebc(*cols, keep=sub, data_kind=MODEL_KIND, model_kind=-1, **common)
-        gaps |= {(q.length, q.kind): q for q in res_m.ratios}
+        ratios |= {(q.length, q.kind): q for q in res_m.ratios}
     simulated = j.simulated & mask
     rows = []
     for q in res.cgd:
         kind = kinds[q.kind]
-        base, c = split_kind(kind)
-        g = gaps.get((q.length, q.kind))
+        g = ratios.get((q.length, q.kind))
         n_simulated = int((simulated & (j.length == q.length) & (j.kind == q.kind)).sum())
         rows.append(
             DiagnosticRow(
                 source="people",
-                kind=kind,
-                base_kind=base,
-                c=c,
+                **_kind_fields(kind, q.length, g),
                 paper_label=labels.get(kind),
                 length=q.length,
                 cgd=q.estimate,
@@ -233,12 +244,11 @@ def _people_rows(
                 cgd_low=q.low,
                 cgd_high=q.high,
                 method=q.method,
-                gap_reference=CORRUPTED_OVER.get(base),
-                gap=g.estimate if g else NAN,
-                gap_se=g.se if g else NAN,
-                gap_low=g.low if g else NAN,
-                gap_high=g.high if g else NAN,
-                gap_p_value=g.p_value if g else NAN,
+                ratio=g.estimate if g else NAN,
+                ratio_se=g.se if g else NAN,
+                ratio_low=g.low if g else NAN,
+                ratio_high=g.high if g else NAN,
+                ratio_p_value=g.p_value if g else NAN,
                 n=q.n_judgments,
                 n_unit="judgments",
                 n_annotators=q.n_annotators,
@@ -256,20 +266,37 @@ def _people_rows(
     return rows, applied, res.interval, n_simulated
 
 
+def _kind_fields(kind: str, length: int, ratio: Any) -> dict[str, Any]:
+    """A row's fields that follow from its kind: base, c, l_gap, and which ratio it has over
+    which reference cell (none: null; a ratio that could not be formed keeps its name)."""
+    parts = parts_of(kind)
+    over = corruption_reference(kind)
+    name = "ebc_gap" if parts.gap else "corruption_ratio" if over else None
+    reference = "data" if parts.gap else over
+    return {
+        "kind": kind,
+        "base_kind": parts.base,
+        "c": parts.rate,
+        "l_gap": parts.gap,
+        "ratio_name": name,
+        "ratio_reference": reference,
+        "ratio_reference_length": (length + (parts.gap or 0)) if name else None,
+    }
+
+
 def _synthetic_rows(synthetic: SyntheticOut, labels: dict[str, str]) -> list[DiagnosticRow]:
-    gaps = {(f.length, f.kind, f.metric): f for f in synthetic.gaps}
+    ratios = {
+        (f.length, f.kind, f.metric): f for f in [*synthetic.corruption_ratios, *synthetic.ebc_gap]
+    }
     rows = []
     for cell in synthetic.cells:
         kind = str(cell.kind)
-        base, c = split_kind(kind)
         for metric, f in cell.cgd.items():
-            g = gaps.get((cell.length, kind, metric))
+            g = ratios.get((cell.length, kind, metric))
             rows.append(
                 DiagnosticRow(
                     source=f"synthetic:{metric}",
-                    kind=kind,
-                    base_kind=base,
-                    c=c,
+                    **_kind_fields(kind, cell.length, g),
                     paper_label=labels.get(kind),
                     length=cell.length,
                     cgd=f.estimate,
@@ -277,12 +304,11 @@ def _synthetic_rows(synthetic: SyntheticOut, labels: dict[str, str]) -> list[Dia
                     cgd_low=f.low,
                     cgd_high=f.high,
                     method="percentile (items)",
-                    gap_reference=CORRUPTED_OVER.get(base),
-                    gap=g.estimate if g else NAN,
-                    gap_se=g.se if g else NAN,
-                    gap_low=g.low if g else NAN,
-                    gap_high=g.high if g else NAN,
-                    gap_p_value=NAN,
+                    ratio=g.estimate if g else NAN,
+                    ratio_se=g.se if g else NAN,
+                    ratio_low=g.low if g else NAN,
+                    ratio_high=g.high if g else NAN,
+                    ratio_p_value=NAN,
                     n=f.n_items,
                     n_unit="items",
                     n_annotators=None,
@@ -324,17 +350,17 @@ def diagnostics_table(diag: DiagnosticsOut) -> str:
         f"{diag.study}: diagnostics ({excl} exclusions for people; reference model "
         f"{diag.reference_model or 'none'}); {diag.options.level:.0%} intervals, "
         f"B={diag.options.b}",
-        f"{'source':<18} {'kind':<22} {'l':>4}  {'CGD':>24}  {'gap':>24}  {'n':>7}",
+        f"{'source':<18} {'kind':<26} {'l':>4}  {'CGD':>24}  {'ratio':>24}  {'n':>7}",
     ]
     for r in diag.rows:
         kind = f"{r.kind} ({r.paper_label})" if r.paper_label else r.kind
-        gap = interval_text(r.gap, r.gap_low, r.gap_high) if r.gap_reference else ""
+        ratio = interval_text(r.ratio, r.ratio_low, r.ratio_high) if r.ratio_name else ""
         cgd = interval_text(r.cgd, r.cgd_low, r.cgd_high)
         out.append(
-            f"{r.source:<18} {kind:<22} {r.length:>4}  {cgd:>24}  {gap:>24}  {r.n:>7} {r.n_unit}"
+            f"{r.source:<18} {kind:<26} {r.length:>4}  {cgd:>24}  {ratio:>24}  {r.n:>7} {r.n_unit}"
         )
     if not diag.rows:
         out.append("(no rows: no judgments and no reference model divergences yet)")
-    out.append(f"gap: {diag.gap_definition}")
+    out.extend(f"{name}: {text}" for name, text in diag.ratio_definitions.items())
     out.extend(f"note: {m}" for m in diag.messages)
     return "\n".join(out) + "\n"

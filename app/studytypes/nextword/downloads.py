@@ -14,6 +14,12 @@ from app.studytypes.base import DownloadSpec
 from app.studytypes.nextword import exports
 from app.studytypes.nextword.diagnostics import diagnostics_csv, study_diagnostics
 from app.studytypes.nextword.plot import diagnostics_plot, results_plot
+from app.studytypes.nextword.recovery import (
+    recovery_csv,
+    recovery_latex,
+    recovery_plot,
+    study_recovery,
+)
 from app.studytypes.nextword.results import study_results
 
 
@@ -44,6 +50,20 @@ def _diagnostics_plot(fmt: Literal["svg", "png"]):
     return render
 
 
+def _recovery_text(write):
+    def render(session: Session, study: Study, query: ResultQuery, paper: bool) -> str:
+        return write(study_recovery(session, study, query))
+
+    return render
+
+
+def _recovery_plot(fmt: Literal["svg", "png"]):
+    def render(session: Session, study: Study, query: ResultQuery, paper: bool) -> bytes:
+        return recovery_plot(study_recovery(session, study, query), fmt)
+
+    return render
+
+
 DOWNLOADS = {
     "results.csv": DownloadSpec("text/csv", render=_results_csv),
     "results.tex": DownloadSpec("application/x-tex", render=_results_tex),
@@ -52,11 +72,16 @@ DOWNLOADS = {
     "diagnostics.csv": DownloadSpec("text/csv", render=_diagnostics_csv),
     "diagnostics.svg": DownloadSpec("image/svg+xml", render=_diagnostics_plot("svg")),
     "diagnostics.png": DownloadSpec("image/png", render=_diagnostics_plot("png")),
+    "recovery.csv": DownloadSpec("text/csv", render=_recovery_text(recovery_csv)),
+    "recovery.tex": DownloadSpec("application/x-tex", render=_recovery_text(recovery_latex)),
+    "recovery.svg": DownloadSpec("image/svg+xml", render=_recovery_plot("svg")),
+    "recovery.png": DownloadSpec("image/png", render=_recovery_plot("png")),
     "judgments.csv": DownloadSpec("text/csv", chunks=exports.judgments_csv),
     "judgments.jsonl": DownloadSpec("application/x-ndjson", chunks=exports.judgments_jsonl),
 }
 CATALOGUE = (
     "results.csv", "results.tex", "plot.svg", "plot.png", "manifest.json", "diagnostics.csv",
-    "diagnostics.svg", "diagnostics.png", "judgments.csv", "judgments.jsonl", "items.csv",
-    "items.jsonl", "annotators.csv",
+    "diagnostics.svg", "diagnostics.png", "recovery.csv", "recovery.tex", "recovery.svg",
+    "recovery.png", "judgments.csv", "judgments.jsonl", "items.csv", "items.jsonl",
+    "annotators.csv",
 )  # fmt: skip

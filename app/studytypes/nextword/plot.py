@@ -22,7 +22,7 @@ from app.results.stats import Quantity, finite_or_none
 from app.results.stats.figure import bound_text
 
 
-def _simulated_line(n_simulated: int) -> str:
+def simulated_line(n_simulated: int) -> str:
     """The title's second line when a simulated crowd's judgments are in the figure (a
     plot travels without the page's banner), else nothing."""
     label = simulated_label(n_simulated)
@@ -166,13 +166,13 @@ def results_plot(results: ResultsOut, fmt: Literal["svg", "png"] = "svg") -> byt
         fig.suptitle(
             f"{results.study}: {rs.n_judgments:,} judgments, {rs.n_annotators} annotators, "
             f"{excl} exclusions; {rs.level:.0%} {rs.ci} intervals (unit: {rs.unit})"
-            + _simulated_line(rs.n_simulated),
+            + simulated_line(rs.n_simulated),
             fontsize="medium",
         )
-    return _save(fig, fmt)
+    return save_figure(fig, fmt)
 
 
-def _save(fig, fmt: str) -> bytes:
+def save_figure(fig, fmt: str) -> bytes:
     from matplotlib import rc_context
 
     buf = io.BytesIO()
@@ -232,7 +232,7 @@ def diagnostics_plot(diag: DiagnosticsOut, fmt: Literal["svg", "png"] = "svg") -
             if diag.rows
             else f"{diag.study}: no diagnostics yet"
         )
-        + _simulated_line(diag.n_simulated),
+        + simulated_line(diag.n_simulated),
         fontsize="medium",
     )
-    return _save(fig, fmt)
+    return save_figure(fig, fmt)

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.models import Study, StudyType
-from app.results.schemas import DiagnosticsOut
+from app.results.schemas import DiagnosticsOut, RecoveryOut
 from app.results.stats import StudyPlan
 from app.studytypes.base import Parts, StudyTypePlugin
 from app.studytypes.nextword import (
@@ -19,6 +19,7 @@ from app.studytypes.nextword import (
     http_crowd,
     planning,
     preview,
+    recovery,
     results,
 )
 
@@ -33,6 +34,10 @@ class Diagnostics:
         if fmt == "csv":
             return diagnostics.diagnostics_csv(diag)
         return diagnostics.diagnostics_table(diag)
+
+    def recovery(self, session: Session, study: Study, query: Any) -> RecoveryOut:
+        """The self-recovery figures' data: EB-C_gap against l_gap, CGD against c."""
+        return recovery.study_recovery(session, study, query)
 
 
 class Planner:

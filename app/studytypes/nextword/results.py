@@ -57,7 +57,7 @@ from app.results.stats.agreement import AGREEMENT_B
 from app.studytypes.nextword import exports, queries
 from app.studytypes.nextword.planning import plan_from_judgments
 from app.studytypes.nextword.queries import Judgments, References
-from app.studytypes.nextword.synthetic import reference_model, synthetic_results
+from app.studytypes.nextword.synthetic import gap_codes, reference_model, synthetic_results
 
 
 class _Variant(NamedTuple):
@@ -175,7 +175,7 @@ def _compute(
     if main is not None:
         basis = keep if query.exclusions == "on" and not fallback else counted(j)
         # The main figures' annotator estimate is the planner's measurement, as it stands.
-        measured = main.estimate if query.unit == "annotator" else None
+        measured = main.estimate if main.estimate.unit == "annotator" else None
         try:
             plan = plan_from_judgments(
                 study, j, basis, estimator=query.estimator, seed=query.seed, measured=measured
@@ -246,6 +246,7 @@ def _result_set(
         level=query.level,
         seed=query.seed,
         keep=mask,
+        gaps=gap_codes(j.kinds),  # EB-C_gap of the gap kinds, as the diagnostics count it
     )
     kinds = j.kinds
     sub = j if mask.all() else j.take(mask)
@@ -294,11 +295,14 @@ def _result_set(
     figures = ResultSet(
         exclusions_applied=applied,
         estimator=query.estimator,
-        unit=query.unit,
+        unit=res.unit,
         ci=res.ci,
         b=res.b,
         seed=res.seed,
         level=res.level,
+        design=res.design,
+        design_reason=res.design_reason,
+        shared_share=res.shared_share,
         n_judgments=res.n_judgments,
         n_items=res.n_items,
         n_annotators=res.n_annotators,
@@ -313,6 +317,8 @@ def _result_set(
         ratios=ratios,
         trend=_named(res.trend, kinds) if res.trend else None,
         tests=res.tests,
+        secondary_tests=res.secondary_tests,
+        multiplicity=res.multiplicity,
         permutation=perms,
         paper_label=PAPER_LABEL,
         paper_comparable=paper,
@@ -320,7 +326,7 @@ def _result_set(
         position_bias=position_bias(sub.option, sub.choice, k=k),
         none_share=none_rows,
         sanity=sanity(sub.item, sub.kind, sub.choice, sub.true_rank),
-        design_effect=design_effect(res) if query.unit == "annotator" else math.nan,
+        design_effect=design_effect(res) if res.unit == "annotator" else math.nan,
     )
     return _Variant(figures, res, mask)
 

@@ -133,7 +133,7 @@ def estimate(j: Judgments, keep: np.ndarray, *, b: int, seed: int, level: float)
         j.item,
         choice=j.choice,
         estimator="single",
-        unit="annotator",
+        unit="auto",
         b=b,
         ci="wild",
         level=level,

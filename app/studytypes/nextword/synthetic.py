@@ -1,7 +1,10 @@
 """Synthetic results of a study with a reference model (``[reference]``: P_D is a second
 model): the worker's per-item divergences (``items.reference``, via
-``queries.load_references``) turned into CGD per cell and metric, EB-C per length and
-the self-recovery gap ratios, by :func:`app.results.stats.synthetic_table`.
+``queries.load_references``) turned into CGD per cell and metric, EB-C per length, the
+corruption ratios and each gap kind's EB-C_gap (the later paper's App. A eq. 9: CGD after
+the distorted prefix of l words and the model's g words over CGD after the data prefix of
+l + g words, exact with d_JS as the paper plots it), by
+:func:`app.results.stats.synthetic_table`.
 
 Pure given the loaded columns; the results document (``synthetic``) and the diagnostics
 table (:mod:`~.diagnostics`) both take their numbers from :func:`synthetic_results` (the
@@ -24,10 +27,8 @@ from app.results.stats import (
     SyntheticFigure,
     synthetic_table,
 )
+from app.studies.kinds import KINDS, KindParts, kind_parts
 from app.studytypes.nextword.queries import References
-
-CORRUPTED_OVER = {"data_corrupted": "data", "model_corrupted": "model"}
-"""A corrupted kind's self-recovery gap is over the uncorrupted kind it corrupts."""
 
 
 def reference_model(study: Study) -> str | None:
@@ -35,20 +36,39 @@ def reference_model(study: Study) -> str | None:
     return (study.reference or {}).get("model") or None
 
 
-def split_kind(kind: str) -> tuple[str, float | None]:
-    """``"data_corrupted@0.3"`` -> ``("data_corrupted", 0.3)``; other kinds as they are."""
-    base, _, rate = kind.partition("@")
-    return base, float(rate) if rate else None
+def parts_of(kind: str) -> KindParts:
+    """A kind's parts (`app.studies.kinds.kind_parts`); a name that is no prefix kind (the
+    attention items', ``"other"``) as a base of its own without rate or gap."""
+    try:
+        return kind_parts(kind)
+    except ValueError:
+        return KindParts(kind, None, None, kind)
 
 
-def gap_pairs(kinds: list[str]) -> list[tuple[int, int]]:
-    """The ratios every synthetic table computes, as (numerator, denominator) kind codes:
-    EB-C (model over data), then each corrupted kind over the kind it corrupts."""
-    pairs = [(MODEL_KIND, DATA_KIND)]
+def corruption_reference(kind: str) -> str | None:
+    """The kind a corrupted kind's corruption ratio is over (the kind it corrupts, at the same
+    length); None for every other kind, a corrupted gap kind included (its ratio is EB-C_gap)."""
+    parts = parts_of(kind)
+    if parts.gap is not None or parts.base not in KINDS:
+        return None
+    return parts.info.corrupts
+
+
+def gap_codes(kinds: list[str]) -> dict[int, int]:
+    """The gap kinds among ``kinds`` by code, with their g (for EB-C_gap)."""
+    return {code: g for code, kind in enumerate(kinds) if (g := parts_of(kind).gap)}
+
+
+def ratio_pairs(kinds: list[str]) -> list[tuple[int, ...]]:
+    """The ratios every synthetic table computes, as (numerator, denominator[, g]) kind
+    codes: EB-C (model over data), each corrupted kind over the kind it corrupts (its
+    corruption ratio), each gap kind over data at l + g (EB-C_gap)."""
+    pairs: list[tuple[int, ...]] = [(MODEL_KIND, DATA_KIND)]
     for code, kind in enumerate(kinds):
-        over = CORRUPTED_OVER.get(split_kind(kind)[0])
-        if over is not None:
+        over = corruption_reference(kind)
+        if over is not None and over in kinds:
             pairs.append((code, kinds.index(over)))
+    pairs += [(code, DATA_KIND, g) for code, g in gap_codes(kinds).items()]
     return pairs
 
 
@@ -63,8 +83,8 @@ def _named(f: SyntheticFigure, kinds: list[str]) -> SyntheticFigure:
 
 
 def synthetic_results(study: Study, refs: References, query: ResultQuery) -> SyntheticOut | None:
-    """Synthetic CGD, EB-C and gap ratios of `study` from its items' divergences, with the
-    results' options (``b``, ``seed``, ``level``); None without a reference model."""
+    """Synthetic CGD, EB-C, corruption ratios and EB-C_gap of `study` from its items' divergences,
+    with the results' options (``b``, ``seed``, ``level``); None without a reference model."""
     model = reference_model(study)
     if model is None:
         return None
@@ -75,7 +95,7 @@ def synthetic_results(study: Study, refs: References, query: ResultQuery) -> Syn
         refs.kind[use],
         refs.values[use],
         metrics=METRICS,
-        pairs=gap_pairs(kinds),
+        pairs=ratio_pairs(kinds),
         b=query.b,
         seed=query.seed,
         level=query.level,
@@ -120,6 +140,7 @@ def synthetic_results(study: Study, refs: References, query: ResultQuery) -> Syn
         interval=table.interval,
         cells=cells,
         ebc=[SyntheticEbcRow(length=ln, ebc=figs) for ln, figs in sorted(by_length.items())],
-        gaps=[f for f in ratios if f.name == "ratio"],
+        corruption_ratios=[f for f in ratios if f.name == "ratio"],
+        ebc_gap=[f for f in ratios if f.name == "ebc_gap"],
         warnings=warnings,
     )

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from app.models.enums import StudyType, Task
+from app.studies.kinds import gap_of
 from app.validation import Section
 
 
@@ -42,6 +43,12 @@ class RatingsSection(Section):
             raise ValueError("ratings of continuations are for language models (task = 'lm')")
         if config.reference.model:
             raise ValueError("a ratings study has no reference model (synthetic EB-C)")
+        gaps = [k for k in config.kinds if gap_of(k)]
+        if gaps:
+            raise ValueError(
+                f"{gaps}: continuations after a gap (EB-M_gap) are not made yet; a gap kind "
+                "is for next-word studies"
+            )
 
     def worker_settings(self, config: Any) -> dict[str, Any]:
         """The worker's settings of a ratings study's continuations (none for another type:

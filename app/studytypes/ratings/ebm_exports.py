@@ -196,7 +196,9 @@ def _cell(x, n: int | None = None) -> dict[str, Any] | None:
         return None
     cell: dict[str, Any] = {k: finite_or_none(getattr(x, k)) for k in ("value", "low", "high")}
     cell["degenerate"] = None
-    if degenerate(cell["value"], cell["low"], cell["high"]):
+    if getattr(x, "degenerate", False):  # the statistics' own flag and reason
+        cell["degenerate"] = getattr(x, "degenerate_reason", "") or "no spread over the prompts"
+    elif degenerate(cell["value"], cell["low"], cell["high"]):  # scores stored before it
         few = f" over only {n} continuations" if n is not None and n < FEW_PROMPTS else ""
         cell["degenerate"] = (
             f"no spread over the prompts{few}: every resample gives the same value (for the "

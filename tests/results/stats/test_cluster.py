@@ -123,7 +123,8 @@ def test_jackknife_t_matches_a_leave_one_out_loop():
     g_eff = sizes.sum() ** 2 / np.sum(sizes**2)
     assert r.ebc(10).n_effective == pytest.approx(g_eff)
     assert r.ebc(10).se == pytest.approx(r.ebc(10).estimate * se, rel=1e-9)
-    # CGD(data): the same with a linear scale and t quantiles with G_eff - 1 df.
+    # CGD(data): its SE is the same on the linear scale; its interval (issue 32) the
+    # jackknife t interval on the logit scale, t quantiles with G_eff - 1 df.
     cgd = []
     for a in range(g):
         keep = (ann != a) & (kind == 0)
@@ -131,8 +132,14 @@ def test_jackknife_t_matches_a_leave_one_out_loop():
     cgd = np.array(cgd)
     se_c = np.sqrt((g - 1) / g * np.sum((cgd - cgd.mean()) ** 2))
     c = r.cell(10, 0)
-    half = stats.t.ppf(0.975, g_eff - 1) * se_c
-    assert (c.low, c.high) == pytest.approx((c.estimate - half, c.estimate + half), rel=1e-9)
+    assert c.se == pytest.approx(se_c, rel=1e-9)
+    lg = np.log(cgd / (1 - cgd))
+    se_lg = np.sqrt((g - 1) / g * np.sum((lg - lg.mean()) ** 2))
+    half = stats.t.ppf(0.975, g_eff - 1) * se_lg
+    centre = np.log(c.estimate / (1 - c.estimate))
+    ends = 1 / (1 + np.exp(-np.array([centre - half, centre + half])))
+    assert (c.low, c.high) == pytest.approx(tuple(ends), rel=1e-9)
+    assert c.low < c.estimate < c.high
 
 
 def test_jackknife_t_ignores_clusters_outside_a_quantity():

@@ -8,6 +8,7 @@ from scipy import stats
 
 from app.results.stats import (
     PAPER_LABEL,
+    TEST_METHOD,
     ebc_ratio,
     estimate_ebc,
     paper_comparable,
@@ -190,10 +191,10 @@ def _crossed(rng, n_items=120, n_annot=15, per_item=3):
 def test_two_way_variance_is_cgm_formula():
     d, length, kind, ann, hit, item = _crossed(np.random.default_rng(11))
     r = estimate_ebc(d, length, kind, ann, hit, item, unit="twoway")
+    p = {k: d[kind == k].mean() for k in (0, 1)}
+    s = {k: d[kind == k].sum() for k in (0, 1)}
 
     def v(cluster):
-        p = {k: d[kind == k].mean() for k in (0, 1)}
-        s = {k: d[kind == k].sum() for k in (0, 1)}
         groups = {}
         for c, dk, kk in zip(cluster, d, kind, strict=True):
             sign = 1 if kk == 1 else -1
@@ -201,13 +202,35 @@ def test_two_way_variance_is_cgm_formula():
         g = len(groups)
         return g / (g - 1) * sum(x * x for x in groups.values())
 
+    def v_jack(cluster):  # leave one annotator out, ln EB-C recomputed (CV3)
+        cluster = np.asarray(cluster)
+        ids = np.unique(cluster)
+        th = []
+        for c in ids:
+            keep = cluster != c
+            th.append(np.log(d[keep & (kind == 1)].mean() / d[keep & (kind == 0)].mean()))
+        th = np.array(th)
+        return (ids.size - 1) / ids.size * np.sum((th - th.mean()) ** 2)
+
     pairs = [(a, i) for a, i in zip(ann, item, strict=True)]
-    v_cgm = v(list(ann)) + v(list(item)) - v(pairs)
+    v_cgm = v_jack(ann) + v(list(item)) - v(pairs)
     q = r.ebc(10)
+    assert r.unit == "twoway" and r.design == "crossed"
     assert q.method == "cgm"
     assert q.se == pytest.approx(q.estimate * math.sqrt(v_cgm))
     assert q.delta_se == pytest.approx(q.estimate * math.sqrt(v(list(ann))))
-    assert q.low == pytest.approx(q.estimate * math.exp(-1.959963985 * math.sqrt(v_cgm)))
+    n_a = np.bincount(ann)
+    g_eff = n_a.sum() ** 2 / np.sum(n_a**2)  # items: 3 judgments each, G_eff = items
+    tq = stats.t.ppf(0.975, min(g_eff, 120) - 1)
+    assert q.low == pytest.approx(q.estimate * math.exp(-tq * math.sqrt(v_cgm)))
+    # The p-value is the same t: the interval excludes 1 exactly when p <= 0.05.
+    t = math.log(q.estimate) / math.sqrt(v_cgm)
+    assert q.p_value == pytest.approx(2 * stats.t.sf(abs(t), min(g_eff, 120) - 1))
+    assert r.tests[0].p_value == pytest.approx(q.p_value)
+    assert r.tests[0].low == pytest.approx(q.low)
+    # The one-way annotator test stays, labelled secondary.
+    assert r.secondary_tests[0].method == TEST_METHOD
+    assert r.tests[0].method != TEST_METHOD
 
 
 def test_two_way_reduces_to_annotator_clustering_when_items_are_judged_once():
@@ -217,8 +240,10 @@ def test_two_way_reduces_to_annotator_clustering_when_items_are_judged_once():
     d = (rng.random(n) < 0.6 + 0.05 * kind).astype(float)
     args = (d, np.full(n, 10), kind, ann, np.arange(n) // 10, np.arange(n))
     tw = estimate_ebc(*args, unit="twoway").ebc(10)
-    an = estimate_ebc(*args, unit="annotator", b=200).ebc(10)
-    assert tw.se == pytest.approx(an.delta_se)
+    an = estimate_ebc(*args, unit="annotator", b=200)
+    assert an.design == "nested" and an.unit == "annotator"
+    # V_item = V_judgment: what is left is the annotator jackknife of the default.
+    assert tw.se == pytest.approx(an.ebc(10).se)
 
 
 def test_bootstrap_is_seeded_and_reproducible():

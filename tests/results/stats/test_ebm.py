@@ -11,7 +11,15 @@ import pytest
 import sacrebleu
 from nltk.translate.nist_score import corpus_nist
 
-from app.results.stats.ebm import SCORES, EBMScores, KindTexts, ebm_scores
+from app.results.stats.ebm import (
+    ENTROPY_AT_BOUND,
+    NO_SPREAD,
+    SCORES,
+    EBMScores,
+    KindTexts,
+    degenerate_reason,
+    ebm_scores,
+)
 
 VOCAB = [
     "the", "a", "of", "to", "and", "in", "that", "was", "he", "she", "it", "said", "mr",
@@ -95,10 +103,42 @@ def test_ebm_is_one_when_both_kinds_continue_alike():
     for score in SCORES:
         r = _ratio(res, score)
         # Paired: every resample draws the same prompts for both kinds, so the ratio is 1 in
-        # each and the interval is [1, 1].
+        # each: no spread, and (issue 32) a flag with its reason instead of [1, 1].
         assert r.value == pytest.approx(1.0), score
-        assert r.low == pytest.approx(1.0) and r.high == pytest.approx(1.0), score
-        assert r.se == pytest.approx(0.0, abs=1e-12), score
+        # (40 ten-word texts: every 4-gram is distinct, so the entropy is also at its bound)
+        why = (NO_SPREAD, ENTROPY_AT_BOUND) if score == "entropy" else (NO_SPREAD,)
+        assert r.degenerate and r.degenerate_reason in why, score
+        assert math.isnan(r.low) and math.isnan(r.high) and math.isnan(r.se), score
+    # The kinds' own reference scores vary over the resamples: not flagged.
+    assert not any(t.degenerate for t in res.scores if t.score != "entropy")
+
+
+def test_an_entropy_at_its_bound_is_flagged_not_printed_as_an_interval():
+    # A small study: every 4-gram of the continuations occurs once, in both kinds.
+    rng = random.Random(5)
+    words = [f"w{i}" for i in range(400)]
+    cells = {
+        10: {
+            kind: KindTexts(
+                [" ".join(rng.sample(words, 8)) for _ in range(6)],
+                [" ".join(rng.sample(words, 8)) for _ in range(6)],
+                [f"p{i}" for i in range(6)],
+            )
+            for kind in ("data", "model")
+        }
+    }
+    res = ebm_scores(cells, b=200, seed=0)
+    for kind in ("data", "model"):
+        t = _get(res, kind, "entropy")
+        assert t.value == pytest.approx(math.log(6 * 5))  # 6 texts x 5 4-grams, all distinct
+        assert t.degenerate and t.degenerate_reason == ENTROPY_AT_BOUND
+        assert math.isnan(t.low) and math.isnan(t.high)
+    r = _ratio(res, "entropy")
+    assert r.value == pytest.approx(1.0) and r.degenerate and math.isnan(r.low)
+    assert any("entropy" in w and "bound" in w for w in res.warnings)
+    # A text with a repeated 4-gram is below the bound: the rule is exact, not a threshold.
+    assert degenerate_reason("entropy", math.log(30) - 1e-3, 0.1, math.log(30)) == ""
+    assert degenerate_reason("bleu", 0.3, 0.0) == NO_SPREAD
 
 
 def test_kinds_from_different_prompts_are_resampled_on_their_own():

@@ -1,7 +1,7 @@
 """The diagnostics table (app.studytypes.nextword.diagnostics) on studies built as production builds
 them (HITs from build_hits, answers through the annotation service), on both databases:
 people rows against the judgments and the headline figures, synthetic rows against the
-items' stored divergences, the self-recovery gaps, the translation labels."""
+items' stored divergences, the corruption ratios, the translation labels."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from app.models import Annotator
 from app.results.schemas import DiagnosticRow, DiagnosticsOut, ResultQuery
 from app.results.service import study_results
 from app.studytypes.nextword.diagnostics import (
-    GAP_DEFINITION,
+    RATIO_DEFINITIONS,
     compute_diagnostics,
     diagnostics_csv,
     diagnostics_table,
@@ -54,17 +54,18 @@ def test_people_rows_are_the_judgments_cells_with_the_headline_estimator(session
         base, _, rate = kind.partition("@")
         assert row.base_kind == base and row.c == (float(rate) if rate else None)
         assert row.paper_label is None  # a language model study
-    # The self-recovery gaps: each corrupted kind over the kind it corrupts.
+    # The corruption ratios: each corrupted kind over the kind it corrupts, at its length.
     for length in (5, 10):
         for kind, over in (("data_corrupted@0.5", "data"), ("model_corrupted@0.5", "model")):
             row = people[(length, kind)]
-            assert row.gap_reference == over
-            assert row.gap == pytest.approx(means[(length, kind)] / means[(length, over)])
-            if not math.isnan(row.gap_low):
-                assert row.gap_low <= row.gap <= row.gap_high
+            assert row.ratio_name == "corruption_ratio" and row.ratio_reference == over
+            assert row.ratio_reference_length == length and row.l_gap is None
+            assert row.ratio == pytest.approx(means[(length, kind)] / means[(length, over)])
+            if not math.isnan(row.ratio_low):
+                assert row.ratio_low <= row.ratio <= row.ratio_high
         for kind in ("data", "model", "random"):
             row = people[(length, kind)]
-            assert row.gap_reference is None and math.isnan(row.gap)
+            assert row.ratio_reference is None and math.isnan(row.ratio)
     # The same estimator, options and intervals as the headline table.
     res = study_results(session, study, FAST)
     for line in res.results.table:
@@ -72,7 +73,10 @@ def test_people_rows_are_the_judgments_cells_with_the_headline_estimator(session
             row = people[(line.length, kind)]
             assert (row.cgd, row.cgd_low, row.cgd_high) == (q.estimate, q.low, q.high)
             assert row.method == q.method and row.n_annotators == q.n_annotators
-    assert diag.gap_definition == GAP_DEFINITION and "shrinks" in GAP_DEFINITION
+    assert diag.ratio_definitions == RATIO_DEFINITIONS
+    assert "eq. 9" in RATIO_DEFINITIONS["ebc_gap"] and "Not the paper's gap" in str(
+        RATIO_DEFINITIONS["corruption_ratio"]
+    )
 
 
 def test_synthetic_rows_from_the_items_divergences(session):
@@ -98,7 +102,7 @@ def test_synthetic_rows_from_the_items_divergences(session):
             for metric in ("tv", "gd", "word_gd"):
                 row = syn[(length, kind, metric)]
                 ratio = want[(length, kind, metric)] / want[(length, over, metric)]
-                assert row.gap_reference == over and row.gap == pytest.approx(ratio)
+                assert row.ratio_reference == over and row.ratio == pytest.approx(ratio)
     # The results document's synthetic table gives the same numbers (same seed).
     res = study_results(session, study, FAST)
     cell = next(c for c in res.synthetic.cells if (c.length, c.kind) == (10, "random"))
@@ -159,12 +163,11 @@ def test_csv_neutralises_formula_text():
         cgd_low=math.nan,
         cgd_high=math.nan,
         method="m",
-        gap_reference=None,
-        gap=math.nan,
-        gap_se=math.nan,
-        gap_low=math.nan,
-        gap_high=math.nan,
-        gap_p_value=math.nan,
+        ratio=math.nan,
+        ratio_se=math.nan,
+        ratio_low=math.nan,
+        ratio_high=math.nan,
+        ratio_p_value=math.nan,
         n=1,
         n_unit="items",
         n_annotators=None,
@@ -181,13 +184,13 @@ def test_csv_neutralises_formula_text():
         exclusions_applied=None,
         people_interval="",
         synthetic_interval="",
-        gap_definition="",
+        ratio_definitions={},
         paper_labels={},
         rows=[row],
         messages=[],
     )
     line = diagnostics_csv(diag).splitlines()[1]
-    assert line.startswith("s,'=HYPERLINK(1),'@SUM(A1),'-A1,,'+1,5,0.5,,,,m,")
+    assert line.startswith("s,'=HYPERLINK(1),'@SUM(A1),'-A1,,,'+1,5,0.5,,,,m,")
 
 
 def test_exclusions_off_and_everything_excluded(session):

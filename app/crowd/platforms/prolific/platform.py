@@ -59,7 +59,7 @@ class Prolific(Platform):
         rejection_min_chars=REJECTION_MESSAGE_MIN,
         rejection_categories=tuple(c.value for c in RejectionCategory),
         prescreeners=("first_languages", "fluent_languages", "countries", "min_approval_rate"),
-        excludes_earlier="previous-studies filter",
+        excludes_earlier="previous-studies blocklist",
     )
 
     def provider(self, settings: Settings, env: str | None, how: ProviderOptions) -> CrowdProvider:

@@ -447,15 +447,24 @@ class ProlificProvider:
 
 
 # The study file's prescreeners (`channels.prolific.prescreeners`) as Prolific's select
-# filters, by its filter ids (GET /api/v1/filters/ lists them and their choice ids).
+# filters, by its filter ids. Prolific's filters are `filter_id` with `selected_values`
+# (select) or `selected_range` (range), listed with their choice ids by GET
+# /api/v1/filters/: https://docs.prolific.com/api-reference/filters (overview) and
+# https://docs.prolific.com/api-reference/filters/get-filters (the list). Those pages show
+# no language, country or approval filter by id; these ids (and `approval_rate`,
+# `approval_numbers` above) are the ones Prolific's list returns as public API clients send
+# them, checked 2026-11-28: confirm them with GET /api/v1/filters/ before a paid study.
 PRESCREEN_FILTERS = {
     "first_languages": "first-language",
     "fluent_languages": "fluent-languages",
     "countries": "current-country-of-residence",
 }
-# Prolific's filter that keeps out the participants of earlier Prolific studies (its
-# "exclude participants from other studies" screener): their Prolific study ids.
-PREVIOUS_STUDIES_FILTER = "previous_studies"
+# Prolific's filter that keeps out the participants of earlier Prolific studies (the
+# "exclude participants from other studies" screener of
+# https://researcher-help.prolific.com/en/article/0f7944): their Prolific study ids. Not
+# `previous_studies`: https://docs.prolific.com/api-reference/filters/get-filters lists that
+# one as the "Previous Studies AllowList", which admits only those studies' participants.
+PREVIOUS_STUDIES_FILTER = "previous_studies_blocklist"
 
 
 def prescreen_filters(spec: PostingSpec) -> list[StudyFilter]:

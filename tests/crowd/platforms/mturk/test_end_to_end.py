@@ -766,7 +766,7 @@ def test_the_cli_shows_the_balance(settings, standin, monkeypatch):
     result = CliRunner().invoke(cli, ["crowd", "balance", "--provider", "mturk"])
     assert result.exit_code == 0, result.output
     assert "mturk (sandbox) balance: $10,000.00" in result.output
-    refused = CliRunner().invoke(cli, ["crowd", "balance", "--production"])
+    refused = CliRunner().invoke(cli, ["crowd", "balance", "--provider", "mturk", "--production"])
     assert refused.exit_code == 1 and "EBC_MTURK_PRODUCTION" in refused.output
 
 
