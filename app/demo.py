@@ -27,18 +27,30 @@ class SeededDemo:
     password: str
 
 
-def demo_config(model_dir: Path, dataset: Path, *, items_per_cell: int = 40) -> StudyConfig:
+# The demo's size (issue 32: the demo shows what the service is for). 300 items per cell
+# make 60 HITs per length; the simulated crowd below, most doing one HIT, leaves an EB-C
+# table with about 48 effective annotators per length (5th percentile 42 in 200 simulated
+# arrivals): intervals a reader can read, not a pilot's [0.7, 5.4e7]. The cap lets the
+# newcomer do every HIT the crowd leaves them (`DEMO_LEFT`).
+DEMO_ITEMS_PER_CELL = 300
+DEMO_CAP = 5
+DEMO_LEFT = 5
+
+
+def demo_config(
+    model_dir: Path, dataset: Path, *, items_per_cell: int = DEMO_ITEMS_PER_CELL
+) -> StudyConfig:
     return StudyConfig(
         slug=DEMO_SLUG,
         title="Demo: a small word-level LM on Jane Austen",
-        description="Two prefix lengths, data and model prefixes, small counts.",
+        description="Two prefix lengths, data and model prefixes, a simulated crowd.",
         model=ModelSection(name=str(model_dir)),
         dataset=DatasetSection(path=str(dataset)),
         prefix_lengths=[10, 20],
         kinds=["data", "model"],
         items_per_cell=items_per_cell,
         seed=20261122,
-        annotators={"min_seconds_per_item": 0.5},
+        annotators={"min_seconds_per_item": 0.5, "per_annotator_cap": DEMO_CAP},
     )
 
 
@@ -128,11 +140,11 @@ def add_demo_attention(session: Session, study: Study) -> int:
 # The demo's simulated crowd: a stand-in P_D with this population EB-C (sampler behaviour,
 # CGD(data) 0.73, the heterogeneity of app.simulate.crowd), so the newcomer's first results
 # page shows an EB-C table, intervals and a plot, labelled as simulated. Its activity is
-# lighter-tailed than the default's: with a dozen HITs, one busy annotator would otherwise
-# leave a table of two annotators.
+# light: ceil(0.5 (1 + Pareto(3))) HITs, one for 7 annotators in 8, so the work spreads
+# over many annotators (the effective number the intervals rest on).
 DEMO_TRUE_EBC = 1.1
 DEMO_CROWD = "sampler"
-DEMO_ACTIVITY = {"activity_min": 1.0, "activity_tail": 2.0}
+DEMO_ACTIVITY = {"activity_min": 0.5, "activity_tail": 3.0}
 
 
 def run_demo_crowd(
@@ -144,10 +156,9 @@ def run_demo_crowd(
     seed: int = 0,
 ):
     """The demo's simulated crowd over HTTP (a next-word study's: the demo study is one) on
-    most of the study's
-    open assignments: a tenth of them (at least one) is left, so the newcomer's annotator
-    link still has work. None when the study has simulated annotators already (a second
-    run of the demo leaves what the first one did)."""
+    the study's open assignments but `DEMO_LEFT` (at most half of them), so the newcomer's
+    annotator link still has several HITs. None when the study has simulated annotators
+    already (a second run of the demo leaves what the first one did)."""
     from app.simulate.crowd import Crowd, Heterogeneity
     from app.simulate.godview import GodView
     from app.studytypes.nextword.http_crowd import run_http_crowd
@@ -167,7 +178,7 @@ def run_demo_crowd(
         return None
     crowd = Crowd.parse(DEMO_CROWD, Heterogeneity(**DEMO_ACTIVITY))
     judge = StandInJudge.calibrated(god.study(), crowd, true_ebc=DEMO_TRUE_EBC, seed=seed)
-    leave = max(1, round(0.1 * slots))
+    leave = min(DEMO_LEFT, slots // 2)
     return run_http_crowd(
         base_url, make_session, study_id, secret_key, crowd, judge, seed=seed,
         max_hits=slots - leave,

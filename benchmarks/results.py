@@ -152,7 +152,15 @@ def _copy(cur, table: str, cols: str, lines) -> None:
         copy.write(buf.getvalue())
 
 
-def load(engine, sim, study_id: int) -> None:
+# The tables `load` fills, in order; their ids are given (COPY), their sequences set after.
+LOADED = ("annotators", "hits", "items", "hit_positions", "assignments", "judgments")
+
+
+def load(engine, sim, study_id: int, offset: int = 0) -> None:
+    """COPY the simulated study into the database, every id shifted by `offset` (so a second
+    study can join a first); then each table's id sequence continues after its largest id,
+    so rows inserted later (a test's) do not collide, and ``ANALYZE``."""
+    o = offset
     now = datetime.now(UTC).isoformat()
     words = [f"w{r}" for r in range(K)]
     probs = [0.3, 0.2, 0.15, 0.1, 0.05]
@@ -166,7 +174,7 @@ def load(engine, sim, study_id: int) -> None:
             "annotators",
             "id, study_id, channel, external_id, label, blocked, exclude_past, created_at",
             (
-                f"{a + 1}\t{study_id}\tmturk\tW{a:04d}\tworker {a}\t{'t' if a < 2 else 'f'}\t"
+                f"{o + a + 1}\t{study_id}\tmturk\tW{a:04d}\tworker {a}\t{'t' if a < 2 else 'f'}\t"
                 f"{'t' if a < 2 else 'f'}\t{now}\n"
                 for a in range(sim["annotators"])
             ),
@@ -176,7 +184,7 @@ def load(engine, sim, study_id: int) -> None:
             "hits",
             "id, study_id, index, length, replicas, is_overlap, created_at",
             (
-                f"{h + 1}\t{study_id}\t{h}\t{sim['hit_length'][h]}\t{sim['hit_reps'][h]}\t"
+                f"{o + h + 1}\t{study_id}\t{h}\t{sim['hit_length'][h]}\t{sim['hit_reps'][h]}\t"
                 f"{'t' if sim['hit_reps'][h] > 1 else 'f'}\t{now}\n"
                 for h in range(n_hits)
             ),
@@ -190,7 +198,7 @@ def load(engine, sim, study_id: int) -> None:
             "id, study_id, length, kind, index, is_attention, words, "
             "true_next_word, choices, provenance, created_at",
             (
-                f"{i + 1}\t{study_id}\t{sim['hit_length'][i // 10]}\t"
+                f"{o + i + 1}\t{study_id}\t{sim['hit_length'][i // 10]}\t"
                 f"{kinds[int(sim['kind_of_pos'][i // 10, i % 10])]}\t{i}\tf\tsome prefix words\t"
                 f"{true_word[i] if sim['kind_of_pos'][i // 10, i % 10] == 0 else chr(92) + 'N'}\t"
                 f"{choices}\t{{}}\t{now}\n"
@@ -202,7 +210,7 @@ def load(engine, sim, study_id: int) -> None:
             "hit_positions",
             "id, hit_id, position, item_id, choice_order",
             (
-                f"{i + 1}\t{i // 10 + 1}\t{i % 10}\t{i + 1}\t"
+                f"{o + i + 1}\t{o + i // 10 + 1}\t{i % 10}\t{o + i + 1}\t"
                 f"{json.dumps([(s + i % 10) % K for s in range(K)])}\n"
                 for i in range(n_hits * 10)
             ),
@@ -214,7 +222,8 @@ def load(engine, sim, study_id: int) -> None:
             "id, public_id, hit_id, annotator_id, status, leased_at, "
             "expires_at, submitted_at, late, bonus_cents",
             (
-                f"{a + 1}\tasg{a}\t{sim['asg_hit'][a] + 1}\t{sim['slots'][a] + 1}\tsubmitted\t"
+                f"{o + a + 1}\tasg{o + a}\t{o + sim['asg_hit'][a] + 1}\t{o + sim['slots'][a] + 1}\t"
+                f"submitted\t"
                 f"{now}\t{now}\t{now}\tf\t0\n"
                 for a in range(n_asg)
             ),
@@ -229,12 +238,18 @@ def load(engine, sim, study_id: int) -> None:
             "id, assignment_id, position, item_id, option, chosen_rank, "
             "chosen_word, d, client_ms, too_fast, late, created_at",
             (
-                f"{n + 1}\t{a + 1}\t{p}\t{it + 1}\t{o}\t{chr(92) + 'N' if r < 0 else r}\t"
+                f"{o + n + 1}\t{o + a + 1}\t{p}\t{o + it + 1}\t{opt}\t"
+                f"{chr(92) + 'N' if r < 0 else r}\t"
                 f"{chr(92) + 'N' if r < 0 else 'w' + str(r)}\t{d}\t{ms}\t{'t' if fast else 'f'}\t"
                 f"f\t{now}\n"
-                for n, (a, p, it, r, o, d, ms, fast) in enumerate(zip(*cols, strict=True))
+                for n, (a, p, it, r, opt, d, ms, fast) in enumerate(zip(*cols, strict=True))
             ),
         )
+        for table in LOADED:
+            cur.execute(
+                f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
+                f"(SELECT max(id) FROM {table}))"
+            )
         raw.commit()
         cur.execute("ANALYZE")
         raw.commit()

@@ -112,7 +112,7 @@ def demo_command(
             readable=True,
         ),
     ] = None,
-    items_per_cell: Annotated[int, typer.Option(help="items per (length, kind)")] = 40,
+    items_per_cell: Annotated[int, typer.Option(help="items per (length, kind)")] = 300,
     simulated_crowd: Annotated[
         bool,
         typer.Option(

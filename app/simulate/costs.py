@@ -1,8 +1,8 @@
 """What each crowd channel charges for a design, by that channel's own fee rule
 (``Platform.price`` of ``app.crowd.registry``: no fee for invite links), grouped by
 replicas as ``app.crowd.postings.price_groups`` prices a study's HITs: the previews' costs
-(``app.simulate.preview``), asked of no platform. Where a study's preview runs
-(:func:`preview`), its type's, with these costs.
+(``app.simulate.preview``) and the planner's (:func:`plan_costs`), asked of no platform.
+Where a study's preview runs (:func:`preview`), its type's, with these costs.
 """
 
 from __future__ import annotations
@@ -78,6 +78,25 @@ def _spec(study: Any, provider: str) -> PostingSpec:
     )
 
 
+def plan_costs(
+    study: Any, settings: Settings, plan: Any, providers: tuple[str, ...] = CHANNELS
+) -> list[ChannelCost]:
+    """What each channel charges for a planner's plan (``app.results.stats.StudyPlan``:
+    its HITs and assignments, all HITs with the same replicas), by each platform's own fee
+    rule as :func:`channel_costs` prices a preview's design: the planner's cost with every
+    channel's fees."""
+    hits, assignments = int(plan.hits), int(plan.assignments)
+    groups = ((assignments // hits, hits),) if hits else ()
+    size = DesignSize(
+        groups=groups,
+        hits=hits,
+        assignments=assignments,
+        judgments=int(plan.judgments),
+        judgments_per_cell={},
+    )
+    return channel_costs(study, settings, size, providers)
+
+
 def preview(study: Any, settings: Settings, options: Any, *, limits: Limits = NO_LIMITS) -> Any:
     """ "Simulate before you pay" for `study`: its type's preview (``options``: its type's
     options model) within `limits`, with what each channel charges."""
@@ -85,4 +104,4 @@ def preview(study: Any, settings: Settings, options: Any, *, limits: Limits = NO
     return simulation.run(study, settings, options, limits=limits, price=channel_costs)
 
 
-__all__ = ["channel_costs", "preview"]
+__all__ = ["channel_costs", "plan_costs", "preview"]

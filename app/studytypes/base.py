@@ -159,9 +159,13 @@ class Results(Protocol):
 class Dashboard(Protocol):
     """The type's parts of the researcher's pages."""
 
-    def results_page(self, session: Session, study: Study, options: Any) -> tuple[str, dict]:
+    def results_page(
+        self, session: Session, study: Study, options: Any, *, costs: Any = None
+    ) -> tuple[str, dict]:
         """The results page: its template and context, from the page's options
-        (``results_query()``: the results' options; ``target()``: the planner's)."""
+        (``results_query()``: the results' options; ``target()``: the planner's); `costs`
+        prices a planner's plan on each channel (``app.simulate.costs.plan_costs`` with the
+        study and the settings bound; None: no prices)."""
 
     def annotators_context(self, study: Study) -> dict[str, Any]:
         """What the type's partials of the Annotators page read besides ``quality``

@@ -4,6 +4,7 @@ sanity, diagnostics, planner; a ratings study's Table 3, agreement, quality cont
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request, status
@@ -13,6 +14,7 @@ from pydantic import Field
 from app.results import downloads
 from app.results.schemas import ResultQuery
 from app.results.stats import PlanTarget
+from app.simulate.costs import plan_costs
 from app.studytypes.registry import study_type_of
 from app.web.deps import SessionDep
 from app.web.downloads import export_response
@@ -55,7 +57,10 @@ def results_page(
     study: StudyDep,
     options: PageQueryDep,
 ) -> HTMLResponse:
-    template, context = study_type_of(study).dashboard.results_page(session, study, options)
+    costs = functools.partial(plan_costs, study, request.app.state.settings)
+    template, context = study_type_of(study).dashboard.results_page(
+        session, study, options, costs=costs
+    )
     return render(request, template, {**context, "query_string": str(request.url.query)})
 
 

@@ -12,7 +12,7 @@ from jinja2 import ChoiceLoader, FileSystemLoader
 
 from app import __version__
 from app.config import PACKAGE
-from app.results.stats.figure import missing
+from app.results.stats.figure import bound_text, missing
 from app.studytypes.registry import STUDY_TYPES, study_type_of
 
 templates = Jinja2Templates(directory=str(PACKAGE / "templates"))
@@ -29,3 +29,5 @@ templates.env.globals["type_choices"] = [(name.value, p.label) for name, p in ST
 # A figure of the results that cannot be computed is NaN (±inf: an open interval end); pages
 # show it as they show no value, by the results' one NaN rule.
 templates.env.tests["none"] = missing
+# An interval's end as the plots write it (∞, 5.4·10⁷).
+templates.env.filters["bound"] = bound_text

@@ -4,6 +4,7 @@ the results JSON: the stored scores as the results job left them."""
 from __future__ import annotations
 
 import csv
+import html
 import io
 import json
 import re
@@ -138,3 +139,22 @@ def test_the_api_results_json_downloads_and_none_for_a_next_word_study(client, s
         gone = client.get(url, headers=auth)
         assert gone.status_code == 404 and "next-word study" in gone.json()["detail"]
     assert client.get("/api/v1/studies/ebm/results/ebm.csv").status_code == 401
+
+
+def test_a_degenerate_entropy_is_flagged_not_printed_as_one_one(logged_in, session, made):
+    """12 continuations of 5 words a kind: every 4-gram distinct, the entropy at its bound
+    (ln 24) whichever prompts a subsample draws, its ratio exactly 1 with no spread."""
+    stored = _scored(session, made)
+    entropy = [r for r in stored.scores.ratios if r.score == "entropy" and r.kind == "model"]
+    # The case at hand: the statistics flag it (and drop its interval).
+    assert entropy and all(r.degenerate and r.degenerate_reason for r in entropy)
+    bleu = next(r for r in stored.scores.ratios if r.score == "bleu" and r.kind == "model")
+    assert bleu.low < bleu.high
+    r = logged_in.get("/dashboard/studies/ebm/results")
+    table = re.search(r'<table class="grid compact" id="ebm-table">.*?</table>', r.text, re.S)
+    assert table.group(0).count("(flagged: no interval)") == len(entropy)
+    assert "[1.000, 1.000]" not in r.text
+    # A score with spread keeps its interval.
+    assert f"[{bleu.low:.3f}, {bleu.high:.3f}]" in table.group(0)
+    said = re.search(r'<p class="error" id="ebm-degenerate" role="status">(.*?)</p>', r.text, re.S)
+    assert said and html.escape(entropy[0].degenerate_reason, quote=False) in said.group(1)

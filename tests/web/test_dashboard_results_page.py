@@ -97,7 +97,10 @@ def test_a_figure_without_a_value_shows_as_a_dash(logged_in, session):
     assert math.isnan(row.cgd_data.se) and math.isnan(row.ebc.high)
     # Attribute values hold random tokens (CSRF), which may spell "nan" or "inf".
     page = re.sub(r'="[^"]*"', "", r.text).lower()
-    assert "nan" not in page.replace("none of the above", "") and "inf" not in page
+    assert "nan" not in page.replace("none of the above", "")
+    assert "inf" not in page.replace("informative", "")
+    # No interval at all is said in words, not drawn as an unbounded one.
+    assert "at l = 10 there is no interval (too few annotators to compute one)" in r.text
     assert '<span class="est">0.500</span>' in r.text and "[?" not in r.text
     assert '<span class="se">' not in r.text.split("<tbody>")[1].split("</tr>")[0]
 
@@ -147,3 +150,23 @@ def test_every_judgment_excluded_still_shows_the_figures_without_exclusions(logg
     assert 'id="all-excluded"' in r.text and "No judgments to estimate from yet" not in r.text
     assert "Main figures, exclusions not applied" in r.text and "CGD(M|D) data" in r.text
     assert 'src="data:image/svg+xml;base64,' in r.text
+
+
+def test_the_planner_prices_its_plan_on_each_channel_with_its_fees(logged_in, session, settings):
+    """The plan's cost per channel is that platform's own fee rule on the plan's HITs
+    (MTurk 20% of the reward with a 1-cent minimum, Prolific its fee rate, local none)."""
+    study = _study_with_judgments(session)
+    study.reward_cents = 37
+    session.commit()
+    r = logged_in.get("/dashboard/studies/r1/results?b=1000")
+    plan, costs = r.context["plan"], r.context["plan_costs"]
+    assert {c.provider for c in costs} == {"mturk", "prolific", "local"}
+    by = {c.provider: c.estimate for c in costs}
+    assert all(c.assignments == plan.assignments for c in costs)
+    assert by["mturk"].rewards_cents == 37 * plan.assignments
+    assert by["mturk"].fees_cents == 7 * plan.assignments  # 20% of 37 cents, half up
+    rate = settings.prolific_fee_rate
+    assert by["prolific"].fees_cents == math.floor(37 * plan.assignments * rate + 0.5)
+    assert by["local"].fees_cents == 0
+    table = re.search(r'<table class="grid compact" id="plan-costs">.*?</table>', r.text, re.S)
+    assert table and f"${by['mturk'].total_cents / 100:,.2f}" in table.group(0)

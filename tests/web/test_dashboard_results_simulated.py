@@ -100,17 +100,17 @@ def test_the_plots_say_so_in_their_title(logged_in, session):
     _study(session, simulated=2)
     line = "SIMULATED: includes 16 judgments from a simulated crowd"
     page = logged_in.get(f"{BASE}?b=200")
-    # matplotlib draws the title as glyph paths and keeps its text in a comment per line.
-    assert f"<!-- {line} -->" in base64.b64decode(page.context["plot"]).decode()
+    # The plots keep their text as SVG text (svg.fonttype "none"), one element per line.
+    assert f">{line}</text>" in base64.b64decode(page.context["plot"]).decode()
     svg = logged_in.get(f"{BASE}/plot.svg?b=200")
-    assert svg.status_code == 200 and f"<!-- {line} -->" in svg.text
+    assert svg.status_code == 200 and f">{line}</text>" in svg.text
     assert logged_in.get(f"{BASE}/plot.png?b=200").content.startswith(b"\x89PNG")
 
 
 def test_people_only_plots_say_nothing_of_a_simulated_crowd(logged_in, session):
     _study(session, simulated=0)
     svg = logged_in.get(f"{BASE}/plot.svg?b=200").text
-    assert "<!-- r1: 32 judgments" in svg and "SIMULATED" not in svg
+    assert ">r1: 32 judgments" in svg and "SIMULATED" not in svg
 
 
 def test_judgment_exports_mark_each_simulated_judgment(logged_in, session, connection):
@@ -166,8 +166,8 @@ def test_diagnostics_say_so_per_row_in_the_csv_and_in_the_plot(logged_in, sessio
     diag = page.context["diagnostics"]
     assert diag.exclusions_applied and diag.n_simulated == total
     line = f"SIMULATED: {simulated_label(total)}"
-    assert f"<!-- {line} -->" in base64.b64decode(page.context["diagnostics_plot"]).decode()
-    assert f"<!-- {line} -->" in logged_in.get(f"{base}/diagnostics.svg?b=200&seed=2").text
+    assert f">{line}</text>" in base64.b64decode(page.context["diagnostics_plot"]).decode()
+    assert f">{line}</text>" in logged_in.get(f"{base}/diagnostics.svg?b=200&seed=2").text
 
     rows = list(csv.DictReader(io.StringIO(logged_in.get(f"{base}/diagnostics.csv?b=200").text)))
     assert rows and list(rows[0]) == DIAGNOSTIC_FIELDS

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import re
 from contextlib import ExitStack
 from urllib.parse import urlencode
 
@@ -189,3 +190,12 @@ def test_more_simulations_at_once_than_the_server_runs_get_a_429(logged_in, sess
         assert logged_in.get(url + "&seed=-1").status_code == 400
     r = logged_in.get(url)
     assert r.status_code == 200 and r.context["sim"].summary.replications == 2
+
+
+def test_the_simulation_ends_with_a_sentence_verdict(logged_in, session):
+    _study(session)
+    r = logged_in.get("/dashboard/studies/sim1/simulate?replications=4")
+    assert r.status_code == 200, r.text[:500]
+    said = re.search(r'id="simulate-verdict" role="status"><strong>(.*?)</strong>', r.text, re.S)
+    assert said and said.group(1) == html.escape(r.context["sim"].verdict)
+    assert said.group(1).startswith(("Too small: ", "Enough: "))

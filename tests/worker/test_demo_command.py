@@ -91,13 +91,17 @@ def test_demo_runs_the_whole_loop_and_is_fast_the_second_time(tmp_path, corpus):
         assert "job" in out and "done, " in out  # precompute ran
         assert "attention items added (the demo's attention file)" in out
         assert "SIMULATED crowd (sampler) over HTTP on demo-austen" in out
-        assert "did 3 HITs" in out  # of 4: the newcomer's link still has one
+        done = re.search(r"simulated annotators did (\d+) HITs", out)
+        # Of 4 HITs, the crowd leaves some for the newcomer's link (at most half of the
+        # open assignments, at most DEMO_LEFT).
+        assert done and 1 <= int(done.group(1)) < 4, out[-3000:]
         username, password = re.search(r"admin login:\s+(\S+) / (\S+)", out).groups()
         link = re.search(r"annotator link:\s+(\S+)", out).group(1)
         assert httpx.get(f"{base}/healthz").json()["status"] == "ok"
         page = httpx.get(link)
         assert page.status_code == 200 and "None of the above is plausible" in page.text
-        with httpx.Client(base_url=base, follow_redirects=True) as c:
+        # A results page on a loaded machine may take more than httpx's default 5 s.
+        with httpx.Client(base_url=base, follow_redirects=True, timeout=120) as c:
             form = c.get("/login").text
             token = re.search(r'name="csrf_token" value="([^"]+)"', form).group(1)
             r = c.post("/login", data={"username": username, "password": password,

@@ -78,6 +78,7 @@ _NODES, _WEIGHTS = np.polynomial.hermite_e.hermegauss(32)
 _LOG_WEIGHTS = np.log(_WEIGHTS / np.sqrt(2 * np.pi))
 _LL_FLOOR = 4.0
 _PROFILE_DROP = float(stats.chi2.ppf(0.9, 1)) / 2
+_TAU_BLOCK = 2_000_000  # terms (tau x pair x node) evaluated at once in _tau_upper
 
 
 def _tau_upper(
@@ -91,15 +92,19 @@ def _tau_upper(
     annotator far outside the crowd weighs like one at about p = 0.005). A crowd of a
     few dozen annotators pins ``tau`` down poorly, and too small a ``tau`` flags honest
     annotators who did much work; the test therefore uses the upper bound."""
+    # log P(k | u) up to a constant: k log p + (n - k) log(1 - p) = k eta - n softplus(eta)
+    # (log p = eta - softplus(eta), log(1 - p) = -softplus(eta)), every tau of the grid at
+    # once: one softplus per term instead of two, and no per-tau call overhead.
     ll = np.empty((starts.size, _TAU_GRID.size))
-    for t, tau in enumerate(_TAU_GRID):
-        eta = logit_pair[:, None] + tau * _NODES[None, :]
-        # log P(k | u) up to a constant: k log p + (n - k) log(1 - p).
-        lp = -k_pair[:, None] * np.logaddexp(0, -eta) - (n_pair - k_pair)[:, None] * np.logaddexp(
-            0, eta
-        )
-        per_annotator = np.add.reduceat(lp, starts, axis=0) + _LOG_WEIGHTS[None, :]
-        ll[:, t] = special.logsumexp(per_annotator, axis=1)
+    step = max(1, _TAU_BLOCK // max(logit_pair.size * _NODES.size, 1))  # bounded memory
+    for t0 in range(0, _TAU_GRID.size, step):
+        taus = _TAU_GRID[t0 : t0 + step]
+        eta = logit_pair[None, :, None] + taus[:, None, None] * _NODES[None, None, :]
+        lp = k_pair[None, :, None] * eta - n_pair[None, :, None] * np.logaddexp(0.0, eta)
+        per_annotator = np.add.reduceat(lp, starts, axis=1) + _LOG_WEIGHTS[None, None, :]
+        # logsumexp over the nodes (scipy's adds milliseconds of overhead per call).
+        top = per_annotator.max(axis=2, keepdims=True)
+        ll[:, t0 : t0 + step] = (top[..., 0] + np.log(np.exp(per_annotator - top).sum(2))).T
     # Bounded influence: no annotator costs a value of tau more than _LL_FLOOR against
     # their own best, so a few assisted annotators cannot stretch the honest spread.
     ll = np.maximum(ll - ll.max(axis=1, keepdims=True), -_LL_FLOOR).sum(axis=0)

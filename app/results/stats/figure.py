@@ -5,6 +5,8 @@ one annotator) is NaN while it is computed with, and an interval without a finit
 is ±inf. Whatever the service writes -- the API's JSON, ``ebc results --format json``,
 the results CSV (an empty cell), the dashboard's pages (a dash) -- writes it as
 ``null``: :func:`finite_or_none` is that rule, and nothing else in the results converts.
+Where a page or a plot writes an interval's end in words, :func:`bound_text` writes it
+(``∞``, ``5.4·10⁷``).
 
 :data:`Figure` is ``float`` to the statistics. Pydantic writes it through
 :func:`finite_or_none` in JSON mode (FastAPI's responses, :func:`jsonable`), reads
@@ -29,6 +31,21 @@ def missing(x: Any) -> bool:
     """Whether a reader should show ``x`` as "no value": None, or a float that
     :func:`finite_or_none` writes as null."""
     return x is None or (isinstance(x, float) and finite_or_none(x) is None)
+
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def bound_text(x: float | None, *, high: bool = True) -> str:
+    """An interval end as the plot and the page write it: ``∞`` (or 0 for a missing low
+    end of a ratio), 3 significant digits, or ``5.4·10⁷`` from 10,000 up."""
+    if x is None or not math.isfinite(x):
+        return "∞" if high else "0"
+    if x != 0 and not 1e-3 <= abs(x) < 1e4:
+        exp = math.floor(math.log10(abs(x)))
+        mant = x / 10**exp
+        return f"{mant:.2g}·10{str(exp).translate(_SUPERSCRIPT)}"
+    return f"{x:.3g}"
 
 
 def _nan_if_none(x: Any) -> Any:

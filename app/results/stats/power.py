@@ -53,6 +53,14 @@ class PlanError(ValueError):
         self.param = param
 
 
+def log_variance(cgd_data: float, ebc: float) -> float:
+    """``V`` of the module docstring: ``n Var(ln EB-C_hat)`` with ``n`` independent
+    judgments per cell, ``(1 - p_D)/p_D + (1 - p_M)/p_M``; a :class:`PlanError` where
+    ``p_M = ebc * cgd_data`` is no share. A measured variance of ``ln EB-C_hat`` over this
+    at ``n`` is the design effect (``deff = n Var / V``)."""
+    return _v(cgd_data, ebc)
+
+
 def _v(cgd_data: float, ebc: float) -> float:
     p_d, p_m = cgd_data, cgd_data * ebc
     if not 0 < p_d < 1:

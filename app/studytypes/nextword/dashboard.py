@@ -9,17 +9,22 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from app.models import Study
-from app.results.stats import PlanTarget
+from app.results.schemas import DiagnosticsOut, ResultsOut
+from app.results.stats import PlanTarget, StudyPlan
 from app.studytypes.nextword import diagnostics, planning
 from app.studytypes.nextword.downloads import CATALOGUE
 from app.studytypes.nextword.plot import diagnostics_plot, results_plot
+from app.studytypes.nextword.readable import interval_sentence
 from app.studytypes.nextword.recovery import recovery_from, recovery_plot
 
 ANSWERS_LABEL, ITEMS_LABEL = "Judgments", "Items"  # as the study page names them
 
 
-def results_page(session: Session, study: Study, options: Any) -> tuple[str, dict]:
-    """The results page's template and context (`options`: the page's query)."""
+def results_page(
+    session: Session, study: Study, options: Any, *, costs: Any = None
+) -> tuple[str, dict]:
+    """The results page's template and context (`options`: the page's query; `costs`: the
+    plan's price on each channel, ``app.simulate.costs.plan_costs`` bound)."""
     query = options.results_query()
     # One load of the judgments for the figures and the diagnostics (None: no section, and
     # no diagnostics downloads).
@@ -27,6 +32,20 @@ def results_page(session: Session, study: Study, options: Any) -> tuple[str, dic
     plan = res.plan  # the default target's
     if options.target() != PlanTarget():
         plan = planning.study_plan(session, study, options.target(), seed=query.seed)
+    context = results_context(study, res, diag, plan, options)
+    context["plan_costs"] = costs(plan) if costs is not None and plan is not None else []
+    return "nextword/results.html", context
+
+
+def results_context(
+    study: Study,
+    res: ResultsOut,
+    diag: DiagnosticsOut | None,
+    plan: StudyPlan | None,
+    options: Any,
+) -> dict[str, Any]:
+    """What the results page shows of computed results: the plots drawn, uninformative
+    intervals said in words (no database)."""
     plot = None
     if res.results is not None:
         plot = base64.b64encode(results_plot(res, "svg")).decode()
@@ -36,12 +55,14 @@ def results_page(session: Session, study: Study, options: Any) -> tuple[str, dic
         rec = recovery_from(diag)
         if rec.gap_curve or rec.corruption_curve:
             recovery_svg = base64.b64encode(recovery_plot(rec, "svg")).decode()
-    return "nextword/results.html", {
+    return {
         "study": study,
         "res": res,
         "plan": plan,
         "plot": plot,
-        "query": query,
+        # Uninformative EB-C intervals said in words, with the planner's answer.
+        "uninformative": interval_sentence(study, res),
+        "query": options.results_query(),
         "planner": options,
         "diagnostics": diag,
         "diagnostics_plot": diag_plot,

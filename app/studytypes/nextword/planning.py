@@ -9,6 +9,9 @@ defaults are :class:`PlanTarget`'s.
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
 from sqlalchemy.orm import Session
 
@@ -18,6 +21,7 @@ from app.results.stats import (
     DATA_KIND,
     MODEL_KIND,
     EBCResults,
+    PlanError,
     PlanTarget,
     StudyPlan,
     design_effect,
@@ -124,3 +128,55 @@ def study_plan(
     j = queries.load_judgments(session, study)
     keep, _ = exclusion_mask(j, study.exclusions)
     return plan_from_judgments(study, j, keep, target, seed=seed)
+
+
+# The half-width (EB-C scale, around 1) the results page plans for when an interval says
+# nothing: EB-C 1 +- 0.1 tells "no exposure bias" from a 10% one.
+INFORMATIVE_HALFWIDTH = 0.1
+
+
+@dataclass(frozen=True)
+class MoreAnnotators:
+    """What the planner says a study needs for an EB-C interval of half-width
+    ``halfwidth``: ``total`` annotators (``more`` than the ``now`` counted), at today's
+    judgments per cell per annotator; the plan behind it (None: no finite plan, ``reason``)."""
+
+    halfwidth: float
+    now: int
+    total: int | None
+    more: int | None
+    per_annotator: float
+    plan: StudyPlan | None
+    reason: str = ""
+
+
+def annotators_for_halfwidth(
+    study: Study,
+    measured: StudyPlan | None,
+    n_annotators: int,
+    halfwidth: float = INFORMATIVE_HALFWIDTH,
+) -> MoreAnnotators:
+    """How many annotators a half-width of ``halfwidth`` takes: the planner's judgments per
+    cell (:func:`plan_for_study`, with the CGD(data) and design effect that ``measured``
+    measured, else its defaults), divided by the judgments per cell each of the
+    ``n_annotators`` gave so far (``measured.judgments_per_cell_now / n_annotators``), and
+    never fewer than the plan's own minimum (its cap and cell share)."""
+    now = max(int(n_annotators), 0)
+    cells_now = measured.judgments_per_cell_now if measured else 0
+    per = cells_now / now if now and cells_now else float("nan")
+    try:
+        plan = plan_for_study(
+            study,
+            PlanTarget(target_ebc=None, halfwidth=halfwidth),
+            cgd_data=measured.cgd_data if measured and measured.cgd_data_measured else None,
+            design_effect=(
+                measured.design_effect if measured and measured.design_effect_measured else None
+            ),
+            judgments_now=cells_now,
+        )
+    except PlanError as exc:
+        return MoreAnnotators(halfwidth, now, None, None, per, None, exc.reason)
+    total = plan.annotators_needed
+    if per > 0:
+        total = max(total, math.ceil(plan.judgments_per_cell / per))
+    return MoreAnnotators(halfwidth, now, total, max(total - now, 0), per, plan)

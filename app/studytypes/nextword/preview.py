@@ -39,6 +39,7 @@ from app.studytypes.nextword.simulation import (
     stand_in_for,
     summarise,
 )
+from app.studytypes.nextword.verdict import verdict
 from app.validation import INT32_MAX, Line
 
 DEFAULT_TARGET = PlanTarget().target_ebc
@@ -109,6 +110,8 @@ class Preview(shared.PreviewRun):
     summary: SimulationSummary
     assumptions: tuple[str, ...]
     workload: Workload
+    verdict: str = ""  # too small or enough, and what would be (`verdict.verdict`)
+    enough: bool = False  # the verdict's
 
     def row(self, variant: str, length: int) -> PreviewRow:
         return next(x for x in self.rows if x.variant == variant and x.length == length)
@@ -180,7 +183,18 @@ def simulate_before_paying(
             )
         )
     rejection = rejection_label(summary.true_ebc.values(), options.target_ebc)
+    said = verdict(
+        study,
+        summary,
+        size,
+        target_ebc=options.target_ebc,
+        cgd_data=options.cgd_data,
+        rejection=rejection,
+        price=(lambda grown: price(study, settings, grown, options.providers)) if price else None,
+    )
     return Preview(
+        verdict=said.text,
+        enough=said.enough,
         crowd=crowd.describe(),
         level=level,
         alpha=target.alpha,
@@ -274,6 +288,8 @@ def preview_text(preview: Preview) -> str:
             f"l={r.length} {r.estimate:.4f} ± {r.se:.4f} (truth {r.truth:.4g})" for r in one
         )
     )
+    lines.append("")
+    lines.append(preview.verdict)
     lines.append("")
     lines += shared.cost_lines(preview.costs)
     lines.append(f"{summary.seconds_per_replication * 1000:.0f} ms per replication")

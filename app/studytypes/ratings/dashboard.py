@@ -15,7 +15,9 @@ from app.studytypes.ratings.downloads import CATALOGUE
 ANSWERS_LABEL, ITEMS_LABEL = "Ratings", "Pairs"  # as the study page names them
 
 
-def results_page(session: Session, study: Study, options: Any) -> tuple[str, dict]:
+def results_page(
+    session: Session, study: Study, options: Any, *, costs: Any = None
+) -> tuple[str, dict]:
     """The results page's template and context (`options`: the page's query). Ratings, not
     judgments: quality and consistency, and the EB-M scores as a results job stored them."""
     query = options.results_query()

@@ -35,7 +35,7 @@ from app.results.exports import (
 )
 from app.results.schemas import EBMOut
 from app.results.stats import finite_or_none
-from app.results.stats.ebm import SCORE_LABELS, SCORES
+from app.results.stats.ebm import FEW_PROMPTS, SCORE_LABELS, SCORES
 from app.studytypes.ratings import queries
 
 EBM_FIELDS = [
@@ -183,29 +183,52 @@ def ebm_table(study: str, ebm: EBMOut | None) -> str:
     return "\n".join(out) + "\n"
 
 
-def _cell(x) -> dict[str, float | None] | None:
+def degenerate(value: float | None, low: float | None, high: float | None) -> bool:
+    """Whether a score's interval is degenerate: a value whose interval has no width (every
+    resample gave the same number). On a small study the entropy is then at its bound (every
+    n-gram of the continuations distinct, whichever prompts are drawn) and its ratio 1 says
+    nothing about diversity; the page flags it rather than print [1, 1]."""
+    return value is not None and low is not None and high is not None and low == high
+
+
+def _cell(x, n: int | None = None) -> dict[str, Any] | None:
     if x is None:
         return None
-    return {k: finite_or_none(getattr(x, k)) for k in ("value", "low", "high")}
+    cell: dict[str, Any] = {k: finite_or_none(getattr(x, k)) for k in ("value", "low", "high")}
+    cell["degenerate"] = None
+    if getattr(x, "degenerate", False):  # the statistics' own flag and reason
+        cell["degenerate"] = getattr(x, "degenerate_reason", "") or "no spread over the prompts"
+    elif degenerate(cell["value"], cell["low"], cell["high"]):  # scores stored before it
+        few = f" over only {n} continuations" if n is not None and n < FEW_PROMPTS else ""
+        cell["degenerate"] = (
+            f"no spread over the prompts{few}: every resample gives the same value (for the "
+            "entropy: every n-gram distinct, the entropy at its bound), so this is no measurement"
+        )
+    return cell
 
 
 def ebm_view(ebm: EBMOut) -> list[dict[str, Any]]:
     """The results page's EB-M rows, per length: EB-M per score and EB-bleu, then each
-    kind's scores and the other kinds' ratios (values, interval ends; null: none)."""
+    kind's scores and the other kinds' ratios (values, interval ends; null: none; and
+    ``degenerate``: why a cell is no measurement (:func:`degenerate`), else None)."""
     s = ebm.scores
     view = []
     for ln in sorted({t.length for t in s.scores}):
         kinds = sorted({t.kind for t in s.scores if t.length == ln}, key=lambda k: k != "data")
         scores = {(t.kind, t.score): t for t in s.scores if t.length == ln}
         ratios = {(r.kind, r.score): r for r in s.ratios if r.length == ln}
+        counts = {k: scores[(k, "entropy")].n for k in kinds if (k, "entropy") in scores}
+        fewest = min(counts.values(), default=None)
         view.append(
             {
                 "length": ln,
-                "ebm": [_cell(ratios.get(("model", n))) for n in SCORES],
-                "eb_bleu": _cell(next((e for e in s.eb_bleu if e.length == ln), None)),
-                "kinds": [(k, [_cell(scores.get((k, n))) for n in SCORES]) for k in kinds],
+                "ebm": [_cell(ratios.get(("model", n)), fewest) for n in SCORES],
+                "eb_bleu": _cell(next((e for e in s.eb_bleu if e.length == ln), None), fewest),
+                "kinds": [
+                    (k, [_cell(scores.get((k, n)), counts.get(k)) for n in SCORES]) for k in kinds
+                ],
                 "others": [
-                    (k, [_cell(ratios.get((k, n))) for n in SCORES])
+                    (k, [_cell(ratios.get((k, n)), fewest) for n in SCORES])
                     for k in kinds
                     if k not in ("data", "model")
                 ],
@@ -237,6 +260,7 @@ def samples_jsonl(session: Session, study: Study) -> Iterator[str]:
 __all__ = [
     "EBM_FIELDS",
     "SAMPLE_FIELDS",
+    "degenerate",
     "ebm_csv",
     "ebm_latex",
     "ebm_table",
