@@ -247,7 +247,8 @@ def _send(
         sent = study_type_of(annotator.study).pages.send(session, annotator, form)
     except FormRefused as exc:
         return _refused(session, annotator, exc, form, mturk, lease)
-    store_extras(session, annotator.study, sent.assignment, extras, last_step=sent.completed)
+    if not sent.repeated:  # a repeat keeps what the first post stored, its extras too
+        store_extras(session, annotator.study, sent.assignment, extras, last_step=sent.completed)
     return sent
 
 

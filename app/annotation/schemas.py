@@ -146,6 +146,7 @@ class Sent:
     late: bool  # as the submission's (a step's, until the HIT is completed)
     completed: bool = True
     kept: Any = None  # a repeat with other answers: the ones that were kept (a PageView)
+    repeated: bool = False  # already stored: this post wrote nothing (nor its comment)
 
 
 @dataclass(slots=True)

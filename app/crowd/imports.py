@@ -124,14 +124,14 @@ def tool_time(value: str | None) -> datetime | None:
             return None
         try:
             naive = datetime.strptime(f"{clock} {year}", "%b %d %H:%M:%S %Y")
-        except ValueError:
+            return naive.replace(tzinfo=timezone(timedelta(hours=_ZONES[zone]))).astimezone(UTC)
+        except (ValueError, OverflowError):  # OverflowError: beyond year 9999 (or 1) in UTC
             return None
-        return naive.replace(tzinfo=timezone(timedelta(hours=_ZONES[zone]))).astimezone(UTC)
     try:
         parsed = datetime.fromisoformat(value) if value else None
-    except ValueError:
+        return parsed.astimezone(UTC) if parsed is not None and parsed.tzinfo else None
+    except (ValueError, OverflowError):
         return None
-    return parsed.astimezone(UTC) if parsed is not None and parsed.tzinfo else None
 
 
 def consent_time(row: ResultRow, now: datetime) -> datetime:

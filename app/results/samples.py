@@ -44,7 +44,7 @@ def samples_latex(samples: list[Sample], caption: str) -> str:
     """One row per sample: kind (label), source when there is one, then prompt, the prefix
     underlined and the continuation as one text."""
     has_source = any(s.source for s in samples)
-    cols = "llp{0.35\\linewidth}p{0.45\\linewidth}" if has_source else "lp{0.8\\linewidth}"
+    cols = "lp{0.35\\linewidth}p{0.45\\linewidth}" if has_source else "lp{0.8\\linewidth}"
     head = "kind & source & translation \\\\" if has_source else "kind & text \\\\"
     out = ["\\begin{table}[t]", "\\centering", f"\\begin{{tabular}}{{{cols}}}", "\\toprule", head]
     out.append("\\midrule")

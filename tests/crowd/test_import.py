@@ -590,3 +590,21 @@ def test_the_times_of_a_results_file():
     assert tool_time("2026-11-28T12:30:00+01:00") == datetime(2026, 11, 28, 11, 30, tzinfo=UTC)
     for unread in ("", "Sat Nov 28 12:30:00 CET 2026", "2026-11-28T12:30:00", "Feb 30", None):
         assert tool_time(unread) is None
+    # Valid in their own zone but outside Python's range once in UTC: not read either.
+    for beyond in ("9999-12-31T23:00:00-05:00", "0001-01-01T00:30:00+01:00",
+                   "Fri Dec 31 23:00:00 PST 9999"):  # fmt: skip
+        assert tool_time(beyond) is None
+
+
+@pytest.mark.sqlite  # the file's reading: the same on every backend
+def test_a_time_beyond_the_calendar_is_the_imports_time_not_a_crash(session):
+    study = make_study(
+        session, slug="im18", lengths=(10,), per_cell=20,
+        participants={"consent": CONSENT, "comments": True},
+    )  # fmt: skip
+    results, _ = turkle_results(export_batch(session, study), workers=1)
+    sent = edit(results, {0: {"SubmitTime": "9999-12-31T23:00:00-05:00"}})
+    report = import_results(session, study, sent, source=SOURCE, by=CLI)
+    assert report.errors == [] and report.stored == len(read_csv(results))
+    person = session.scalar(select(Annotator).where(Annotator.study_id == study.id))
+    assert person.consented_at is not None and person.consented_at <= utcnow()

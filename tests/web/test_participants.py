@@ -166,6 +166,11 @@ def test_hit_comment_and_page_signals_are_stored_and_exported(client, session, l
     a = session.scalar(select(Assignment).where(Assignment.public_id == hidden["assignment"]))
     session.refresh(a)
     assert a.comment == FORMULA and a.page_signals == {"0": [2, 5300], "3": [0, 0]}
+    # a repeat of the post (another comment, other signals) stores nothing, as its answers
+    again = {**form, "comment": "changed", "sig0": "9,9000"}
+    assert client.post(f"{link}/submit", data=again, follow_redirects=False).status_code == 303
+    session.refresh(a)
+    assert a.comment == FORMULA and a.page_signals == {"0": [2, 5300], "3": [0, 0]}
     # the judgments export: the comment neutralised, each item's signals (empty: none)
     rows = list(csv.DictReader(io.StringIO("".join(judgments_csv(session, study)))))
     by_position = {int(r["position"]): r for r in rows}

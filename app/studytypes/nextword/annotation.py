@@ -283,7 +283,8 @@ def send(session: Session, annotator: AnnotatorRef, form: Mapping[str, str]) -> 
     incomplete or holds a bad option (its page is shown again)."""
     answers, times = answers_from_form(form)
     result = submit(session, annotator, form.get("assignment", ""), answers, times)
-    return Sent(result.assignment, result.late, kept=kept_page(session, result))
+    kept = kept_page(session, result)
+    return Sent(result.assignment, result.late, kept=kept, repeated=result.repeated)
 
 
 def mturk_fields(session: Session, assignment: Lease) -> list[tuple[str, str]]:

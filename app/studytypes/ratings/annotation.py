@@ -344,7 +344,7 @@ def send(session: Session, annotator: AnnotatorRef, form: Mapping[str, str]) -> 
     """Store a posted step (`RatingRefused`: its page is shown again); the last one
     completes the HIT."""
     rated = rate(session, annotator, rating_from_form(form))
-    return Sent(rated.assignment, rated.late, completed=rated.completed)
+    return Sent(rated.assignment, rated.late, completed=rated.completed, repeated=rated.repeated)
 
 
 def mturk_fields(session: Session, assignment: Lease) -> list[tuple[str, str]]:
