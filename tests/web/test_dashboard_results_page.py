@@ -34,6 +34,11 @@ def test_results_page_table_plot_planner_and_selectors(logged_in, session):
     assert "resampling unit hit" in r.text and "CGD(M|D) data" in r.text
     assert 'src="data:image/svg+xml;base64,' in r.text
     assert "Power and budget planner" in r.text and r.context["plan"] is not None
+    # The downloads that depend on the options carry them; the footer says when and by what.
+    query = "b=1000&amp;unit=hit&amp;estimator=plurality"
+    assert f'/dashboard/studies/r1/results/results.csv?{query}" download' in r.text
+    assert f'/dashboard/studies/r1/results/results.tex?paper=true&{query}"' in r.text
+    assert f"Computed in {res.seconds:.2f} s by ebc-judge {res.service_version}" in r.text
     planned = logged_in.get("/dashboard/studies/r1/results?b=1000&target_ebc=1.05&power=0.9")
     assert planned.context["plan"].target_ebc == 1.05
     assert logged_in.get("/dashboard/studies/r1/results?unit=nope").status_code == 400
