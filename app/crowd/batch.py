@@ -1,4 +1,5 @@
-"""The offline MTurk batch format (docs/design.md §2 "Offline MTurk format"), which Turkle reads too.
+"""The offline MTurk batch format (docs/design.md §2 "Offline MTurk format"), which Turkle
+reads too.
 
 `export_batch` makes a HIT template (an HTML fragment with `${var}` placeholders, no
 `<form>`: MTurk and Turkle wrap it in theirs, add a Submit button and post its fields as
