@@ -56,6 +56,11 @@ FULL = StudyConfig.model_validate(
         },
         "exclusions": {"blocked": False, "attention_min_accuracy": 0.8, "too_fast": False},
         "payment": {"reward_cents": 50, "platform_fee": 0.2},
+        "participants": {
+            "consent": "I agree to take part.",
+            "comments": False,
+            "exclude_studies": ["pilot"],
+        },
         "channels": {
             "prolific": {
                 "enabled": True,
@@ -65,6 +70,12 @@ FULL = StudyConfig.model_validate(
                 "session_param": "SESS",
                 "completion_code": "C0DE",
                 "redirect_url": "https://example.org/done",
+                "prescreeners": {
+                    "first_languages": ["english"],
+                    "fluent_languages": ["english", "french"],
+                    "countries": ["GB"],
+                    "min_approval_rate": 95,
+                },
             },
             "mturk": {
                 "enabled": True,

@@ -42,7 +42,13 @@ def test_the_rating_page_is_read_step_by_step_as_a_browser_shows_it(
     assert (page.position, page.step) == (0, "quality")
     assert page.points == (HALVES if step == 0.5 else HALVES[::2])
     public_id = page.fields["assignment"]
-    assert page.fields == {"assignment": public_id, "position": "0", "step": "quality"}
+    # The step's page-signal field is sent empty without JavaScript, as a browser would.
+    assert page.fields == {
+        "assignment": public_id,
+        "position": "0",
+        "step": "quality",
+        "sig0.quality": "",
+    }
     sent = client.post(page.action, data={**page.fields, "rating": "3"}, follow_redirects=False)
     assert sent.status_code == 303
     # The same pair, its context now shown, asks for the consistency.
