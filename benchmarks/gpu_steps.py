@@ -11,12 +11,15 @@ random weights peaked as there), ``--items`` `model` items at each length, batch
 
 Printed per run: items per second (wall), needed tokens per second, the share of steps that
 were graph replays, whether a capture failed (and why), the synchronisations outside the one
-read a step (`worker.models.host_read`; counted with ``torch.cuda.set_sync_debug_mode``), and
+read a step (`worker.models.host_read`, as the sampler and the word search call it; counted
+with ``torch.cuda.set_sync_debug_mode``), and
 how many items differ from the eager run's in prefix words, in choices, and the largest
 difference of a choice's probability among the rest (float rounding of other shapes: how far
 batch composition moves a word on this GPU).
 
 Run on a GPU machine: ``python benchmarks/gpu_steps.py`` (about 2 minutes on an H200).
+``--device cpu`` checks the script itself on a CPU (small ``--items``/``--rows``): the "graphs"
+way runs its fixed shapes eagerly there and no synchronisation is counted.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import worker as _worker_env  # noqa: F401  (first: the OpenMP wait policy it se
 import torch
 from precompute import build_model, needed_tokens
 
-from worker import sampler
+from worker import sampler, words
 from worker.hf import HFCausalLM
 from worker.prefixes import PrefixSpec, make_items
 
@@ -45,31 +48,36 @@ class Syncs:
     """Counts CUDA synchronisations outside `worker.models.host_read` (sync debug mode "warn"
     turned off while a step reads its parts)."""
 
-    def __init__(self):
+    def __init__(self, cuda: bool):
+        self.cuda = cuda
         self.count = 0
         self.reads = 0
-        self.real = sampler.host_read
+        self.real = sampler.host_read  # the step's reads: the sampler's and the word search's
 
     def __enter__(self):
         def host_read(parts):
             self.reads += 1
+            if not self.cuda:
+                return self.real(parts)
             torch.cuda.set_sync_debug_mode(0)
             try:
                 return self.real(parts)
             finally:
                 torch.cuda.set_sync_debug_mode(1)
 
-        sampler.host_read = host_read
+        sampler.host_read = words.host_read = host_read
         self.catch = warnings.catch_warnings(record=True)
         self.seen = self.catch.__enter__()
         warnings.simplefilter("always")
-        torch.cuda.set_sync_debug_mode(1)
+        if self.cuda:
+            torch.cuda.set_sync_debug_mode(1)
         return self
 
     def __exit__(self, *exc):
-        torch.cuda.set_sync_debug_mode(0)
+        if self.cuda:
+            torch.cuda.set_sync_debug_mode(0)
         self.catch.__exit__(*exc)
-        sampler.host_read = self.real
+        sampler.host_read = words.host_read = self.real
         self.count = sum("synchroniz" in str(w.message) for w in self.seen)
         self.where = sorted(
             {str(w.message)[:120] for w in self.seen if "synchroniz" in str(w.message)}
@@ -98,11 +106,18 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1024)
     parser.add_argument("--lengths", default="10,20,30")
     parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--device", default="cuda", help="cuda (the point), or cpu (a check)")
     args = parser.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("gpu_steps.py needs a CUDA GPU")
-    device = torch.device("cuda")
-    print(f"GPU: {torch.cuda.get_device_name(device)}; torch {torch.__version__}")
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
+    if cuda and not torch.cuda.is_available():
+        sys.exit("gpu_steps.py needs a CUDA GPU (or --device cpu, a check of the script)")
+    name = torch.cuda.get_device_name(device) if cuda else "CPU"
+    print(f"device: {name}; torch {torch.__version__}")
+
+    def synchronize():
+        if cuda:
+            torch.cuda.synchronize()
     print(
         f"{'dtype':>8} {'l':>3} {'way':>6} {'items/s':>8} {'tok/s':>8} {'replays':>7} "
         f"{'syncs':>5} {'reads':>5}  against eager"
@@ -130,11 +145,11 @@ def main() -> None:
                     return real_run(state, inputs)
 
                 lm._graphs.run = run
-                torch.cuda.synchronize()
-                with Syncs() as syncs:
+                synchronize()
+                with Syncs(cuda) as syncs:
                     t = time.perf_counter()
                     items = make_items(lm, None, spec, length, "model", 0, args.items, seed=1)
-                    torch.cuda.synchronize()
+                    synchronize()
                     wall = time.perf_counter() - t
                 del lm._graphs.run
                 k = key(items)
