@@ -108,6 +108,19 @@ def kind_parts(kind: str) -> KindParts:
     return KindParts(m["base"], rate, gap, distorted)
 
 
+def canonical_kind(kind: str) -> str:
+    """The one spelling of ``kind`` (a rate without trailing zeros: ``data_corrupted@0.30`` ->
+    ``data_corrupted@0.3``, ``@1.0`` -> ``@1``), so that a study cannot name one kind twice and
+    the results pair each corrupted kind with its base by name.  ValueError as `kind_parts`."""
+    parts = kind_parts(kind)
+    if parts.rate is None:
+        return kind
+    rate = kind.partition("@")[2].partition("+")[0]
+    rate = rate.rstrip("0").rstrip(".") if "." in rate else rate
+    gap = "" if parts.gap is None else f"+gap@{parts.gap}"
+    return f"{parts.base}@{rate}{gap}"
+
+
 def parse_kind(kind: str) -> tuple[str, float | None]:
     """`"data_corrupted@0.3"` -> `("data_corrupted", 0.3)`; `"model"` -> `("model", None)`;
     a gap kind gives its distorted prefix's (`"data_shuffled+gap@5"` -> `("data_shuffled",

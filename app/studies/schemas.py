@@ -25,7 +25,7 @@ from pydantic.fields import FieldInfo
 
 from app.crowd.registry import PLATFORMS
 from app.models.enums import SpecialTop1, StudyType, Task
-from app.studies.kinds import gap_of, kinds_refused, parse_kind, task_only_kinds
+from app.studies.kinds import canonical_kind, gap_of, kinds_refused, parse_kind, task_only_kinds
 from app.studytypes.ratings.config import RatingsSection
 from app.validation import INT32_MAX, Line, Section, Text
 
@@ -362,7 +362,8 @@ class StudyConfig(Section):
     @classmethod
     def _kinds(cls, kinds: list[str]) -> list[str]:
         for kind in kinds:
-            parse_kind(kind)
+            if (canonical := canonical_kind(kind)) != kind:
+                raise ValueError(f"write the prefix kind {kind!r} as {canonical!r}")
         if len(set(kinds)) != len(kinds):
             raise ValueError("prefix kinds must be distinct")
         missing = [k for k in STUDY_KINDS if k not in kinds]

@@ -71,6 +71,8 @@ def test_bad_kinds_are_refused(kind):
     [
         ({"kinds": ["data"]}, "needs both 'data' and 'model'"),
         ({"prefix_lengths": [10, 10]}, "distinct"),
+        ({"kinds": ["data", "model", "data_corrupted@0.30"]}, "as 'data_corrupted@0.3'"),
+        ({"kinds": ["data", "model", "data_corrupted@1.0+gap@5"]}, "as 'data_corrupted@1\\+gap@5'"),
         ({"prefix_lengths": [0]}, "between 1 and 1000"),
         ({"hits": {"mix": {"data": 5, "random": 5}}}, "does not make"),
         ({"task": "seq2seq"}, "jsonl or tsv"),
@@ -189,3 +191,13 @@ def test_a_study_file_nested_past_the_parser_is_refused_with_a_message():
     dotted = "slug = 'x'\nx." + ".".join(["a"] * 3000) + " = 1\n"  # deep, yet parsed
     with pytest.raises(StudyError, match="nests deeper than 8"):
         parse_config(dotted)
+
+
+def test_one_spelling_per_kind():
+    from app.studies.kinds import canonical_kind
+
+    assert canonical_kind("data_corrupted@0.30") == "data_corrupted@0.3"
+    assert canonical_kind("model_corrupted@1.00") == "model_corrupted@1"
+    assert canonical_kind("data_corrupted@0.25+gap@5") == "data_corrupted@0.25+gap@5"
+    assert canonical_kind("data_shuffled+gap@5") == "data_shuffled+gap@5"
+    assert canonical_kind("data") == "data"
