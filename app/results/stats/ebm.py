@@ -192,10 +192,7 @@ class EBMGapRatio:
     paired: bool = False
     degenerate: bool = False
     degenerate_reason: str = ""
-
-    @property
-    def reference_length(self) -> int:
-        return self.length + self.l_gap
+    reference_length: int = 0  # l + l_gap: the data cell it is over
 
 
 @dataclass(frozen=True)
@@ -596,7 +593,10 @@ def ebm_scores(
             for name in names:
                 figs, method, flag = _ratio(group, kind, name, level)
                 paired = group.draws.paired
-                ratio = EBMGapRatio(length, g, kind, name, *figs, method, paired, **flag)
+                ratio = EBMGapRatio(
+                    length, g, kind, name, *figs, method, paired, **flag,
+                    reference_length=length + g,
+                )  # fmt: skip
                 gap_ratios.append(ratio)
     return EBMScores(
         scores=scores,

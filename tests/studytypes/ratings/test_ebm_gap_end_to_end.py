@@ -124,6 +124,7 @@ def test_a_ratings_study_with_a_gap_kind_from_the_worker_to_the_pages(live_db, m
             gaps = doc["ebm"]["scores"]["gap_ratios"]
             bleu_gap = next(g for g in gaps if g["score"] == "bleu")
             assert (bleu_gap["length"], bleu_gap["l_gap"], bleu_gap["kind"]) == (3, 2, GAP)
+            assert bleu_gap["reference_length"] == 5
             assert bleu_gap["value"] == pytest.approx(want, rel=1e-9)
             assert bleu_gap["paired"] is paired
             assert {g["length"] for g in gaps} == {3}  # l = 5 has no data cell at 7
