@@ -12,6 +12,10 @@ Determinism: attempt 0 draws from the item's own generator after its distortion 
 shuffle or corruption drew from); a re-sampled attempt (an end of text before g words) from
 `gap_seed`.  An item therefore does not depend on its shard or batch, as every sampled kind.
 
+Ratings studies (EB-M_gap, the later paper's eq. 5): with a ``continuation`` phase the row
+goes on after its g words, in the same slot, to sample the continuation of l_gen words
+(`worker.continuations`), as a model prefix's row does; no next words are searched.
+
 Each item records ``provenance["gap"]``: ``words`` (g), ``distorted_words`` (l) and the gap's
 words (``gap_words``); the item's ``words`` are the l distorted words followed by the g.
 """
@@ -46,11 +50,16 @@ def sample_gaps(
     *,
     keep_roots: bool = False,
     memory: int | None = None,
+    continuation=None,
 ) -> list[NextWords | None]:
     """Sample each draft's ``gap`` words after its prompt and distorted ``words`` and search its
     next words there; returns them per draft (None for a draft skipped before or during its
     gap).  Sets ``words`` (distorted + gap), ``ids``, ``info`` and ``skip`` as a model prefix
-    does (``"eos_before_l"``: an end of text before the g words; ``"too_long"``)."""
+    does (``"eos_before_l"``: an end of text before the g words; ``"too_long"``).
+
+    ``continuation`` (a `worker.sampling.Continuation`, ratings studies): the rows sample it
+    after their g words instead of searching next words (sets ``continuation``; returns None
+    per draft)."""
     todo = [d for d in drafts if d.skip is None]
     kept = {d.index: (d.prompt, d.words) for d in todo}
     for d in todo:
@@ -72,8 +81,9 @@ def sample_gaps(
         gap,
         batch,
         reseed,
-        search_settings(model, classes, spec),
+        None if continuation is not None else search_settings(model, classes, spec),
         keep_roots=keep_roots,
+        continuation=continuation,
         memory=memory,
     )
     found = dict(zip([d.index for d in todo], sampler.run(todo), strict=True))

@@ -34,7 +34,9 @@ words of a beam search of the source (``num_beams``, default 10); the source is 
 Ratings studies (``spec.continuation_words`` = l_gen): every item gets a continuation of l_gen
 words sampled from the model after its prompt and prefix instead of next-word choices;
 `worker.continuations` says how.  Their data-line kinds need l_gen words after the prefix (the
-real continuation, recorded).
+real continuation, recorded).  A gap kind's continuation follows its g model words; its item i
+of length l reads the line of the data item i of length l + g, and records the l_gen words after
+that line's l + g words (EB-M_gap's reference).
 
 Every made item keeps the token ids its choices were computed from (``context_ids``, and
 ``source_ids`` for translation) and, with ``keep_roots``, the model's next-token log-probabilities
@@ -327,8 +329,8 @@ def _cell(model, dataset, spec: PrefixSpec, length: int, kind: str, seed: int, d
     ratings = bool(spec.continuation_words)
     if ratings and (seq2seq or data_from is not None):
         raise ValueError("continuations are for language models without a reference model")
-    if parts.gap is not None and (seq2seq or ratings):
-        raise ValueError(f"{kind!r}: gap kinds are for language models' next-word items")
+    if parts.gap is not None and seq2seq:
+        raise ValueError(f"{kind!r}: gap kinds are for language models")
     classes = get_token_classes(model, spec.punctuation_splits)
     cell = _Cell(
         model, dataset, spec, length, kind, seed, base, rate, classes, seq2seq, ratings,
@@ -351,12 +353,18 @@ def _drafts(cell: _Cell, start: int, stop: int) -> list[_Draft]:
     # length takes the same line as the data item i (the paper's generation process: one
     # prompt C, a prefix from P_D or from P_M), a line long enough to hold the data
     # continuation that EB-M scores every kind's continuation against.
+    # A gap kind's item i of length l takes the line of the data item i of length l + g: its
+    # distorted prefix is made from the first l words of the line whose clean l + g words are
+    # that data item's prefix, and EB-M_gap scores both continuations against the same
+    # reference, the line's l_gen words after those l + g (the later paper's eq. 5).
     # (Without a dataset, model prefixes without a prompt still need none: tests, benchmarks.)
     paired = cell.ratings and dataset is not None
+    gap = cell.gap if cell.ratings and cell.gap else 0
     line_key = "data" if paired else kind
+    line_length = length + gap
     reads_line = base.startswith("data") and not cell.sampled_data
     if cell.seq2seq or paired or reads_line:
-        min_words = spec.prompt_words + length + following
+        min_words = spec.prompt_words + line_length + following
     elif spec.prompt_words:
         min_words = spec.prompt_words
     else:
@@ -364,7 +372,7 @@ def _drafts(cell: _Cell, start: int, stop: int) -> list[_Draft]:
     if min_words:
         if dataset is None:
             raise DatasetError(f"kind {kind!r} needs a dataset")
-        cell.order = _line_order(dataset, cell.seed, length, line_key, min_words)
+        cell.order = _line_order(dataset, cell.seed, line_length, line_key, min_words)
         if stop > len(cell.order):
             raise DatasetError(
                 f"{dataset.path}: item {stop - 1} of length {length} ({kind}) needs {stop} lines "
@@ -385,7 +393,8 @@ def _drafts(cell: _Cell, start: int, stop: int) -> list[_Draft]:
                 # After a gap the next words follow the model's g words: no true next word.
                 d.true_next = row.words[end] if cell.gap is None else None
                 if cell.ratings:
-                    d.info["data_continuation"] = " ".join(row.words[end : end + following])
+                    ref = end + gap  # after the clean l + g words (a gap kind's reference)
+                    d.info["data_continuation"] = " ".join(row.words[ref : ref + following])
         drafts.append(d)
     return drafts
 
@@ -463,10 +472,15 @@ def _model_side(
     if corrupted:
         _corrupt_drafts(cell, drafts)
     if cell.gap:
-        return sample_gaps(
+        # A ratings item's continuation follows its gap in the same row (`worker.gaps`).
+        phase = None
+        if cell.ratings and not prefixes_only:
+            phase = continuation(spec, cell.seed, cell.length, cell.kind)
+        found = sample_gaps(
             model, classes, drafts, spec, cell.seed, cell.length, cell.kind, cell.gap,
-            cell.batch, keep_roots=keep_roots, memory=cell.memory,
+            cell.batch, keep_roots=keep_roots, memory=cell.memory, continuation=phase,
         )  # fmt: skip
+        return [None] * len(drafts) if cell.ratings else found
     if not cell.ratings:
         return _choices_lm_text(model, classes, drafts, spec, cell.batch, keep_roots, cell.memory)
     if not prefixes_only:

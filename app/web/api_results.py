@@ -443,6 +443,26 @@ def results_ebm_file(
 
 
 @router.get(
+    "/studies/{slug}/results/ebm_gap.{fmt}",
+    response_class=Response,
+    responses={
+        200: {
+            "content": {"image/svg+xml": {}, "image/png": {}},
+            "description": "a ratings study's EB-M_gap against l_gap (the later paper's Fig. "
+            "3 for continuations): one line per distorted kind and prefix length, one panel "
+            "per score, from the stored EB-M scores (the figures are in ebm.csv)",
+        },
+        **_404_RATINGS,
+    },
+    summary="EB-M_gap figure as SVG or PNG (ratings studies)",
+)
+def results_ebm_gap_file(
+    study: StudyDep, session: SessionDep, user: ApiUserDep, fmt: Literal["svg", "png"]
+) -> Response:
+    return _file_response(_download(session, study, f"ebm_gap.{fmt}", ResultQuery(), user))
+
+
+@router.get(
     "/studies/{slug}/samples.{fmt}",
     response_class=StreamingResponse,
     responses={

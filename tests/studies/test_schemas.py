@@ -108,9 +108,11 @@ def test_gap_kinds_parts_and_checks():
     }
     with pytest.raises(ValidationError, match="for language models"):
         StudyConfig.model_validate(seq2seq)
+    # A ratings study takes a gap kind (EB-M_gap), with the same need of a data cell at l + g.
     ratings = {**MINIMAL, "type": "ratings", "kinds": ["data", "model", "data_shuffled+gap@10"]}
-    with pytest.raises(ValidationError, match="not made yet"):
-        StudyConfig.model_validate(ratings)
+    assert StudyConfig.model_validate(ratings).kinds[-1] == "data_shuffled+gap@10"
+    with pytest.raises(ValidationError, match="add a prefix length l \\+ 5"):
+        StudyConfig.model_validate({**ratings, "kinds": ["data", "model", "data_shuffled+gap@5"]})
 
 
 def test_study_round_trips_through_the_table(session):

@@ -57,7 +57,13 @@ CHECKS = [
 ]
 SLUG = "sch"
 RATINGS_SLUG = "schr"  # a ratings study: the downloads a next-word study does not have
-RATINGS_ONLY = ("/samples.{fmt}", "/results/ebm.{fmt}", "/ratings.{fmt}", "/ratings_table.{fmt}")
+RATINGS_ONLY = (
+    "/samples.{fmt}",
+    "/results/ebm.{fmt}",
+    "/results/ebm_gap.{fmt}",
+    "/ratings.{fmt}",
+    "/ratings_table.{fmt}",
+)
 TYPE_OF = {SLUG: "nextword", RATINGS_SLUG: "ratings"}
 EXAMPLES = 30  # per operation: 14 operations in about 30 s on this machine
 

@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 import torch
 
+from app.precompute.datasets import DatasetError
 from worker.prefixes import PrefixSpec, get_token_classes, make_items
 
 SPEC = PrefixSpec(batch_size=4)
@@ -101,12 +102,15 @@ def test_gap_items_are_deterministic_and_do_not_depend_on_the_shard(bpe_lm, text
             assert len(item.words) == 3 + 2 and item.choices
 
 
-def test_gap_kinds_are_for_next_word_items_of_language_models(marian, pair_dataset, word_lm):
+def test_gap_kinds_are_for_language_models(marian, pair_dataset, word_lm, text_dataset):
     with pytest.raises(ValueError, match="gap kinds"):
         make_items(marian, pair_dataset, SPEC, 3, "data_shuffled+gap@2", 0, 2, seed=1)
+    # A ratings item of a gap kind (EB-M_gap) reads its line: it needs the dataset.
     ratings = PrefixSpec(batch_size=4, continuation_words=5)
-    with pytest.raises(ValueError, match="gap kinds"):
+    with pytest.raises(DatasetError, match="needs a dataset"):
         make_items(word_lm, None, ratings, 3, "data_shuffled+gap@2", 0, 2, seed=1)
+    made = make_items(word_lm, text_dataset, ratings, 3, "data_shuffled+gap@2", 0, 2, seed=1)
+    assert all(i.continuation or i.skipped for i in made)
     for bad in ("data+gap@2", "model_corrupted@0.5+gap@2", "data_shuffled+gap@0"):
         with pytest.raises(ValueError):
             make_items(word_lm, None, SPEC, 3, bad, 0, 2, seed=1)

@@ -29,6 +29,14 @@ checks both):
   ``wordnet-base`` lacks the ``lexnames`` file NLTK's reader opens, and NLTK 3.10 refuses
   corpus paths outside its data directories. A WordNet stand-in with no synonyms
   (:data:`NO_SYNONYMS`) takes its place; the scores say so (:data:`METEOR_MATCHING`).
+- **Sentence BLEU** (translations): sacrebleu's ``sentence_bleu`` of each hypothesis against its
+  reference (``BLEU.sentence_score``: effective order, "exp" smoothing, ``tokenize="none"``),
+  averaged over the continuations (:class:`SentenceBleu`).
+- **chrF** (Popović 2015; translations): sacrebleu's corpus chrF (character 6-grams, beta 2, no
+  word n-grams), from its per-sentence statistics (hypothesis, reference and matched n-grams
+  per order), which add up as BLEU's do: a resample's chrF is the library's F-score of its sums
+  (:class:`PairedChrf`; ``CHRF._extract_corpus_statistics`` and ``_compute_score_from_stats``,
+  the methods sacrebleu's own paired significance test resamples with).
 - **n-gram entropy** (Zhang et al. 2018, "Ent-n"): ``-sum_g p(g) ln p(g)`` of the n-gram
   distribution pooled over the set (``p(g)``: the share of n-gram ``g`` among all n-grams of
   the texts), in nats, by ``scipy.stats.entropy``. A diversity score; no reference.
@@ -52,6 +60,7 @@ NIST_ORDER = 5
 ENTROPY_ORDER = 4
 METEOR_MATCHING = "exact + Porter stem (no WordNet synonyms: WordNet data is not installable)"
 BLEU_SETTINGS = {"tokenize": "none", "smooth_method": "exp", "max_ngram_order": BLEU_ORDER}
+CHRF_SETTINGS = {"char_order": 6, "word_order": 0, "beta": 2}
 
 # Bound on a block of resamples times n-gram entries held at once (a few MB).
 _BLOCK_ELEMENTS = 1 << 20
@@ -242,6 +251,54 @@ class SharedBleu:
         )
 
 
+class SentenceBleu:
+    """sacrebleu's sentence BLEU of each ``hyps[i]`` against ``refs[i]``, averaged: a
+    resample's score is ``m @ s / sum(m)``."""
+
+    def __init__(self, hyps: Sequence[str], refs: Sequence[str]) -> None:
+        from sacrebleu.metrics.bleu import BLEU
+
+        _check_pairs(hyps, refs)
+        bleu = BLEU(tokenize=BLEU_SETTINGS["tokenize"], effective_order=True)
+        self.n = len(hyps)
+        self.sentence = np.array(
+            [bleu.sentence_score(h, [r]).score for h, r in zip(hyps, refs, strict=True)],
+            dtype=float,
+        )
+
+    def scores(self, m: np.ndarray) -> np.ndarray:
+        m = _as_matrix(m, self.n)
+        size = m.sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(size > 0, (m @ self.sentence) / size, np.nan)
+
+
+class PairedChrf:
+    """sacrebleu's corpus chrF of ``hyps[i]`` against its one reference ``refs[i]``: the
+    per-sentence statistics summed with the multiplicities, then the library's F-score."""
+
+    def __init__(self, hyps: Sequence[str], refs: Sequence[str]) -> None:
+        from sacrebleu.metrics.chrf import CHRF
+
+        _check_pairs(hyps, refs)
+        self.chrf = CHRF(**CHRF_SETTINGS)
+        self.n = len(hyps)
+        rows = self.chrf._extract_corpus_statistics(list(hyps), [list(refs)]) if hyps else []
+        width = 3 * (self.chrf.char_order + self.chrf.word_order)
+        self.stats = np.array(rows, dtype=float).reshape(self.n, width)
+
+    def scores(self, m: np.ndarray) -> np.ndarray:
+        sums = _as_matrix(m, self.n) @ self.stats
+        return np.array(
+            [
+                self.chrf._compute_score_from_stats([round(float(x)) for x in s]).score
+                if s.any()
+                else np.nan
+                for s in sums
+            ]
+        )
+
+
 class PairedNist:
     """NLTK's corpus NIST of ``hyps[i]`` against its one reference ``refs[i]`` (n = 5).
 
@@ -377,6 +434,7 @@ class NgramEntropy:
 __all__ = [
     "BLEU_ORDER",
     "BLEU_SETTINGS",
+    "CHRF_SETTINGS",
     "ENTROPY_ORDER",
     "METEOR_MATCHING",
     "NIST_ORDER",
@@ -384,6 +442,8 @@ __all__ = [
     "Meteor",
     "NgramEntropy",
     "PairedBleu",
+    "PairedChrf",
     "PairedNist",
+    "SentenceBleu",
     "SharedBleu",
 ]

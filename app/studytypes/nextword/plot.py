@@ -13,10 +13,10 @@ in a web process); imported lazily so the app starts fast.
 
 from __future__ import annotations
 
-import io
 import math
 from typing import Literal
 
+from app.results.plots import save_figure
 from app.results.schemas import DiagnosticsOut, ResultsOut, simulated_label
 from app.results.stats import Quantity, finite_or_none
 from app.results.stats.figure import bound_text
@@ -170,17 +170,6 @@ def results_plot(results: ResultsOut, fmt: Literal["svg", "png"] = "svg") -> byt
             fontsize="medium",
         )
     return save_figure(fig, fmt)
-
-
-def save_figure(fig, fmt: str) -> bytes:
-    from matplotlib import rc_context
-
-    buf = io.BytesIO()
-    metadata = {"Date": None} if fmt == "svg" else {}
-    # Text as text (searchable, and the written-out bounds testable), not glyph paths.
-    with rc_context({"svg.fonttype": "none"}):
-        fig.savefig(buf, format=fmt, dpi=150, metadata=metadata)
-    return buf.getvalue()
 
 
 def diagnostics_plot(diag: DiagnosticsOut, fmt: Literal["svg", "png"] = "svg") -> bytes:

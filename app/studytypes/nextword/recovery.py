@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from app.csvfiles import write_csv
 from app.models import Study
 from app.results.exports import tex_escape
+from app.results.plots import error_bars, gap_panel, save_figure
 from app.results.schemas import (
     CorruptionPoint,
     DiagnosticsOut,
@@ -34,7 +35,7 @@ from app.results.schemas import (
 )
 from app.results.stats import finite_or_none
 from app.studytypes.nextword.diagnostics import study_diagnostics
-from app.studytypes.nextword.plot import save_figure, simulated_line
+from app.studytypes.nextword.plot import simulated_line
 from app.studytypes.nextword.synthetic import corruption_reference, parts_of
 
 REFERENCE_NOTE = (
@@ -243,7 +244,14 @@ def recovery_plot(rec: RecoveryOut, fmt: Literal["svg", "png"] = "svg") -> bytes
     FigureCanvasAgg(fig)
     axes = fig.subplots(len(sources), 2, squeeze=False)
     for (left, right), source in zip(axes, sources, strict=True):
-        _gap_panel(left, [p for p in rec.gap_curve if p.source == source], source)
+        gap_panel(
+            left,
+            [p for p in rec.gap_curve if p.source == source],
+            estimate="ebc_gap",
+            ylabel="EB-C_gap",
+            title=f"{source}: EB-C_gap against l_gap",
+            distorted=lambda p: p.distorted_kind,
+        )
         _corruption_panel(right, [q for q in rec.corruption_curve if q.source == source])
         right.set_title(rec.intervals.get(source, source), fontsize="x-small", wrap=True)
     fig.suptitle(
@@ -254,42 +262,12 @@ def recovery_plot(rec: RecoveryOut, fmt: Literal["svg", "png"] = "svg") -> bytes
     return save_figure(fig, fmt)
 
 
-def _bars(points, est, low, high) -> tuple[list[float], list[list[float]]]:
-    ys, lo, hi = [], [], []
-    for p in points:
-        y = finite_or_none(getattr(p, est))
-        ys.append(float("nan") if y is None else y)
-        a, b = finite_or_none(getattr(p, low)), finite_or_none(getattr(p, high))
-        lo.append(max(y - a, 0.0) if y is not None and a is not None else 0.0)
-        hi.append(max(b - y, 0.0) if y is not None and b is not None else 0.0)
-    return ys, [lo, hi]
-
-
-def _gap_panel(ax, points: list[GapPoint], source: str) -> None:
-    lines = sorted({(p.distorted_kind, p.length) for p in points})
-    for i, (kind, length) in enumerate(lines):
-        mine = sorted((p for p in points if (p.distorted_kind, p.length) == (kind, length)),
-                      key=lambda p: p.l_gap)  # fmt: skip
-        ys, err = _bars(mine, "ebc_gap", "low", "high")
-        ax.errorbar([p.l_gap for p in mine], ys, yerr=err, marker="o", capsize=3,
-                    color=f"C{i % 10}", label=f"{kind}, l = {length}")  # fmt: skip
-    ax.axhline(1.0, color="0.5", linestyle="--", linewidth=1)
-    ax.set_xlabel("l_gap (words the model wrote after the distorted prefix)")
-    ax.set_ylabel("EB-C_gap")
-    ax.set_title(f"{source}: EB-C_gap against l_gap", fontsize="small")
-    ax.grid(alpha=0.3)
-    if lines:
-        ax.legend(fontsize="x-small")
-    else:
-        ax.text(0.5, 0.5, "no gap kind", ha="center", va="center", transform=ax.transAxes)
-
-
 def _corruption_panel(ax, points: list[CorruptionPoint]) -> None:
     lines = sorted({(q.corrupts, q.length) for q in points})
     for i, (corrupts, length) in enumerate(lines):
         mine = sorted((q for q in points if (q.corrupts, q.length) == (corrupts, length)),
                       key=lambda q: q.c)  # fmt: skip
-        ys, err = _bars(mine, "cgd", "low", "high")
+        ys, err = error_bars(mine, "cgd", "low", "high")
         colour = f"C{i % 10}"
         ax.errorbar([q.c for q in mine], ys, yerr=err, marker="o", capsize=3, color=colour,
                     label=f"CGD(M|{corrupts}^corrupt), l = {length}")  # fmt: skip

@@ -9,7 +9,6 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from app.models.enums import StudyType, Task
-from app.studies.kinds import gap_of
 from app.validation import Section
 
 
@@ -36,19 +35,14 @@ class RatingsSection(Section):
 
     def check_study(self, config: Any) -> None:
         """What a ratings study must be (a `ValueError` otherwise): a language model's
-        continuations, without a reference model."""
+        continuations, without a reference model. A gap kind (EB-M_gap) needs a data cell at
+        l + g, as in a next-word study (`app.studies.schemas` checks it for both)."""
         if config.type is not StudyType.ratings:
             return
         if config.task is not Task.lm:
             raise ValueError("ratings of continuations are for language models (task = 'lm')")
         if config.reference.model:
             raise ValueError("a ratings study has no reference model (synthetic EB-C)")
-        gaps = [k for k in config.kinds if gap_of(k)]
-        if gaps:
-            raise ValueError(
-                f"{gaps}: continuations after a gap (EB-M_gap) are not made yet; a gap kind "
-                "is for next-word studies"
-            )
 
     def worker_settings(self, config: Any) -> dict[str, Any]:
         """The worker's settings of a ratings study's continuations (none for another type:

@@ -3,6 +3,7 @@ quality control, EB-M) and what its Annotators page reads."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -22,14 +23,22 @@ def results_page(
     judgments: quality and consistency, and the EB-M scores as a results job stored them."""
     query = options.results_query()
     res = results.ratings_document(session, study, query)
+    names = res.ebm.scores.names if res.ebm else SCORES
+    gap_rows = ebm_exports.ebm_gap_view(res.ebm) if res.ebm else []
+    gap_plot = None
+    if gap_rows:
+        svg = ebm_exports.ebm_gap_plot(study.slug, res.ebm, "svg")
+        gap_plot = base64.b64encode(svg).decode()
     return "ratings/results.html", {
         "study": study,
         "res": res,
         "query": query,
         "ebm": res.ebm,
         "ebm_rows": ebm_exports.ebm_view(res.ebm) if res.ebm else [],
-        "score_labels": [SCORE_LABELS[n] for n in SCORES],
-        "downloads": list(CATALOGUE),
+        "ebm_gap_rows": gap_rows,
+        "ebm_gap_plot": gap_plot,
+        "score_labels": [SCORE_LABELS[n] for n in names],
+        "downloads": [n for n in CATALOGUE if gap_rows or not n.startswith("ebm_gap.")],
     }
 
 

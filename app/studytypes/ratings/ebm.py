@@ -7,7 +7,11 @@ and need the dataset). The statistics are :func:`app.results.stats.ebm.ebm_score
 
 References: the data continuation of each prompt is read from the study's dataset, the
 line the item's provenance names (``line``): its words ``[p + l, p + l + l_gen)`` after the
-prompt's ``p`` words and ``l`` more (for a data prefix, exactly the words that follow it).
+prompt's ``p`` words and ``l`` more (for a data prefix, exactly the words that follow it). A
+gap kind's (``data_shuffled+gap@g``, ``data_corrupted@c+gap@g``: EB-M_gap) are those of the
+clean prefix of l + g words, ``[p + l + g, p + l + g + l_gen)``, the data item of length l + g
+from the same line. A translation's (a seq2seq study) is the reference's rest after its first l
+words, scored with sacrebleu's BLEU, sentence BLEU and chrF (``SCORE_SETS``).
 The dataset must be the one the items were made from: its sha256 is checked against the
 study's, and each reference against what the worker recorded (a data-line item's
 ``provenance["data_continuation"]``, a data item's true next word). Model prefixes' prompts
@@ -30,8 +34,9 @@ from app.precompute.datasets import Dataset, DatasetError, load_dataset
 from app.results.queries import latest_score
 from app.results.schemas import EBMOut
 from app.results.stats import jsonable
-from app.results.stats.ebm import EBMScores, KindTexts, ebm_scores
+from app.results.stats.ebm import SCORE_SETS, EBMScores, KindTexts, ebm_scores
 from app.software import package_version, software
+from app.studies.kinds import gap_of
 from app.studies.schemas import config_from_columns
 from app.studytypes.ratings import queries
 from app.studytypes.ratings.queries import Continuation
@@ -39,6 +44,11 @@ from app.studytypes.ratings.queries import Continuation
 NAME = "ebm"
 DEFAULT_B = 1000
 SCORE_PACKAGES = ("sacrebleu", "nltk")
+REFERENCES = {
+    "lm": "the dataset line's words [p + l, p + l + l_gen) after the prompt; a gap kind's "
+    "[p + l + g, p + l + g + l_gen), the data prefix of l + g words' (EB-M_gap)",
+    "seq2seq": "the reference's words after its first l (the rest of the translation)",
+}
 
 
 class ScoreError(ValueError):
@@ -64,13 +74,20 @@ def _dataset(study: Study, dataset: Dataset | None) -> Dataset:
     return dataset
 
 
-def reference_of(c: Continuation, words_of_line: dict[int, tuple[str, ...]], p: int, l_gen: int):
-    """The data continuation of `c`'s prompt (None: its line is too short, or it has none)."""
+def reference_of(
+    c: Continuation, words_of_line: dict[int, tuple[str, ...]], p: int, l_gen: int | None
+):
+    """The data continuation of `c`'s prompt (None: its line is too short, or it has none).
+
+    A gap kind's is the line's l_gen words after its clean l + g words (the references of the
+    data prefix of l + g words: EB-M_gap). ``l_gen`` None: the rest of the line (a
+    translation's reference after its first l words)."""
     words = words_of_line.get(c.line) if c.line is not None else None
-    start = p + c.length
-    if words is None or len(words) < start + l_gen:
+    start = p + c.length + (gap_of(c.kind) or 0)
+    end = len(words) if words is not None and l_gen is None else start + (l_gen or 0)
+    if words is None or len(words) < end or end <= start:
         return None
-    ref = words[start : start + l_gen]
+    ref = words[start:end]
     changed = c.data_continuation is not None and c.data_continuation.split() != list(ref)
     if changed or (c.kind == "data" and c.true_next_word not in (None, ref[0])):
         raise ScoreError(
@@ -86,7 +103,7 @@ def _prompt_key(c: Continuation) -> str:
 
 
 def texts_by_cell(
-    rows: list[Continuation], dataset: Dataset, *, prompt_words: int, l_gen: int
+    rows: list[Continuation], dataset: Dataset, *, prompt_words: int, l_gen: int | None
 ) -> dict[int, dict[str, KindTexts]]:
     """The statistics' input: per length and kind, continuations, references, prompt keys."""
     words_of_line = {row.line: row.words for row in dataset.rows}
@@ -125,9 +142,13 @@ def score_study(
         raise ScoreError(f"{study.slug} has no continuations yet: precompute it first")
     data = _dataset(study, dataset)
     config = config_from_columns(study)
-    l_gen = config.ratings.continuation_words
+    task = str(study.task.value)
+    # A language model's continuation has l_gen words; a translation's runs to its end, and
+    # is scored against the reference's rest.
+    l_gen = config.ratings.continuation_words if task == "lm" else None
     cells = texts_by_cell(rows, data, prompt_words=study.prompt_words, l_gen=l_gen)
-    doc = ebm_scores(cells, b=b, seed=seed)
+    gaps = {k: g for k in study.kinds if (g := gap_of(k))}
+    doc = ebm_scores(cells, b=b, seed=seed, names=SCORE_SETS[task], gaps=gaps)
     provenance = {
         "software": software(),
         "libraries": {name: package_version(name) for name in SCORE_PACKAGES},
@@ -138,7 +159,7 @@ def score_study(
         "continuation_words": l_gen,
         "prompt_words": study.prompt_words,
         "continuation_top_k": config.ratings.continuation_top_k,
-        "references": "the dataset line's words [p + l, p + l + l_gen) after the prompt",
+        "references": REFERENCES[task],
         "dataset": data.provenance(),
         "items": len(rows),
     }
