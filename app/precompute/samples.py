@@ -18,12 +18,11 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from app.models import ForcedSample, Study, StudyScore, utcnow
+from app.results.forced import SCORE_NAME
 from app.results.queries import forced_samples
 from app.results.samples import cell_bleu, scored, sentence_bleu, stored_samples
 from app.software import software
 from app.studies.service import config_of
-
-SCORE_NAME = "forced_samples"
 
 
 def missing_cells(session: Session, study: Study) -> list[tuple[int, str]]:

@@ -11,7 +11,7 @@ from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse, Response
 from pydantic import Field
 
-from app.results import downloads
+from app.results import downloads, forced
 from app.results.schemas import ResultQuery
 from app.results.stats import PlanTarget
 from app.simulate.costs import plan_costs
@@ -62,6 +62,13 @@ def results_page(
         session, study, options, costs=costs
     )
     return render(request, template, {**context, "query_string": str(request.url.query)})
+
+
+@router.get("/{slug}/samples", response_class=HTMLResponse)
+def samples_page(request: Request, session: SessionDep, study: StudyDep) -> HTMLResponse:
+    """The forced-prefix samples as the papers print them (issue 34)."""
+    samples = forced.forced_samples(session, study)
+    return render(request, "forced_samples.html", {"study": study, "out": samples})
 
 
 @router.get("/{slug}/results/{name}")

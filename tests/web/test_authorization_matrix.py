@@ -95,6 +95,8 @@ EXPECTED: dict[tuple[str, str], dict[str, int] | str] = {
     ("GET", "/api/v1/studies/{slug}/results/diagnostics.{fmt}"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/results/recovery"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/results/recovery.{fmt}"): API_STUDY,
+    ("GET", "/api/v1/studies/{slug}/forced_samples"): API_STUDY,
+    ("GET", "/api/v1/studies/{slug}/forced_samples.{fmt}"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/results.csv"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/results.tex"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/plot.{fmt}"): API_STUDY,
@@ -140,6 +142,7 @@ EXPECTED: dict[tuple[str, str], dict[str, int] | str] = {
     ("POST", "/dashboard/studies/{slug}/cap"): STUDY_MANAGE,
     ("GET", "/dashboard/studies/{slug}/results"): STUDY_VIEW,
     ("GET", "/dashboard/studies/{slug}/results/{name}"): STUDY_VIEW,
+    ("GET", "/dashboard/studies/{slug}/samples"): STUDY_VIEW,
     # Simulate before you pay: it changes nothing, so viewers may run it too.
     ("GET", "/dashboard/studies/{slug}/simulate"): STUDY_VIEW,
     # The Crowd page; its previews and actions need manage access. s1 has no reward, its

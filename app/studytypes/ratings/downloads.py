@@ -45,5 +45,5 @@ DOWNLOADS = {
 CATALOGUE = (
     "manifest.json", "items.csv", "items.jsonl", "ratings_table.csv", "ratings_table.tex",
     "ratings.csv", "ratings.jsonl", "ebm.csv", "ebm.tex", "samples.csv", "samples.jsonl",
-    "annotators.csv",
+    "annotators.csv", "forced_samples.csv", "forced_samples.tex",
 )  # fmt: skip
