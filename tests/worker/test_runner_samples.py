@@ -6,17 +6,23 @@ BLEU for DATA and NORMAL only); a re-run stores nothing twice and makes the same
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import pytest
 import sacrebleu
+from fastapi.testclient import TestClient
 from sqlalchemy import delete, func, select
 
-from app.models import ForcedSample, Item, Study, StudyScore
+from app.annotation.identities import invite_token
+from app.main import create_app
+from app.models import ForcedSample, Item, Rating, Study, StudyScore, User
 from app.precompute import service
 from app.precompute.samples import SCORE_NAME
 from app.studies.schemas import StudyConfig
-from app.studies.service import create_study
+from app.studies.service import build_and_open, create_study, share_study
+from tests.hits.factory import annotator
+from tests.web.accounts import csrf_of, login, make_user
 from tests.worker.conftest import corpus_lines
 from worker.runner import Worker, WorkerOptions
 
@@ -173,3 +179,100 @@ def test_a_translation_study_gets_translations_after_forced_prefixes(db, marian_
         assert cells["data"]["n"] == len(data)
         n = session.scalar(select(func.count()).select_from(ForcedSample))
         assert n == 16
+
+
+def test_people_rate_the_samples_through_a_ratings_study(db, model_dir, dataset_file):
+    """The whole path: samples made by the worker, a ratings study made from them on the
+    samples page, its items made by the worker (the very same continuations), HITs built, and
+    a person's ratings stored through the annotator pages."""
+
+    database, engine, sm = db
+    with sm() as session:
+        owner = make_user(session, "bob", is_admin=False)
+        viewer = make_user(session, "carol", is_admin=False)
+        owner_id, viewer_id = owner.id, viewer.id
+    config = _lm_config(model_dir, dataset_file, per_kind=4)
+    study_id = _run(database, engine, sm, config)
+    with sm() as session, session.begin():
+        study = session.get(Study, study_id)
+        study.created_by_id = owner_id
+        share_study(session, study, session.get(User, viewer_id), "view")
+    samples = {(s.kind, s.index): s for s in _samples(sm, study_id)}
+    settings = database.settings()
+    with TestClient(create_app(settings), base_url="http://testserver") as client:
+        # A viewer sees the samples but cannot make a study of them.
+        assert login(client, "carol").status_code == 303
+        page = client.get("/dashboard/studies/lm-samples/samples")
+        assert page.status_code == 200 and "Make the ratings study" not in page.text
+        csrf = csrf_of(client.get("/dashboard").text)
+        refused = client.post(
+            "/dashboard/studies/lm-samples/samples/ratings",
+            data={"csrf_token": csrf, "new_slug": "rated"},
+            follow_redirects=False,
+        )
+        assert refused.status_code in (403, 404)
+        client.cookies.clear()
+        assert login(client, "bob").status_code == 303
+        page = client.get("/dashboard/studies/lm-samples/samples")
+        assert "Make the ratings study" in page.text
+        csrf = csrf_of(page.text)
+        bad = client.post(
+            "/dashboard/studies/lm-samples/samples/ratings",
+            data={"csrf_token": csrf, "new_slug": "Not A Slug"},
+            follow_redirects=False,
+        )
+        assert bad.status_code == 400 and 'id="rate-error"' in bad.text
+        made = client.post(
+            "/dashboard/studies/lm-samples/samples/ratings",
+            data={"csrf_token": csrf, "new_slug": "rated"},
+            follow_redirects=False,
+        )
+        assert made.status_code == 303 and made.headers["location"] == "/dashboard/studies/rated"
+        again = client.post(
+            "/dashboard/studies/lm-samples/samples/ratings",
+            data={"csrf_token": csrf, "new_slug": "rated"},
+            follow_redirects=False,
+        )
+        assert again.status_code == 400 and "already exists" in again.text
+    with sm() as session, session.begin():
+        rated = session.scalar(select(Study).where(Study.slug == "rated"))
+        assert rated.study_type.value == "ratings" and rated.created_by_id == owner_id
+        assert rated.kinds == ["data", "model", "random", "data_shuffled"]
+        service.plan_precompute(session, rated, shard_size=4)
+        rated_id = rated.id
+    Worker(settings, WorkerOptions(once=True, device="cpu"), engine=engine).run()
+    with sm() as session:
+        items = session.scalars(
+            select(Item).where(Item.study_id == rated_id, Item.is_attention.is_(False))
+        ).all()
+    # The ratings study's items are the samples: same prefixes, same continuations.
+    assert len(items) == len(samples) == 16
+    for item in items:
+        sample = samples[(item.kind, item.index)]
+        assert (item.prompt, item.words) == (sample.prompt, sample.prefix)
+        assert item.continuation == sample.continuation
+    with sm() as session, session.begin():
+        rated = session.get(Study, rated_id)
+        rated.min_ms_per_item = 0
+        report = build_and_open(session, rated)
+        assert report.hits >= 1
+        link = f"/a/{invite_token(settings.secret_key, annotator(session, rated))}"
+    with TestClient(create_app(settings), base_url="http://testserver") as client:
+        r = client.get(link)
+        for _ in range(40):  # two steps a pair, up to the end of the first HIT
+            assert r.status_code == 200 and r.template.name == "ratings/rate.html", r.text
+            fields = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', r.text))
+            value = "3" if fields["step"] == "quality" else "4"
+            post = client.post(
+                f"{link}/submit", data={**fields, "rating": value}, follow_redirects=False
+            )
+            assert post.status_code == 303
+            r = client.get(post.headers["location"])
+            if "n=" in post.headers["location"]:
+                break
+    with sm() as session:
+        ratings = session.scalars(select(Rating)).all()
+        rated_items = {session.get(Item, x.item_id) for x in ratings}
+    assert ratings and all(x.quality == 3 and x.consistency == 4 for x in ratings)
+    shown = [i for i in rated_items if not i.is_attention]
+    assert shown and all((i.kind, i.index) in samples for i in shown)
