@@ -156,6 +156,13 @@ class SamplesSection(Section):
     )
     words: int = Field(20, ge=1, le=200, description="a language model's continuation words")
 
+    @field_validator("lengths", "kinds", mode="before")
+    @classmethod
+    def _listed(cls, value: object) -> object:
+        if isinstance(value, str):  # the dashboard's form: "3, 5"
+            value = [v for v in re.split(r"[\s,;]+", value.strip()) if v]
+        return value
+
     @field_validator("lengths")
     @classmethod
     def _lengths(cls, lengths: list[int]) -> list[int]:
