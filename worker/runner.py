@@ -297,7 +297,7 @@ class Worker:
         scores = study_type_of(study).scores
         if scores is not None:
             self._score_when_done(study, shards[0].job_id, scores)
-        self._samples_when_done(study, shards[0].job_id)
+        self.samples_when_done(study, shards[0].job_id)
         return completed
 
     def _complete(self, study: Study, shard, rows: list[dict], seconds: float) -> bool:
@@ -338,31 +338,34 @@ class Worker:
                 study.slug,
             )
 
-    def _samples_when_done(self, study: Study, job_id: int) -> None:
+    def samples_when_done(self, study: Study, job_id: int) -> tuple[int, str | None]:
         """The study's forced-prefix samples (`worker.samples`), once its precompute job is
         done: the cells still short of ``samples.per_kind`` are made and stored (insert-or-
         ignore: a re-run, or another worker's, stores nothing twice), then each cell's corpus
-        BLEU.  A failure is logged and recorded for the samples page; the items stay."""
+        BLEU.  Returns how many were stored and the error that stopped them (logged and
+        recorded for the samples page; the items stay; `ebc samples STUDY` tries again)."""
         with unit_of_work(self.sessionmaker) as session:
             job = session.get(service.PrecomputeJob, job_id)
             if job is None or job.status is not JobStatus.done:
-                return
+                return 0, None
             cells = forced.missing_cells(session, study)
         if not cells:
-            return
+            return 0, None
         try:
             config = config_from_columns(study)
             spec = spec_for(study, self.options.batch_size)
             made = make_samples(self.model_for(study), self.dataset_for(study), config, spec, cells)
             rows = [sample_row(item, reference, spec) for item, reference in made]
             with unit_of_work(self.sessionmaker) as session:
-                forced.write_samples(session, study.id, rows)
+                stored = forced.write_samples(session, study.id, rows)
                 forced.score_samples(session, session.get(Study, study.id))
+            return stored, None
         except Exception as exc:
             log.exception("forced-prefix samples of %s failed", study.slug)
+            error = f"{type(exc).__name__}: {exc}"
             with unit_of_work(self.sessionmaker) as session:
-                error = f"{type(exc).__name__}: {exc}"
                 forced.score_samples(session, session.get(Study, study.id), error=error)
+            return 0, error
 
     def _make(self, study: Study, shards: list[PrecomputeShard]) -> dict[int, list[dict]]:
         """The item rows of contiguous shards of one cell, made in one run, by shard id."""

@@ -6,8 +6,12 @@ BLEU for DATA and NORMAL only); a re-run stores nothing twice and makes the same
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import sacrebleu
@@ -27,6 +31,7 @@ from tests.worker.conftest import corpus_lines
 from worker.runner import Worker, WorkerOptions
 
 WORDS = 4
+EBC = str(Path(sys.executable).with_name("ebc"))
 
 
 def _lm_config(model_dir, dataset_file, **kw) -> StudyConfig:
@@ -59,13 +64,13 @@ def _samples(sm, study_id) -> list[ForcedSample]:
         ).all()
 
 
-def _rerun_samples(database, engine, sm, study_id) -> None:
+def _rerun_samples(database, engine, sm, study_id) -> tuple[int, str | None]:
     worker = Worker(database.settings(), WorkerOptions(device="cpu"), engine=engine)
     with sm() as session:
         study = session.get(Study, study_id)
         job = service.latest_job(session, study)
         session.expunge_all()
-    worker._samples_when_done(study, job.id)
+    return worker.samples_when_done(study, job.id)
 
 
 def test_a_language_model_study_gets_its_samples_once(db, model_dir, dataset_file):
@@ -93,11 +98,11 @@ def test_a_language_model_study_gets_its_samples_once(db, model_dir, dataset_fil
         assert items and all(i.continuation is None for i in items)
     # Again: nothing is stored twice.  Removed, then made again: the same samples.
     before = {(s.kind, s.index): (s.prefix, s.continuation) for s in samples}
-    _rerun_samples(database, engine, sm, study_id)
+    assert _rerun_samples(database, engine, sm, study_id) == (0, None)
     assert len(_samples(sm, study_id)) == 12
     with sm() as session, session.begin():
         session.execute(delete(ForcedSample).where(ForcedSample.kind == "model"))
-    _rerun_samples(database, engine, sm, study_id)
+    assert _rerun_samples(database, engine, sm, study_id) == (3, None)
     after = {(s.kind, s.index): (s.prefix, s.continuation) for s in _samples(sm, study_id)}
     assert after == before
 
@@ -276,3 +281,26 @@ def test_people_rate_the_samples_through_a_ratings_study(db, model_dir, dataset_
     assert ratings and all(x.quality == 3 and x.consistency == 4 for x in ratings)
     shown = [i for i in rated_items if not i.is_attention]
     assert shown and all((i.kind, i.index) in samples for i in shown)
+
+
+def test_ebc_samples_makes_what_is_missing_and_says_why_it_cannot(db, model_dir, dataset_file):
+    database, engine, sm = db
+    study_id = _run(database, engine, sm, _lm_config(model_dir, dataset_file))
+    with sm() as session, session.begin():
+        session.execute(delete(ForcedSample).where(ForcedSample.kind == "random"))
+    env = {**os.environ, "DATABASE_URL": database.url, "EBC_ENV": "test", "OMP_NUM_THREADS": "1"}
+
+    def ebc(*args):
+        return subprocess.run(
+            [EBC, *args], env=env, capture_output=True, text=True, timeout=300, check=False
+        )
+
+    done = ebc("samples", "lm-samples", "--device", "cpu")
+    assert done.returncode == 0, done.stderr
+    assert "lm-samples: 3 forced-prefix samples stored" in done.stdout
+    assert len(_samples(sm, study_id)) == 12
+    with sm() as session, session.begin():
+        config = _lm_config(model_dir, dataset_file).model_copy(update={"slug": "new"})
+        create_study(session, config)
+    refused = ebc("samples", "new")
+    assert refused.returncode != 0 and "items are not done" in refused.stderr
