@@ -74,8 +74,10 @@ def write_samples(session: Session, study_id: int, rows: list[dict[str, Any]]) -
         insert(ForcedSample)
         .values(values)
         .on_conflict_do_nothing(index_elements=["study_id", "length", "kind", "index"])
+        .returning(ForcedSample.id)
     )
-    return session.execute(stmt).rowcount
+    # The new rows' ids (a multi-row insert's rowcount is -1 on PostgreSQL's driver).
+    return len(session.execute(stmt).all())
 
 
 def score_samples(session: Session, study: Study, *, error: str | None = None) -> StudyScore:
