@@ -127,6 +127,10 @@ EXPECTED: dict[tuple[str, str], dict[str, int] | str] = {
     ("POST", "/dashboard/studies/{slug}/precompute"): STUDY_MANAGE,
     ("POST", "/dashboard/studies/{slug}/precompute/cancel"): STUDY_MANAGE,
     ("POST", "/dashboard/studies/{slug}/hits"): STUDY_MANAGE,
+    # The matrix's study asks for no forced-prefix samples: nothing to rate.
+    ("POST", "/dashboard/studies/{slug}/samples/ratings"): _policy(
+        PAGE_OUT, stranger=404, viewer=403, manager=400, owner=400, admin=400
+    ),
     ("POST", "/dashboard/studies/{slug}/close"): STUDY_MANAGE,
     ("POST", "/dashboard/studies/{slug}/reopen"): STUDY_MANAGE,
     ("POST", "/dashboard/studies/{slug}/members"): STUDY_SHARE,
