@@ -17,6 +17,7 @@ def register(cli: typer.Typer) -> None:
     cli.command("worker")(worker_command)
     cli.command("precompute")(precompute_command)
     cli.command("demo")(demo_command)
+    cli.command("samples")(samples_command)
 
 
 def worker_command(
@@ -86,6 +87,36 @@ def precompute_command(
             fail(str(exc))
         study_id = row.id
     _run_study(settings, study_id, f"precompute {study}", device=device, batch_size=batch_size)
+
+
+def samples_command(
+    study: Annotated[str, typer.Argument(help="the study's slug")],
+    device: Annotated[str | None, typer.Option(help="cuda, cpu (default: auto)")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="rows per batch (default: auto)")] = None,
+) -> None:
+    """Make the study's missing forced-prefix samples (its [samples]; its items done): what a
+    worker does when a job ends, again after a failure or a crash."""
+    from app.cli.common import fail, load_settings, session_scope, study_named
+    from app.models import JobStatus
+    from app.precompute.service import latest_job
+    from worker.runner import Worker, WorkerOptions
+
+    settings = load_settings()
+    with session_scope(settings) as session:
+        row = study_named(session, study)
+        job = latest_job(session, row)
+        if job is None or job.status is not JobStatus.done:
+            fail(f"{study}'s items are not done: samples are made after them")
+        job_id = job.id
+        session.expunge(row)
+    w = Worker(settings, WorkerOptions(device=device, batch_size=batch_size))
+    try:
+        stored, error = w.samples_when_done(row, job_id)
+    finally:
+        w.close()
+    if error:
+        fail(f"the samples of {study} failed: {error}")
+    typer.echo(f"{study}: {stored} forced-prefix samples stored")
 
 
 def _study_id(settings, slug: str) -> int | None:

@@ -25,6 +25,7 @@ from sqlalchemy import Engine
 from app.config import Settings
 from app.db import begin_write, build_engine, make_sessionmaker, unit_of_work
 from app.models import JobStatus, PrecomputeShard, Study
+from app.precompute import samples as forced
 from app.precompute import service
 from app.precompute.datasets import Dataset, DatasetError, load_dataset
 from app.software import software
@@ -32,6 +33,7 @@ from app.studies.schemas import config_from_columns, worker_settings
 from app.studytypes.registry import study_type_of
 from worker.continuations import attention_pairs
 from worker.prefixes import PrefixItem, PrefixSpec, make_items
+from worker.samples import make_samples
 from worker.synthetic import check_pair, reference_records
 
 log = logging.getLogger("ebc.worker")
@@ -90,6 +92,23 @@ def item_row(
         },
         "reference": reference,
         "continuation": None if item.continuation is None else " ".join(item.continuation),
+    }
+
+
+def sample_row(item: PrefixItem, reference: str | None, spec: PrefixSpec) -> dict:
+    """A forced-prefix sample (`worker.samples`) as the columns of `app.models.ForcedSample`
+    (its sentence BLEU is added as it is stored)."""
+    return {
+        "length": item.length,
+        "kind": item.kind,
+        "index": item.index,
+        "source": item.source,
+        "prompt": " ".join(item.prompt_words) or None,
+        "prefix": item.text,
+        "continuation": None if item.skipped else " ".join(item.continuation or []),
+        "reference": reference,
+        "skip_reason": item.skip_reason if item.skipped else None,
+        "provenance": {**item.provenance, "spec": _spec_record(spec), "software": _SOFTWARE()},
     }
 
 
@@ -278,6 +297,7 @@ class Worker:
         scores = study_type_of(study).scores
         if scores is not None:
             self._score_when_done(study, shards[0].job_id, scores)
+        self.samples_when_done(study, shards[0].job_id)
         return completed
 
     def _complete(self, study: Study, shard, rows: list[dict], seconds: float) -> bool:
@@ -317,6 +337,35 @@ class Worker:
                 scores.label,
                 study.slug,
             )
+
+    def samples_when_done(self, study: Study, job_id: int) -> tuple[int, str | None]:
+        """The study's forced-prefix samples (`worker.samples`), once its precompute job is
+        done: the cells still short of ``samples.per_kind`` are made and stored (insert-or-
+        ignore: a re-run, or another worker's, stores nothing twice), then each cell's corpus
+        BLEU.  Returns how many were stored and the error that stopped them (logged and
+        recorded for the samples page; the items stay; `ebc samples STUDY` tries again)."""
+        with unit_of_work(self.sessionmaker) as session:
+            job = session.get(service.PrecomputeJob, job_id)
+            if job is None or job.status is not JobStatus.done:
+                return 0, None
+            cells = forced.missing_cells(session, study)
+        if not cells:
+            return 0, None
+        try:
+            config = config_from_columns(study)
+            spec = spec_for(study, self.options.batch_size)
+            made = make_samples(self.model_for(study), self.dataset_for(study), config, spec, cells)
+            rows = [sample_row(item, reference, spec) for item, reference in made]
+            with unit_of_work(self.sessionmaker) as session:
+                stored = forced.write_samples(session, study.id, rows)
+                forced.score_samples(session, session.get(Study, study.id))
+            return stored, None
+        except Exception as exc:
+            log.exception("forced-prefix samples of %s failed", study.slug)
+            error = f"{type(exc).__name__}: {exc}"
+            with unit_of_work(self.sessionmaker) as session:
+                forced.score_samples(session, session.get(Study, study.id), error=error)
+            return 0, error
 
     def _make(self, study: Study, shards: list[PrecomputeShard]) -> dict[int, list[dict]]:
         """The item rows of contiguous shards of one cell, made in one run, by shard id."""

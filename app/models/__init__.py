@@ -19,6 +19,7 @@ from app.models.hits import Hit, HitPosition
 from app.models.items import Item
 from app.models.precompute import PrecomputeJob, PrecomputeShard
 from app.models.ratings import Rating, StudyScore
+from app.models.samples import ForcedSample
 from app.models.studies import Study, StudyMember
 from app.models.users import ApiToken, User
 
@@ -33,6 +34,7 @@ __all__ = [
     "CrowdCall",
     "CrowdHit",
     "CrowdPosting",
+    "ForcedSample",
     "Hit",
     "HitPosition",
     "Item",

@@ -45,6 +45,9 @@ class Study(Base):
     # Ratings studies (`RatingsSection`: continuation length, sampling, scale); {} or NULL
     # for next-word studies.
     ratings: Mapped[dict[str, Any] | None]
+    # Forced-prefix samples (`SamplesSection`: per kind, lengths, kinds, words); {} or NULL
+    # (studies made before issue 34): none.
+    samples: Mapped[dict[str, Any] | None]
 
     # How items are made.
     prefix_lengths: Mapped[list[Any]]  # e.g. [10, 20, 30]

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from app.audit.service import Actor, record_by
 from app.models import Study
-from app.results import catalog, exports, participants
+from app.results import catalog, exports, forced, participants
 from app.results.schemas import ResultQuery
 from app.studytypes.base import Chunks, DownloadSpec
 from app.studytypes.registry import STUDY_TYPES, study_type_of
@@ -31,6 +31,9 @@ SHARED = {
     "items.csv": DownloadSpec("text/csv", chunks=exports.items_csv),
     "items.jsonl": DownloadSpec("application/x-ndjson", chunks=exports.items_jsonl),
     "annotators.csv": DownloadSpec("text/csv", chunks=participants.annotators_csv),
+    # Forced-prefix samples (issue 34): the paper's tables, whatever the study's type.
+    "forced_samples.csv": DownloadSpec("text/csv", render=forced.forced_samples_csv),
+    "forced_samples.tex": DownloadSpec("application/x-tex", render=forced.forced_samples_tex),
 }
 SPECS: dict[str, DownloadSpec] = {
     **SHARED,

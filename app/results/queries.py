@@ -40,6 +40,7 @@ from app.models import (
     Annotator,
     Assignment,
     AssignmentStatus,
+    ForcedSample,
     Hit,
     HitPosition,
     Item,
@@ -434,3 +435,14 @@ def latest_score(session: Session, study: Study, name: str) -> StudyScore | None
         .order_by(StudyScore.computed_at.desc(), StudyScore.id.desc())
         .limit(1)
     ).first()
+
+
+def forced_samples(session: Session, study: Study) -> list[ForcedSample]:
+    """The study's forced-prefix samples (issue 34), by length, kind and index."""
+    return list(
+        session.scalars(
+            select(ForcedSample)
+            .where(ForcedSample.study_id == study.id)
+            .order_by(ForcedSample.length, ForcedSample.kind, ForcedSample.index)
+        )
+    )

@@ -5,7 +5,15 @@ source (translation), the prompt, the forced prefix (marked) and what the model 
 Writers for CSV (text cells neutralised against spreadsheet formulas), LaTeX (the prefix
 underlined, every text escaped) and HTML (the prefix in ``<u>``, every text escaped).  The rows
 come from the worker (`worker.forced.samples_of`: a ratings study's continuations, or
-translations after forced prefixes); no page or API serves them yet.
+translations after forced prefixes); a study's samples are stored by the worker
+(`app.models.ForcedSample`) and served by the dashboard's samples page and the API.
+
+BLEU (`sentence_bleu`, `corpus_bleu`): sacrebleu's, against the reference translation, for the
+kinds whose BLEU means something (`app.studies.kinds.KindInfo.bleu`: DATA and NORMAL), with
+EB-M's settings (`app.results.stats.textscores.BLEU_SETTINGS`: the texts are the dataset's
+words, ``tokenize="none"``; 4-grams, "exp" smoothing; a sentence's with effective order).  The
+hypothesis is the whole translation, forced prefix and continuation.  sacrebleu is imported
+inside them: the worker computes them when it stores samples, a web request only reads them.
 """
 
 from __future__ import annotations
@@ -15,6 +23,14 @@ from html import escape
 
 from app.csvfiles import write_csv
 from app.results.exports import tex_escape
+from app.results.stats.textscores import BLEU_SETTINGS
+from app.studies.kinds import kind_parts
+
+BLEU_NOTE = (
+    "BLEU against the reference translation, for DATA and NORMAL prefixes only: after UNREL "
+    "or RAND words the translation begins with words the reference cannot hold, so BLEU "
+    "would measure the forced words rather than the model (the first paper's warning)."
+)
 
 
 @dataclass(frozen=True)
@@ -30,9 +46,63 @@ class Sample:
     prefix: str
     continuation: str
     reference: str | None = None
+    bleu: float | None = None  # sentence BLEU (`sentence_bleu`), where it means something
+
+    @property
+    def text(self) -> str:
+        """The whole text after the prompt: forced prefix and continuation (BLEU's
+        hypothesis for a translation)."""
+        return " ".join(p for p in (self.prefix, self.continuation) if p)
 
 
 SAMPLE_FIELDS = list(Sample.__dataclass_fields__)
+
+
+def scored(kind: str, reference: str | None) -> bool:
+    """Whether a sample of ``kind`` gets a BLEU: a translation (it has a reference) after a
+    kind whose BLEU means something (DATA, NORMAL)."""
+    return reference is not None and kind_parts(kind).info.bleu
+
+
+def _bleu(effective_order: bool):
+    from sacrebleu.metrics.bleu import BLEU
+
+    return BLEU(
+        tokenize=BLEU_SETTINGS["tokenize"],
+        smooth_method=BLEU_SETTINGS["smooth_method"],
+        max_ngram_order=BLEU_SETTINGS["max_ngram_order"],
+        effective_order=effective_order,
+    )
+
+
+def sentence_bleu(hypothesis: str, reference: str) -> float:
+    """sacrebleu's sentence BLEU (0-100) of one translation against its reference."""
+    return float(_bleu(True).sentence_score(hypothesis, [reference]).score)
+
+
+def corpus_bleu(hypotheses: list[str], references: list[str]) -> float:
+    """sacrebleu's corpus BLEU (0-100), one reference per hypothesis."""
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses and {len(references)} references")
+    return float(_bleu(False).corpus_score(hypotheses, [references]).score)
+
+
+def cell_bleu(samples: list[Sample]) -> list[dict]:
+    """Corpus BLEU per (length, kind) over the samples that get one (`scored`; skipped ones,
+    without a continuation, are left out): ``[{"length", "kind", "n", "bleu"}]``."""
+    cells: dict[tuple[int, str], list[Sample]] = {}
+    for s in samples:
+        if s.continuation is not None and scored(s.kind, s.reference):
+            cells.setdefault((s.length, s.kind), []).append(s)
+    return [
+        {
+            "length": length,
+            "kind": kind,
+            "n": len(group),
+            "bleu": corpus_bleu([s.text for s in group], [s.reference for s in group]),
+        }
+        for (length, kind), group in sorted(cells.items())
+    ]
 
 
 def samples_csv(samples: list[Sample]) -> str:
@@ -72,7 +142,9 @@ def samples_latex(samples: list[Sample], caption: str) -> str:
 
 
 def samples_html(samples: list[Sample]) -> str:
-    """A table fragment: the prefix in ``<u>``, every text escaped."""
+    """A table fragment: the prefix in ``<u>``, every text escaped; a BLEU column when a
+    sample has one."""
+    has_bleu = any(s.bleu is not None for s in samples)
     rows = []
     for s in samples:
         kind = escape(f"{s.label} ({s.kind})" if s.label else s.kind)
@@ -86,5 +158,27 @@ def samples_html(samples: list[Sample]) -> str:
             if p
         )
         source = f"<td>{escape(s.source)}</td>" if s.source is not None else ""
-        rows.append(f"<tr><td>{kind}</td>{source}<td>{text}</td></tr>")
+        bleu = "" if not has_bleu else f"<td>{'' if s.bleu is None else f'{s.bleu:.1f}'}</td>"
+        rows.append(f"<tr><td>{kind}</td>{source}<td>{text}</td>{bleu}</tr>")
     return '<table class="grid compact samples">\n' + "\n".join(rows) + "\n</table>\n"
+
+
+def stored_samples(rows) -> list[Sample]:
+    """Stored samples (`app.models.ForcedSample` rows, or anything with their columns) as
+    `Sample`s, skipped ones (no continuation) left out."""
+    return [
+        Sample(
+            kind=r.kind,
+            label=kind_parts(r.kind).info.paper_label if r.source is not None else None,
+            length=r.length,
+            index=r.index,
+            source=r.source,
+            prompt=r.prompt or "",
+            prefix=r.prefix,
+            continuation=r.continuation,
+            reference=r.reference,
+            bleu=(r.scores or {}).get("bleu"),
+        )
+        for r in rows
+        if r.continuation is not None
+    ]

@@ -525,3 +525,40 @@ class RecoveryOut(_Out):
     reference_note: str
     n_simulated: int = 0
     messages: list[str]
+
+
+class ForcedSampleOut(_Out):
+    """One forced-prefix sample (`app.results.samples.Sample`)."""
+
+    kind: str
+    label: str | None = Field(description="the first paper's name: DATA, NORMAL, UNREL, RAND")
+    length: int
+    index: int
+    source: str | None
+    prompt: str
+    prefix: str = Field(description="the forced prefix (underlined in the tables)")
+    continuation: str = Field(description="what the model wrote after it")
+    reference: str | None
+    bleu: float | None = Field(description="sentence BLEU (DATA and NORMAL only)")
+
+
+class SampleBleuOut(_Out):
+    length: int
+    kind: str
+    n: int
+    bleu: float = Field(description="sacrebleu's corpus BLEU of the cell, 0-100")
+
+
+class ForcedSamplesOut(_Out):
+    """A study's forced-prefix samples (issue 34; the first paper's Tables 1, 5, 8, 9)."""
+
+    study: str
+    per_kind: int = Field(description="samples asked per kind and length; 0: none")
+    lengths: list[int]
+    kinds: list[str]
+    made: int
+    skipped: int = Field(description="samples the worker skipped (e.g. a beam too short)")
+    error: str | None = Field(description="why the worker could not make them, if it could not")
+    bleu: list[SampleBleuOut]
+    bleu_note: str
+    samples: list[ForcedSampleOut]

@@ -28,7 +28,9 @@ class KindInfo:
     ``"other_row"``); ``tasks``: the tasks that take it; ``rate``: it takes (needs) ``@c``;
     ``gap``: it may take ``+gap@g``; ``corrupts``: the kind it is a corruption of (its
     corruption ratio's denominator); ``paper_label``: the first paper's name of the kind as a
-    forced prefix of a translation (DATA, NORMAL, UNREL, RAND)."""
+    forced prefix of a translation (DATA, NORMAL, UNREL, RAND); ``bleu``: a translation after
+    such a forced prefix is scored against the reference (DATA and NORMAL: after UNREL or RAND
+    words BLEU means nothing, as the first paper warns)."""
 
     source: str
     tasks: tuple[str, ...] = ("lm", "seq2seq")
@@ -36,11 +38,12 @@ class KindInfo:
     gap: bool = False
     corrupts: str | None = None
     paper_label: str | None = None
+    bleu: bool = False
 
 
 KINDS: dict[str, KindInfo] = {
-    "data": KindInfo("data", paper_label="DATA"),
-    "model": KindInfo("model", paper_label="NORMAL"),
+    "data": KindInfo("data", paper_label="DATA", bleu=True),
+    "model": KindInfo("model", paper_label="NORMAL", bleu=True),
     "data_shuffled": KindInfo("data", gap=True),
     "random": KindInfo("vocabulary", paper_label="RAND"),
     "unrelated": KindInfo("other_row", tasks=("seq2seq",), paper_label="UNREL"),

@@ -129,6 +129,69 @@ class DecodingSection(Section):
     )
 
 
+# The first paper's forced-prefix samples (issue 34): a language model's continuations after
+# data, model, random and shuffled prefixes (Table 1); a translation model's translations after
+# DATA, NORMAL, UNREL and RAND target prefixes (Tables 5, 8, 9).
+PAPER_SAMPLE_KINDS = {
+    Task.lm: ("data", "model", "random", "data_shuffled"),
+    Task.seq2seq: ("data", "model", "unrelated", "random"),
+}
+
+
+class SamplesSection(Section):
+    """Forced-prefix samples (issue 34): what the model writes after ``per_kind`` prefixes of
+    each kind and length, made by the worker when the study's items are done and shown as the
+    paper's tables (never to annotators).  A language model continues prompt + prefix by
+    ``words`` sampled words; a translation model translates on after the forced target prefix
+    (its beam search, the source intact).  0 per kind: no samples."""
+
+    per_kind: int = Field(
+        0, ge=0, le=1000, description="forced-prefix samples per kind and length; 0: none"
+    )
+    lengths: list[int] = Field(
+        default_factory=lambda: [3], min_length=1, max_length=10, description="prefix lengths"
+    )
+    kinds: list[str] = Field(
+        default_factory=list, max_length=20, description="prefix kinds; empty: the paper's"
+    )
+    words: int = Field(20, ge=1, le=200, description="a language model's continuation words")
+
+    @field_validator("lengths", "kinds", mode="before")
+    @classmethod
+    def _listed(cls, value: object) -> object:
+        if isinstance(value, str):  # the dashboard's form: "3, 5"
+            value = [v for v in re.split(r"[\s,;]+", value.strip()) if v]
+        return value
+
+    @field_validator("lengths")
+    @classmethod
+    def _lengths(cls, lengths: list[int]) -> list[int]:
+        if any(n < 1 or n > 1000 for n in lengths) or len(set(lengths)) != len(lengths):
+            raise ValueError("samples.lengths: distinct lengths between 1 and 1000 words")
+        return sorted(lengths)
+
+    @field_validator("kinds")
+    @classmethod
+    def _kinds(cls, kinds: list[str]) -> list[str]:
+        for kind in kinds:
+            parse_kind(kind)
+        if len(set(kinds)) != len(kinds):
+            raise ValueError("samples.kinds must be distinct")
+        gaps = [k for k in kinds if gap_of(k)]
+        if gaps:
+            raise ValueError(f"samples.kinds: {gaps}: samples are not made after a gap")
+        return kinds
+
+    def kinds_for(self, task: Task) -> list[str]:
+        """The kinds sampled: the study file's, or the paper's for ``task``."""
+        return list(self.kinds or PAPER_SAMPLE_KINDS[task])
+
+    def check_study(self, config: Any) -> None:
+        refused = kinds_refused(self.kinds_for(config.task), config.task.value)
+        if refused:
+            raise ValueError(f"samples.kinds: a {config.task.value} study cannot make {refused}")
+
+
 class HitSection(Section):
     mix: dict[str, int] = Field(default_factory=lambda: {"data": 5, "model": 5}, max_length=20)
     attention: int = Field(1, ge=0, le=100, description="attention items per HIT")
@@ -331,6 +394,7 @@ class StudyConfig(Section):
     channels: ChannelSection = Field(default_factory=ChannelSection)
     participants: ParticipantsSection = Field(default_factory=ParticipantsSection)
     ratings: RatingsSection = Field(default_factory=RatingsSection)
+    samples: SamplesSection = Field(default_factory=SamplesSection)
 
     @model_validator(mode="before")
     @classmethod
@@ -408,6 +472,7 @@ class StudyConfig(Section):
                 )
         # A study type's own section checks a study of its type (app.studytypes.<type>.config).
         self.ratings.check_study(self)
+        self.samples.check_study(self)
         if self.slug in self.participants.exclude_studies:
             raise ValueError("participants.exclude_studies names this study itself")
         if self.reference.data_prefixes == "reference" and not self.reference.model:
@@ -503,6 +568,8 @@ STUDY_COLUMNS = (
     Column("participants", "participants", _dump, lambda stored: stored or {}),
     # Stored before ratings studies existed: NULL, the defaults.
     Column("ratings", "ratings", _dump, lambda stored: stored or {}),
+    # Stored before issue 34: NULL, no forced-prefix samples.
+    Column("samples", "samples", _dump, lambda stored: stored or {}),
     Column("reward_cents", "payment.reward_cents"),
     Column("platform_fee", "payment.platform_fee"),
 )

@@ -16,9 +16,10 @@ from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
 from app.models import Study, User
-from app.results import catalog, downloads, service
+from app.results import catalog, downloads, forced, service
 from app.results.schemas import (
     DiagnosticsOut,
+    ForcedSamplesOut,
     ManifestOut,
     RecoveryOut,
     ResultQuery,
@@ -305,6 +306,37 @@ def results_recovery_file(
     query: ResultQueryDep,
 ) -> Response:
     return _file_response(_download(session, study, f"recovery.{fmt}", query, user))
+
+
+@router.get(
+    "/studies/{slug}/forced_samples",
+    response_model=ForcedSamplesOut,
+    responses=_404,
+    summary="Forced-prefix samples: what the model wrote after data, model, random, shuffled "
+    "(language models) or DATA, NORMAL, UNREL, RAND (translation) prefixes, with BLEU for "
+    "DATA and NORMAL",
+)
+def forced_samples(study: StudyDep, session: SessionDep) -> ForcedSamplesOut:
+    return forced.forced_samples(session, study)
+
+
+@router.get(
+    "/studies/{slug}/forced_samples.{fmt}",
+    response_class=Response,
+    responses={
+        200: {
+            "content": {"text/csv": {}, "application/x-tex": {}},
+            "description": "the samples as CSV (one line per sample) or the paper's LaTeX "
+            "table (the forced prefix underlined)",
+        },
+        **_404,
+    },
+    summary="Forced-prefix samples as CSV or LaTeX",
+)
+def forced_samples_file(
+    study: StudyDep, session: SessionDep, user: ApiUserDep, fmt: Literal["csv", "tex"]
+) -> Response:
+    return _file_response(_download(session, study, f"forced_samples.{fmt}", ResultQuery(), user))
 
 
 @router.get(

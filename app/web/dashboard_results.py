@@ -11,15 +11,16 @@ from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.responses import HTMLResponse, Response
 from pydantic import Field
 
-from app.results import downloads
+from app.results import downloads, forced
 from app.results.schemas import ResultQuery
 from app.results.stats import PlanTarget
 from app.simulate.costs import plan_costs
+from app.studies.service import Access
 from app.studytypes.registry import study_type_of
 from app.web.deps import SessionDep
 from app.web.downloads import export_response
 from app.web.pages import LOGIN, StudyDep, render
-from app.web.security import UserDep
+from app.web.security import UserDep, access_of
 
 router = APIRouter(prefix="/dashboard/studies", include_in_schema=False, dependencies=LOGIN)
 
@@ -62,6 +63,25 @@ def results_page(
         session, study, options, costs=costs
     )
     return render(request, template, {**context, "query_string": str(request.url.query)})
+
+
+@router.get("/{slug}/samples", response_class=HTMLResponse)
+def samples_page(request: Request, session: SessionDep, study: StudyDep) -> HTMLResponse:
+    """The forced-prefix samples as the papers print them (issue 34)."""
+    return samples_response(request, session, study)
+
+
+def samples_response(
+    request: Request, session, study, error: str | None = None, status_code: int = 200
+) -> HTMLResponse:
+    """The samples page (with ``error``: the rating form's refusal)."""
+    context = {
+        "study": study,
+        "out": forced.forced_samples(session, study),
+        "can_manage": access_of(request) >= Access.manage,
+        "error": error,
+    }
+    return render(request, "forced_samples.html", context, status_code=status_code)
 
 
 @router.get("/{slug}/results/{name}")

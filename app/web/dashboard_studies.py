@@ -33,6 +33,7 @@ from app.studies.queries import (
     hit_summary,
     study_people,
 )
+from app.studies.samples import create_ratings_of_samples
 from app.studies.schemas import StudyConfig
 from app.studies.service import (
     MEMBER_ROLES,
@@ -52,6 +53,7 @@ from app.studies.service import (
 )
 from app.studytypes.registry import study_type_of
 from app.validation import INT32_MAX, check_text
+from app.web.dashboard_results import samples_response
 from app.web.deps import RowId, SessionDep
 from app.web.pages import LOGIN, StudyDep, flash, redirect, render, study_url
 from app.web.security import (
@@ -260,6 +262,23 @@ def build(
     for line in report.lines():
         flash(request, line.strip())
     return redirect(study_url(study))
+
+
+@router.post("/{slug}/samples/ratings", dependencies=[CsrfDep], response_model=None)
+def rate_samples(
+    request: Request,
+    session: SessionDep,
+    user: UserDep,
+    study: ManageStudyDep,
+    new_slug: Annotated[str, Form(max_length=64)] = "",
+) -> Response:
+    """A ratings study of the study's forced-prefix samples (`app.studies.samples`)."""
+    try:
+        made = create_ratings_of_samples(session, study, new_slug.strip(), user, by=user)
+    except StudyError as exc:
+        return samples_response(request, session, study, str(exc), status.HTTP_400_BAD_REQUEST)
+    flash(request, f"Ratings study {made.slug} made from the samples of {study.slug}.")
+    return redirect(study_url(made))
 
 
 @router.post("/{slug}/close", dependencies=[CsrfDep])

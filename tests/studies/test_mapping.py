@@ -56,6 +56,7 @@ FULL = StudyConfig.model_validate(
         },
         "exclusions": {"blocked": False, "attention_min_accuracy": 0.8, "too_fast": False},
         "payment": {"reward_cents": 50, "platform_fee": 0.2},
+        "samples": {"per_kind": 5, "lengths": [2, 4], "kinds": ["data", "random"], "words": 12},
         "participants": {
             "consent": "I agree to take part.",
             "comments": False,

@@ -95,6 +95,8 @@ EXPECTED: dict[tuple[str, str], dict[str, int] | str] = {
     ("GET", "/api/v1/studies/{slug}/results/diagnostics.{fmt}"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/results/recovery"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/results/recovery.{fmt}"): API_STUDY,
+    ("GET", "/api/v1/studies/{slug}/forced_samples"): API_STUDY,
+    ("GET", "/api/v1/studies/{slug}/forced_samples.{fmt}"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/results.csv"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/results.tex"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/plot.{fmt}"): API_STUDY,
@@ -125,6 +127,10 @@ EXPECTED: dict[tuple[str, str], dict[str, int] | str] = {
     ("POST", "/dashboard/studies/{slug}/precompute"): STUDY_MANAGE,
     ("POST", "/dashboard/studies/{slug}/precompute/cancel"): STUDY_MANAGE,
     ("POST", "/dashboard/studies/{slug}/hits"): STUDY_MANAGE,
+    # The matrix's study asks for no forced-prefix samples: nothing to rate.
+    ("POST", "/dashboard/studies/{slug}/samples/ratings"): _policy(
+        PAGE_OUT, stranger=404, viewer=403, manager=400, owner=400, admin=400
+    ),
     ("POST", "/dashboard/studies/{slug}/close"): STUDY_MANAGE,
     ("POST", "/dashboard/studies/{slug}/reopen"): STUDY_MANAGE,
     ("POST", "/dashboard/studies/{slug}/members"): STUDY_SHARE,
@@ -140,6 +146,7 @@ EXPECTED: dict[tuple[str, str], dict[str, int] | str] = {
     ("POST", "/dashboard/studies/{slug}/cap"): STUDY_MANAGE,
     ("GET", "/dashboard/studies/{slug}/results"): STUDY_VIEW,
     ("GET", "/dashboard/studies/{slug}/results/{name}"): STUDY_VIEW,
+    ("GET", "/dashboard/studies/{slug}/samples"): STUDY_VIEW,
     # Simulate before you pay: it changes nothing, so viewers may run it too.
     ("GET", "/dashboard/studies/{slug}/simulate"): STUDY_VIEW,
     # The Crowd page; its previews and actions need manage access. s1 has no reward, its

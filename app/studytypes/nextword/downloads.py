@@ -83,5 +83,5 @@ CATALOGUE = (
     "results.csv", "results.tex", "plot.svg", "plot.png", "manifest.json", "diagnostics.csv",
     "diagnostics.svg", "diagnostics.png", "recovery.csv", "recovery.tex", "recovery.svg",
     "recovery.png", "judgments.csv", "judgments.jsonl", "items.csv", "items.jsonl",
-    "annotators.csv",
+    "annotators.csv", "forced_samples.csv", "forced_samples.tex",
 )  # fmt: skip

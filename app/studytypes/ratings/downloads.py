@@ -57,5 +57,5 @@ CATALOGUE = (
     "manifest.json", "items.csv", "items.jsonl", "ratings_table.csv", "ratings_table.tex",
     "ratings.csv", "ratings.jsonl", "ebm.csv", "ebm.tex", "ebm_gap.svg", "ebm_gap.png",
     "samples.csv", "samples.jsonl",
-    "annotators.csv",
+    "annotators.csv", "forced_samples.csv", "forced_samples.tex",
 )  # fmt: skip

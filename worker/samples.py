@@ -1,0 +1,43 @@
+"""A study's forced-prefix samples (issue 34; the first paper's Tables 1, 5, 8, 9), made when its
+items are done (`worker.runner.Worker`) and stored apart from them (`app.models.ForcedSample`).
+
+For every length and kind of the study's ``[samples]`` section (`SamplesSection`), items
+0..``per_kind`` - 1 are made as the worker makes any item of that cell (`make_items`, the
+study's seed: deterministic, so a re-run makes the same samples), then continued:
+
+- a language model samples ``words`` words after prompt + prefix, as a ratings study's
+  continuations (`worker.continuations`: ancestral sampling, each item's own seed).  A ratings
+  study with the same model, dataset, seed, prompt, lengths, kinds and continuation length makes
+  these very continuations as its items (`app.results.forced.ratings_config`);
+- a translation model translates on after the forced target prefix, the source intact
+  (`worker.forced.translate_after`); the row's reference translation is kept for BLEU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from app.precompute.datasets import Dataset
+from app.studies.schemas import StudyConfig
+from worker.forced import translate_after
+from worker.prefixes import PrefixItem, PrefixSpec, make_items
+
+
+def make_samples(
+    model, dataset: Dataset, config: StudyConfig, spec: PrefixSpec, cells: list[tuple[int, str]]
+) -> list[tuple[PrefixItem, str | None]]:
+    """The samples of ``cells`` ((length, kind) pairs of ``config.samples``), each with its
+    reference translation (None for a language model)."""
+    section = config.samples
+    lines = {row.line: row for row in dataset.rows}
+    out: list[tuple[PrefixItem, str | None]] = []
+    for length, kind in cells:
+        if model.task == "seq2seq":
+            items = make_items(model, dataset, spec, length, kind, 0, section.per_kind, config.seed)
+            translate_after(model, items, spec)
+            out += [(i, " ".join(lines[i.provenance["line"]].words)) for i in items]
+        else:
+            lm = replace(spec, continuation_words=section.words)
+            items = make_items(model, dataset, lm, length, kind, 0, section.per_kind, config.seed)
+            out += [(i, None) for i in items]
+    return out
