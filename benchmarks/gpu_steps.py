@@ -118,6 +118,7 @@ def main() -> None:
     def synchronize():
         if cuda:
             torch.cuda.synchronize()
+
     print(
         f"{'dtype':>8} {'l':>3} {'way':>6} {'items/s':>8} {'tok/s':>8} {'replays':>7} "
         f"{'syncs':>5} {'reads':>5}  against eager"
