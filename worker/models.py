@@ -381,7 +381,9 @@ def upload(*parts, device, pack: bool | None = None) -> list:
     if not parts:
         return []
     device = torch.device(device)
-    if not (device.type != "cpu" if pack is None else pack):
+    if pack is None:
+        pack = device.type != "cpu"
+    if not pack:
         return [
             torch.from_numpy(p) if isinstance(p, np.ndarray) else torch.tensor(p, dtype=torch.long)
             for p in parts
@@ -407,6 +409,8 @@ def upload(*parts, device, pack: bool | None = None) -> list:
 
 @functools.cache
 def _torch_dtypes() -> dict:
+    """The torch dtype of each numpy dtype `upload` takes (built at first use: this module
+    does not import torch at import time)."""
     import numpy as np
     import torch
 
