@@ -252,3 +252,21 @@ def test_a_step_uploads_its_host_data_at_most_twice(
     assert steps and max(steps) <= 2, steps
     assert sum(steps) >= len(steps)  # every step's forward sends its tokens
     assert max(resizes, default=0) <= 1, resizes
+
+
+def test_packed_uploads_change_no_item(monkeypatch, bpe_lm, text_dataset):
+    """The GPU's way of uploading (every part a view of one packed buffer), taken on the CPU,
+    gives the same items as the CPU's own tensors."""
+    expected = make_items(bpe_lm, text_dataset, CONTINUED, 3, "model", 0, 10, seed=3)
+    real = models.upload
+
+    def packed(*parts, device, pack=None):
+        return real(*parts, device=device, pack=True)
+
+    for module in (sampler, hf, hf_cache):
+        monkeypatch.setattr(module, "upload", packed)
+    items = make_items(bpe_lm, text_dataset, CONTINUED, 3, "model", 0, 10, seed=3)
+    monkeypatch.undo()
+    assert [(i.words, i.choices, i.continuation, i.provenance) for i in items] == [
+        (i.words, i.choices, i.continuation, i.provenance) for i in expected
+    ]
