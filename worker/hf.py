@@ -27,7 +27,7 @@ from worker.hf_common import (
 )
 from worker.hf_seq2seq import HFSeq2SeqLM
 from worker.hf_steps import SLOT_SPLIT, StepGraphs, row_groups, slot_attention
-from worker.models import APPEND, CONTEXT, grown_columns, keep_buffers_on_heap
+from worker.models import APPEND, CONTEXT, grown_columns, keep_buffers_on_heap, upload
 
 # Model types whose logits are a plain linear map of the base model's last hidden state, so that
 # the head can be applied to the few positions that are read.
@@ -161,7 +161,7 @@ class HFCausalLM:
                 raise ValueError("empty context")
             ids[i, width - len(c) :] = torch.tensor(list(c))
             mask[i, width - len(c) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
+        ids, mask = upload(ids.numpy(), mask.numpy(), device=self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = make_cache([])
         logprobs = self._forward(ids, mask, positions, cache)
@@ -291,28 +291,30 @@ class HFCausalLM:
                 cols[f] = fills[i] + j - used[i]
                 see_at.append(f)
                 see_col.append(cols[f])
-        state.settle()  # the step's slot moves, in one copy a buffer
-        width = state.capacity if self.static_steps else need
+        # The step's slot moves (in one copy a buffer) and its host data, which travels with
+        # the moves' indices in one host-to-device copy (`worker.models.upload`).
         dev = self.device
-        visible = torch.arange(width, device=dev)[None, :] < torch.tensor(ctx, device=dev)[:, None]
-        if see_at:
-            at = torch.tensor(see_at, dtype=torch.long, device=dev)
-            visible[at, torch.tensor(see_col, dtype=torch.long, device=dev)] = True
+        ctx, pos, cols, ids, see_at, see_col, index = state.settle(
+            ctx, pos, cols, ids, see_at, see_col, wanted, device=dev
+        )
+        width = state.capacity if self.static_steps else need
+        visible = torch.arange(width, device=dev)[None, :] < ctx[:, None]
+        if see_at.numel():
+            visible[see_at, see_col] = True
         dtype = next(self.model.parameters()).dtype
         mask = torch.zeros((size, width), dtype=dtype, device=dev)
         mask = mask.masked_fill_(~visible, torch.finfo(dtype).min).view(n, 1, q, width)
-        positions = torch.tensor(pos, device=dev).view(n, q)
+        positions = pos.view(n, q)
         plan = state.cache.plan
         plan.rows = torch.arange(n, device=dev).repeat_interleave(q)
-        plan.cols = torch.tensor(cols, device=dev)
+        plan.cols = cols
         plan.width, plan.query = width, q
         kwargs = {
-            "input_ids": torch.tensor(ids, device=dev).view(n, q),
+            "input_ids": ids.view(n, q),
             "attention_mask": mask,
             "position_ids": positions,
             "use_cache": True,
         }
-        index = torch.tensor(wanted, dtype=torch.long, device=dev)
         if self.static_steps:
             inputs = (kwargs["input_ids"], positions, mask, plan.rows, plan.cols)
             return self._graphs.run(state, inputs).index_select(0, index), handles
@@ -426,19 +428,19 @@ class HFCausalLM:
             )
         ctx = tree.ctx_mask.shape[1]
         dev = self.device
+        trow = [t for t, _ in targets]
+        tcol = [q for _, q in targets]
+        mr, mq, mc, ids, positions, trow, tcol = upload(
+            mr, mq, mc, ids.numpy(), positions.numpy(), trow, tcol, device=dev
+        )
         allowed = torch.zeros((n_rows, depth, width + depth), dtype=torch.bool, device=dev)
         allowed[:, :, :ctx] = tree.ctx_mask[:, None, :]
-        allowed[
-            torch.tensor(mr, device=dev), torch.tensor(mq, device=dev), torch.tensor(mc, device=dev)
-        ] = True
+        allowed[mr, mq, mc] = True
         dtype = next(self.model.parameters()).dtype
         # An additive mask: a 4D mask is passed to the attention as it is.
         mask = torch.zeros(allowed.shape, dtype=dtype, device=dev).masked_fill_(
             ~allowed, torch.finfo(dtype).min
         )[:, None]
-        ids, positions = ids.to(dev), positions.to(dev)
-        trow = torch.tensor([t for t, _ in targets], device=self.device)
-        tcol = torch.tensor([q for _, q in targets], device=self.device)
         kwargs = {
             "input_ids": ids,
             "attention_mask": mask,
@@ -473,8 +475,7 @@ class HFCausalLM:
             for i, c in enumerate(chunk):
                 ids[i, depth - len(c) :] = torch.tensor(list(c))
                 cmask[i, depth - len(c) :] = 1
-            index = torch.tensor(chunk_rows, device=self.device)
-            ids, cmask = ids.to(self.device), cmask.to(self.device)
+            index, ids, cmask = upload(chunk_rows, ids.numpy(), cmask.numpy(), device=self.device)
             cache = make_cache(
                 [
                     (k.index_select(0, index), v.index_select(0, index))
@@ -489,7 +490,7 @@ class HFCausalLM:
         return torch.cat(outs)
 
     def select(self, state: CausalState, rows: Sequence[int]) -> CausalState:
-        index = torch.tensor(list(rows), dtype=torch.long, device=self.device)
+        (index,) = upload(list(rows), device=self.device)
         mask = state.mask.index_select(0, index)
         # Drop the columns no selected row attends to (left padding, placeholders of others).
         used = mask.any(dim=0).nonzero()

@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from worker.models import upload
+
 # Where ``MADV_DONTNEED`` gives a mapping's pages back to the system and they read as zeros
 # after (Linux), fewer slots keep their buffers as views (`SlotLayer`); elsewhere a resize
 # copies.
@@ -166,7 +168,7 @@ def gather_cache(parts: list[tuple[Any, list[int], int]], spare: int = 32):
                 kbuf[i : i + len(rows), :, : width - w] = 0
                 vbuf[i : i + len(rows), :, : width - w] = 0
             if rows != list(range(k.shape[0])):
-                index = torch.tensor(rows, dtype=torch.long, device=k.device)
+                (index,) = upload(rows, device=k.device)
                 k, v = k.index_select(0, index), v.index_select(0, index)
             kbuf[i : i + len(rows), :, width - w : width] = k[:, :, first:]
             vbuf[i : i + len(rows), :, width - w : width] = v[:, :, first:]
@@ -208,7 +210,7 @@ class WordTree:
 
     def __init__(self, state: CausalState, rows: list[int]):
         self.source_width = state.mask.shape[1]
-        index = torch.tensor(rows, dtype=torch.long, device=state.mask.device)
+        (index,) = upload(rows, device=state.mask.device)
         if rows == list(range(state.mask.shape[0])) and hasattr(state.cache.layers[0], "kbuf"):
             # Extending the state afterwards changes its width, which discards this tree.
             self.cache = share_cache(state.cache, spare=64)
@@ -225,7 +227,7 @@ class WordTree:
 
     def keep(self, tree_rows: list[int]) -> None:
         """Drop the other rows (their partial words are forgotten)."""
-        index = torch.tensor(tree_rows, dtype=torch.long, device=self.ctx_mask.device)
+        (index,) = upload(tree_rows, device=self.ctx_mask.device)
         self.cache = gather_cache([(self.cache, tree_rows, 0)], spare=64)
         self.ctx_mask = self.ctx_mask.index_select(0, index)
         self.lengths = self.lengths.index_select(0, index)
@@ -420,7 +422,7 @@ class SlotState:
             field_[a], field_[b] = field_[b], field_[a]
 
     @torch.inference_mode()
-    def settle(self) -> None:
+    def settle(self, *parts, device=None) -> list[torch.Tensor]:
         """Move the cache's rows to their slots (`swap`): every slot that holds tokens and is
         not in its own row takes its row's columns in use.  The slots moved are grouped by
         their columns in use, rounded up to a power of two (a few groups, whatever the rows),
@@ -428,24 +430,31 @@ class SlotState:
         (every group gathered before any is scattered: the moves may form cycles):
         one group as wide as the widest of all copied 1.7 times the columns in use and took
         twice the time of copying each slot's own columns (1,000 items at l = 20, GPT-2
-        small's shape, 2026-11-28)."""
+        small's shape, 2026-11-28).
+
+        ``parts`` (host data of the caller's step, on ``device``) travel to the device in the
+        same copy as the moves' indices (`worker.models.upload`: a step's one host-to-device
+        copy); they are returned there."""
         where, fills = self.where, self.fills
         moved = [i for i, w in enumerate(where) if w != i and fills[i]]
         layers = self.cache.layers
+        groups: dict[int, list[int]] = {}
         if moved and layers[0].kbuf is not None:
-            groups: dict[int, list[int]] = {}
+            device = layers[0].kbuf.device
             for i in moved:
                 groups.setdefault((fills[i] - 1).bit_length(), []).append(i)
-            copies = []  # every source is read before any row is written (moves cycle)
-            for group in groups.values():
-                width = max(fills[i] for i in group)
-                index = torch.tensor([group, [where[i] for i in group]], dtype=torch.long)
-                index = index.to(layers[0].device)
-                copies.append((index[0], [layer.gather(index[1], width) for layer in layers]))
-            for dst, parts in copies:
-                for layer, part in zip(layers, parts, strict=True):
-                    layer.scatter(dst, part)
+        indices = [x for group in groups.values() for x in (group, [where[i] for i in group])]
+        uploaded = upload(*indices, *parts, device=device) if indices or parts else []
+        copies = []  # every source is read before any row is written (moves cycle)
+        for j, group in enumerate(groups.values()):
+            width = max(fills[i] for i in group)
+            dst, src = uploaded[2 * j], uploaded[2 * j + 1]
+            copies.append((dst, [layer.gather(src, width) for layer in layers]))
+        for dst, moves in copies:
+            for layer, part in zip(layers, moves, strict=True):
+                layer.scatter(dst, part)
         self.where = list(range(self.rows))
+        return uploaded[len(indices) :]
 
     def resize(self, rows: int, capacity: int) -> None:
         """Keep the first ``rows`` slots, with ``capacity`` columns (layer by layer: one layer's

@@ -49,6 +49,7 @@ from worker.models import (
     HOST_READ_EXACT,
     host_read,
     release_heap,
+    upload,
 )
 from worker.sampling import Continuation, sample_tokens, sampling_record
 from worker.slot_layout import SlotLayout
@@ -304,7 +305,10 @@ class ContinuousSampler(SlotLayout):
         """One step: the forward, then on the device everything the host needs from it (the
         sampled tokens, the roots of the searches that begin or may begin, the expansions of
         those under way), read in host memory at once (`worker.models.host_read`: on a GPU the
-        step's one synchronisation); then the searches take their expansions."""
+        step's one synchronisation); then the searches take their expansions.  What the device
+        needs from the host for that (the rows' places in the forward's output, the uniforms
+        they draw with) is sent before, at once (`worker.models.upload`: on a GPU one copy,
+        after the forward's own, that does not wait for the GPU)."""
         out, handles = self.model.feed(self.state, slots, tokens, parents, want)
         self.out = out
         jobs: list[tuple[_Row, tuple[int, ...], int]] = []
@@ -327,18 +331,31 @@ class ContinuousSampler(SlotLayout):
         if self.search is not None:
             rooted += ending
         switching = ending if self.continuation is not None else []
-        parts: list[torch.Tensor] = []
+        send: dict[str, Any] = {}  # the step's host data for the device, by name
         if sampling:
-            parts.append(self._sample(self._rows_of(out, sampling), sampling))
+            self._send_rows(send, "sampling", out, sampling)
+            self._send_draws(send, "sampling", sampling)
         if switching:
             # The continuation's first token, drawn as if the prefix ended here (from the
             # continuation's own stream, `Continuation.reseed`); kept only where it did.
             streams = [self.continuation.reseed(r.draft, 0) for r in switching]
-            logprobs = self._rows_of(out, switching)
-            parts.append(self._sample(logprobs, switching, streams=streams, phase=1))
+            self._send_rows(send, "switching", out, switching)
+            self._send_draws(send, "switching", switching, streams=streams, phase=1)
+        if rooted:
+            self._send_rows(send, "rooted", out, rooted)
+        if jobs:
+            send["jobs"] = [j[2] for j in jobs]
+        got = dict(zip(send, upload(*send.values(), device=out.device), strict=True))
+        parts: list[torch.Tensor] = []
+        if sampling:
+            logprobs = self._rows_of(out, got, "sampling")
+            parts.append(self._sample(logprobs, sampling, got=got, name="sampling"))
+        if switching:
+            logprobs = self._rows_of(out, got, "switching")
+            parts.append(self._sample(logprobs, switching, got=got, name="switching", phase=1))
         n_start = 0
         if rooted:
-            roots = self._rows_of(out, rooted)
+            roots = self._rows_of(out, got, "rooted")
             if self.search.classes.word_level:
                 start = self.search.word_level_parts(roots)
             else:
@@ -348,8 +365,7 @@ class ContinuousSampler(SlotLayout):
             if self.keep_roots:
                 parts.append(roots)
         if jobs:
-            index = torch.tensor([j[2] for j in jobs], dtype=torch.long, device=out.device)
-            parts += self.search.expand_parts(out[index])
+            parts += self.search.expand_parts(out[got["jobs"]])
         if not parts:
             return
         host = host_read(parts)
@@ -377,14 +393,17 @@ class ContinuousSampler(SlotLayout):
             if r.search.next() is None:
                 self._finish_search(r)
 
-    def _rows_of(self, out: torch.Tensor, rows: list[_Row]) -> torch.Tensor:
-        """The rows' distributions in ``out``: ``out`` itself when they are all its rows in
-        order (most steps before the tail: a copy of [rows, vocabulary] saved)."""
+    def _send_rows(self, send: dict, name: str, out: torch.Tensor, rows: list[_Row]) -> None:
+        """The rows' places in ``out`` (`_rows_of`), as ``send[name]``: none when they are all
+        its rows in order (most steps before the tail: a copy of [rows, vocabulary] saved)."""
         at = [r.out for r in rows]
-        if len(at) == out.shape[0] and at == list(range(len(at))):
-            return out
-        index = torch.tensor(at, dtype=torch.long, device=out.device)
-        return out.index_select(0, index)
+        if not (len(at) == out.shape[0] and at == list(range(len(at)))):
+            send[name] = at
+
+    def _rows_of(self, out: torch.Tensor, got: dict, name: str) -> torch.Tensor:
+        """The distributions in ``out`` of the rows that `_send_rows` sent as ``name``."""
+        index = got.get(name)
+        return out if index is None else out.index_select(0, index)
 
     def _full(self, r: _Row) -> bool:
         """Whether the row's phase has all its words begun (the next new word ends it)."""
@@ -397,33 +416,51 @@ class ContinuousSampler(SlotLayout):
         a prompt or a prefix)."""
         return len(r.tokens) == r.start and (r.phase == 1 or self.after_prompt)
 
+    def _send_draws(
+        self,
+        send: dict,
+        name: str,
+        rows: list[_Row],
+        *,
+        streams: list[np.random.Generator] | None = None,
+        phase: int | None = None,
+    ) -> None:
+        """The host half of `_sample`, as ``send[name + ...]``: one uniform per row from its own
+        stream (``streams``: these instead of the rows'), the rows that must begin a word (if
+        any), the rows of each phase (``phase``: all rows in that one) if they differ."""
+        streams = streams if streams is not None else [r.rng for r in rows]
+        send[f"{name}.u"] = np.array([g.random() for g in streams], dtype=np.float32)
+        fresh = [phase == 1 or self._fresh(r) for r in rows]
+        if any(fresh):
+            send[f"{name}.fresh"] = np.array(fresh, dtype=np.bool_)
+        phases = [r.phase if phase is None else phase for r in rows]
+        if not self.same_sampling and len(set(phases)) > 1:
+            for p in (0, 1):
+                send[f"{name}.phase{p}"] = [i for i, q in enumerate(phases) if q == p]
+
     def _sample(
         self,
         logprobs: torch.Tensor,
         rows: list[_Row],
         *,
-        streams: list[np.random.Generator] | None = None,
+        got: dict,
+        name: str,
         phase: int | None = None,
     ) -> torch.Tensor:
         """One token per row (on the device), each by its phase's settings (``phase``: all
-        rows in that one), from its own stream (``streams``: these instead of the rows')."""
-        device = logprobs.device
-        streams = streams if streams is not None else [r.rng for r in rows]
-        u = torch.tensor([g.random() for g in streams], dtype=torch.float32).to(device)
-        fresh = [phase == 1 or self._fresh(r) for r in rows]
-        if any(fresh):
-            where = torch.tensor(fresh, device=device)[:, None]
-            mask = torch.where(where, self.first_allowed, self.allowed)
+        rows in that one), from what `_send_draws` sent as ``name`` (``got``: on the device)."""
+        phases = [r.phase if phase is None else phase for r in rows]
+        u = got[f"{name}.u"]
+        fresh = got.get(f"{name}.fresh")
+        if fresh is not None:
+            mask = torch.where(fresh[:, None], self.first_allowed, self.allowed)
         else:
             mask = None if self.every_allowed else self.allowed[None, :]
-        phases = [r.phase if phase is None else phase for r in rows]
-        if self.same_sampling or len(set(phases)) == 1:
+        if f"{name}.phase0" not in got:
             return sample_tokens(logprobs, u, self.specs[phases[0]], mask)
-        tok = torch.empty(len(rows), dtype=torch.long, device=device)
+        tok = torch.empty(len(rows), dtype=torch.long, device=logprobs.device)
         for p in (0, 1):
-            index = torch.tensor(
-                [i for i, q in enumerate(phases) if q == p], dtype=torch.long, device=device
-            )
+            index = got[f"{name}.phase{p}"]
             part = mask if mask is None or mask.shape[0] == 1 else mask[index]
             tok[index] = sample_tokens(logprobs[index], u[index], self.specs[p], part)
         return tok

@@ -50,7 +50,7 @@ from typing import Any
 import torch
 
 from worker.models import host_read
-from worker.tokens import TokenClasses, decode_word
+from worker.tokens import TokenClasses, word_texts
 
 SPECIAL_POLICIES = ("skip", "renormalise")
 
@@ -269,6 +269,8 @@ class SearchSettings:
         method = f"best-first(merge_tail={self.merge_tail:g}"
         method += f", max_word_tokens={self.max_word_tokens})" if self.max_word_tokens else ")"
         set_(self, "method", method)
+        # The searches' word texts, remembered (`worker.tokens.WordTexts`).
+        set_(self, "word_text", word_texts(self.tokenizer))
 
     # Each batched step of the searches has a device half (``*_parts``: tensors, no read on the
     # host) and a host half (``*_from``: the parts in host memory), so that a caller reads a
@@ -288,11 +290,7 @@ class SearchSettings:
         for v_row, i_row, special in _pick(
             rows, probs.tolist(), ids.tolist(), specials_from(*specials, self.classes)
         ):
-            pairs = [
-                (decode_word(self.tokenizer, [i]), v)
-                for v, i in zip(v_row, i_row, strict=True)
-                if v > 0
-            ]
+            pairs = [(self.word_text([i]), v) for v, i in zip(v_row, i_row, strict=True) if v > 0]
             out.append(
                 _finish(
                     [w for w, _ in pairs],
@@ -382,8 +380,8 @@ class WordSearch:
     """
 
     __slots__ = (
-        "asked", "bound", "counter", "depth", "done", "emitted", "expansions", "heap", "lists",
-        "memo", "order", "pending", "settings", "special", "ways",
+        "asked", "best", "bound", "counter", "depth", "done", "emitted", "expansions", "heap",
+        "lists", "memo", "order", "pending", "settings", "special", "ways",
     )  # fmt: skip
 
     def __init__(self, settings: SearchSettings, roots: list[tuple[float, int]], special):
@@ -396,6 +394,7 @@ class WordSearch:
         self.emitted: dict[str, float] = {}
         self.ways: dict[str, int] = {}
         self.order: list[str] = []
+        self.best: list[str] | None = None  # `_best`, until the next accepted word
         self.expansions = 0
         self.bound = 0.0  # largest probability of a word the search could not see
         self.memo: dict[tuple[int, ...], tuple] = {}
@@ -432,6 +431,7 @@ class WordSearch:
         """A completed word reached the top: record it, merging identical strings."""
         if not word or "\ufffd" in word:
             return
+        self.best = None
         if word in self.emitted:
             self.emitted[word] += prob
             self.ways[word] += 1
@@ -441,7 +441,12 @@ class WordSearch:
             self.order.append(word)
 
     def _best(self) -> list[str]:
-        return sorted(self.emitted, key=self.emitted.__getitem__, reverse=True)[: self.settings.k]
+        """The k most probable words so far, sorted once per accepted word: every heap entry
+        the search looks at after the k-th word asks for them (`_skippable`)."""
+        if self.best is None:
+            emitted = self.emitted
+            self.best = sorted(emitted, key=emitted.__getitem__, reverse=True)[: self.settings.k]
+        return self.best
 
     def _may_merge(self, text: str) -> bool:
         return any(w.startswith(text) for w in self._best())
@@ -456,7 +461,7 @@ class WordSearch:
             return False
         if prob < self.settings.merge_tail * self._kth():
             return None
-        return kind == 0 and not self._may_merge(decode_word(self.settings.tokenizer, payload[2]))
+        return kind == 0 and not self._may_merge(self.settings.word_text(payload[2]))
 
     def next(self) -> tuple[int, ...] | None:
         """The partial word whose distribution the search needs next (None: it is over)."""
@@ -472,7 +477,7 @@ class WordSearch:
                 break
             heapq.heappop(self.heap)
             if kind == 1:
-                self._accept(decode_word(st.tokenizer, payload), -neg)
+                self._accept(st.word_text(payload), -neg)
                 continue
             self._push_child(payload[0], payload[1] + 1)
             if skip:
@@ -542,7 +547,7 @@ class WordSearch:
         while len(self.order) < st.k and self.heap:
             neg, _, kind, payload = heapq.heappop(self.heap)
             if kind == 1:
-                self._accept(decode_word(st.tokenizer, payload), -neg)
+                self._accept(st.word_text(payload), -neg)
         ranked = sorted(self.order, key=lambda w: -self.emitted[w])[: st.k]
         probs = [self.emitted[w] for w in ranked]
         exact = not budget_hit and (len(probs) < st.k or probs[-1] >= self.bound)

@@ -7,6 +7,7 @@ import random
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from transformers import (
@@ -43,6 +44,7 @@ from worker.models import (
     keep_buffers_on_heap,
     memory_budget,
     row_bytes,
+    upload,
 )
 from worker.opcount import OpCounter
 
@@ -530,3 +532,29 @@ def test_large_buffers_stay_on_the_heap_on_glibc():
     del held
     release_heap()  # what the sampler does at the end of a run
     assert before - resident() > 1_000_000  # KiB: the 1.6 GB went back to the system
+
+
+@pytest.mark.parametrize("pack", [False, True], ids=["cpu", "packed"])
+def test_upload_gives_the_tensors_torch_tensor_gives(pack):
+    """Each part as ``torch.tensor`` makes it (sequences as int64, numpy arrays as their own
+    dtype and shape), whether packed into one buffer, as on a GPU (a float32 part of odd
+    length before an int64 part: the parts sit at 8-byte boundaries), or not."""
+    u = np.array([0.25, 1 / 3, 0.999999], dtype=np.float32)
+    fresh = np.array([True, False, True])
+    grid = np.arange(6, dtype=np.int64).reshape(2, 3)
+    parts = [[3, 1, 2**40], u, [], [7], fresh, grid, (5, 6)]
+    got = upload(*parts, device="cpu", pack=pack)
+    expected = [
+        torch.tensor([3, 1, 2**40]),
+        torch.tensor(u.tolist(), dtype=torch.float32),
+        torch.tensor([], dtype=torch.long),
+        torch.tensor([7]),
+        torch.tensor([True, False, True]),
+        torch.tensor(grid.tolist()),
+        torch.tensor([5, 6]),
+    ]
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected, strict=True):
+        assert a.dtype == b.dtype and a.device == b.device
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert upload(device="cpu", pack=pack) == []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from worker import sampler
+from worker import hf, hf_cache, models, sampler
 from worker.hf import HFCausalLM
 from worker.opcount import OpCounter
 from worker.prefixes import PrefixSpec, make_items
@@ -199,3 +199,74 @@ def test_fixed_shape_steps_make_the_same_items(bpe_lm, static_lm, text_dataset, 
     # a shape's graph is captured once and replayed until the slots are resized.
     assert shapes and all(len(s) <= 3 for s in shapes.values()), shapes
     assert sum(len(s) for s in shapes.values()) < steps / 3, (steps, shapes)
+
+
+@pytest.mark.parametrize(
+    ("lm_name", "kind", "spec"),
+    [
+        ("bpe_lm", "model", PrefixSpec(batch_size=4)),
+        ("bpe_lm", "data", PrefixSpec(batch_size=4, prompt_words=2)),
+        ("bpe_lm", "model", CONTINUED),
+    ],
+    ids=["bpe-model", "bpe-data", "continued"],
+)
+def test_a_step_uploads_its_host_data_at_most_twice(
+    request, monkeypatch, text_dataset, lm_name, kind, spec
+):
+    """A step sends what the device needs from the host in two copies at most
+    (`worker.models.upload`: the forward's, with its slot moves, and the sampler's), not one a
+    tensor: on a GPU each copy from pageable memory made the host wait for the GPU.  A resize
+    of the slots (when the batch's layout changes) sends its pending moves in one more."""
+    lm = request.getfixturevalue(lm_name)
+    steps: list[int] = []  # uploads of each step, a step from one forward to the next
+    resizes: list[int] = []  # uploads of each resize of the slots
+    real_upload, real_feed, real_resize = models.upload, lm.feed, hf_cache.SlotState.resize
+
+    def counted(*parts, **kwargs):
+        counts = resizes if resizing else steps
+        if counts:
+            counts[-1] += 1
+        return real_upload(*parts, **kwargs)
+
+    def feed(*args):
+        steps.append(0)
+        return real_feed(*args)
+
+    resizing = False
+
+    def resize(*args):
+        nonlocal resizing
+        resizes.append(0)
+        resizing = True
+        try:
+            return real_resize(*args)
+        finally:
+            resizing = False
+
+    for module in (sampler, hf, hf_cache):
+        monkeypatch.setattr(module, "upload", counted)
+    monkeypatch.setattr(lm, "feed", feed)
+    monkeypatch.setattr(hf_cache.SlotState, "resize", resize)
+    make_items(lm, text_dataset, spec, 3, kind, 0, 10, seed=3)
+    monkeypatch.undo()
+    assert steps and max(steps) <= 2, steps
+    assert sum(steps) >= len(steps)  # every step's forward sends its tokens
+    assert max(resizes, default=0) <= 1, resizes
+
+
+def test_packed_uploads_change_no_item(monkeypatch, bpe_lm, text_dataset):
+    """The GPU's way of uploading (every part a view of one packed buffer), taken on the CPU,
+    gives the same items as the CPU's own tensors."""
+    expected = make_items(bpe_lm, text_dataset, CONTINUED, 3, "model", 0, 10, seed=3)
+    real = models.upload
+
+    def packed(*parts, device, pack=None):
+        return real(*parts, device=device, pack=True)
+
+    for module in (sampler, hf, hf_cache):
+        monkeypatch.setattr(module, "upload", packed)
+    items = make_items(bpe_lm, text_dataset, CONTINUED, 3, "model", 0, 10, seed=3)
+    monkeypatch.undo()
+    assert [(i.words, i.choices, i.continuation, i.provenance) for i in items] == [
+        (i.words, i.choices, i.continuation, i.provenance) for i in expected
+    ]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 
 from tests.worker.conftest import bpe_tokenizer, sp_tokenizer, tiny_gpt2, word_tokenizer
 from worker.hf import HFCausalLM
-from worker.tokens import decode_word, segment_words, token_classes
+from worker.tokens import WordTexts, decode_word, segment_words, token_classes, word_texts
 from worker.words import top_words
 
 
@@ -63,6 +65,43 @@ def test_segment_words_byte_bpe():
     ids = tok("the cat, the dog.")["input_ids"]
     words = [decode_word(tok, g) for g in segment_words(ids, cl)]
     assert words == ["the", "cat", ",", "the", "dog", "."]
+
+
+@pytest.mark.parametrize("make", [bpe_tokenizer, sp_tokenizer, word_tokenizer])
+def test_word_texts_are_the_tokenizers_decoded_once_each(monkeypatch, make):
+    """`WordTexts` gives what ``tokenizer.decode`` gives (stripped), decodes each sequence of
+    ids once, and on a fast tokenizer calls its ``tokenizers`` backend, not the Python
+    wrapper (the wrapper is made to fail here)."""
+    tok = make()
+    rng = random.Random(0)
+    seqs = [[rng.randrange(len(tok)) for _ in range(rng.randint(0, 4))] for _ in range(200)]
+    expected = [
+        tok.decode(s, skip_special_tokens=False, clean_up_tokenization_spaces=False).strip()
+        for s in seqs
+    ]
+    texts = WordTexts(tok)
+    real = texts._decode
+    decoded = []
+
+    def counted(ids):
+        decoded.append(tuple(ids))
+        return real(ids)
+
+    texts._decode = counted
+    monkeypatch.setattr(type(tok), "decode", lambda *a, **k: pytest.fail("the wrapper ran"))
+    assert [texts(s) for s in seqs] == expected
+    assert [texts(tuple(s)) for s in seqs] == expected  # tuples or lists: one memo
+    assert sorted(decoded) == sorted({tuple(s) for s in seqs})
+
+
+def test_word_texts_start_afresh_when_the_vocabulary_grows():
+    tok = bpe_tokenizer()
+    before = word_texts(tok)
+    assert word_texts(tok) is before
+    tok.add_tokens(["zzqx"])
+    after = word_texts(tok)
+    assert after is not before
+    assert decode_word(tok, [len(tok) - 1]) == "zzqx"
 
 
 def brute_force(model, tokenizer, context, depth):
