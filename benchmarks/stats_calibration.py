@@ -55,6 +55,14 @@ the pooled and trend tests' false-positive rates; a **watched** study (20 looks 
 annotators arrive, stop at the first rejection): the fixed-n interval against the
 anytime-valid one; and the CGD intervals at **8 annotators**.
 
+``--suite assistance`` runs the **LLM-assistance test** (app/results/stats/assistance.py)
+on simulated crowds of honest, heterogeneous annotators (skill and annotator x kind
+effects on the logit of choosing the model's top-1 word, item-level taste, Pareto activity
+under a cap of 60 HITs, 2 lengths x 2 kinds): under the null, the per-annotator rate of
+p <= 0.05 (the test's level) and the share of crowds with any flag at FDR 0.05; and its
+power on one planted LLM-assisted annotator (who takes the model's top-1 word on a share
+of their items and judges honestly otherwise), flagged and p <= 0.05.
+
 Run: ``python benchmarks/stats_calibration.py`` (R = 1,000, B = 999: about 9 ms of CPU
 per study, ~8 minutes on one free core; docs/statistics.md's table is ``--reps 2000``, 2,130 s
 on a shared machine; ``--jobs 2`` for two processes, ``--reps 200`` for a quick look).
@@ -73,6 +81,7 @@ import numpy as np
 from scipy import optimize, special
 
 from app.results.stats import estimate_ebc, permutation_test
+from app.results.stats.assistance import assistance_signal
 
 HITS = 600
 PER_KIND = 5
@@ -460,6 +469,109 @@ def issue32(args: argparse.Namespace) -> None:
     )  # fmt: skip
 
 
+# --------------------------------------------------------------------------- assistance
+
+ASSIST_LENGTHS = 2
+
+
+def assistance_crowd(
+    rng: np.random.Generator,
+    n_honest: int,
+    *,
+    assisted: tuple[int, float] | None = None,
+    skill_sd: float = 0.4,
+    kind_sd: float = 0.3,
+    cap: int = 60,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(annotator, cell, agrees)`` per judgment. Honest annotators sample their choice
+    from an item's distribution over five words and "none" (the model's top-1 word chosen
+    about a quarter of the time, less on model prefixes), tilted towards the top-1 by a
+    personal skill and a personal x kind effect; Pareto activity under `cap` HITs of one
+    length, 5 data + 5 model items. ``assisted = (hits, share)``: one more annotator, last,
+    who takes the top-1 word on `share` of their items and is otherwise honest."""
+    hits = np.minimum(cap, 1 + np.floor(rng.pareto(1.1, n_honest))).astype(int)
+    if assisted is not None:
+        hits = np.r_[hits, assisted[0]]
+    n_total = hits.size
+    skill = rng.normal(0, skill_sd, n_total)
+    by_kind = rng.normal(0, kind_sd, (n_total, 2))
+    hit_owner = np.repeat(np.arange(n_total), hits)
+    length = np.repeat(rng.integers(0, ASSIST_LENGTHS, hit_owner.size), 10)
+    annotator = np.repeat(hit_owner, 10)
+    kind = np.tile(np.r_[[0] * 5, [1] * 5], hit_owner.size)
+    n = annotator.size
+    q = rng.gamma(np.broadcast_to(np.array([1.6, 1.2, 1.0, 0.8, 0.6, 1.0]), (n, 6)))
+    q[:, 0] *= np.where(kind == 0, 1.0, 0.85)
+    logits = np.log(q / q.sum(axis=1, keepdims=True))
+    logits[:, 0] += skill[annotator] + by_kind[annotator, kind]
+    agrees = np.argmax(logits + rng.gumbel(size=(n, 6)), axis=1) == 0
+    if assisted is not None:
+        mine = annotator == n_honest
+        agrees[mine] |= rng.random(int(mine.sum())) < assisted[1]
+    return annotator, length * 2 + kind, agrees
+
+
+def run_assistance(g: int, reps: int, seed: np.random.SeedSequence, signal=None) -> dict:
+    """Null crowds of `g` honest annotators, then crowds with one assisted annotator
+    (10 HITs, top-1 on 50% of the items; and 3 HITs, always the top-1)."""
+    signal = assistance_signal if signal is None else signal
+    rng = np.random.default_rng(seed)
+    out = {"p05": 0, "tested": 0, "any_flag": 0, "cpu": 0.0}
+    for _ in range(reps):
+        t = time.process_time()
+        res = signal(*assistance_crowd(rng, g))
+        out["cpu"] += time.process_time() - t
+        ok = np.isfinite(res.p_value)
+        out["p05"] += int(np.sum(res.p_value[ok] <= ALPHA))
+        out["tested"] += int(ok.sum())
+        out["any_flag"] += bool(res.flagged.any())
+    rates = {"fp_annotator": out["p05"] / out["tested"], "any_flag": out["any_flag"] / reps}
+    rates["cpu_ms"] = 1000 * out["cpu"] / reps
+    for name, planted in (("half_of_10", (10, 0.5)), ("all_of_3", (3, 1.0))):
+        flagged = p05 = 0
+        for _ in range(reps):
+            res = signal(*assistance_crowd(rng, g, assisted=planted))
+            flagged += bool(res.flagged[-1])
+            p05 += bool(res.p_value[-1] <= ALPHA)
+        rates[f"power_{name}"] = flagged / reps
+        rates[f"p05_{name}"] = p05 / reps
+    return rates
+
+
+def assistance(args: argparse.Namespace, signal=None) -> None:
+    """The LLM-assistance test's level and power (``--suite assistance``)."""
+    sizes = (20, 60, 150)
+    seeds = np.random.SeedSequence(args.seed).spawn(len(sizes))
+    started = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        res = list(pool.map(run_assistance, sizes, [args.reps] * len(sizes), seeds,
+                            [signal] * len(sizes)))  # fmt: skip
+    se5 = 100 * np.sqrt(0.05 * 0.95 / args.reps)
+    print(
+        f"\nR = {args.reps:,} crowds a size (null, and each planted annotator), seed "
+        f"{args.seed}; Monte Carlo SE of a 5% crowd rate {se5:.1f} pp; "
+        f"{time.perf_counter() - started:.0f} s, load average {os.getloadavg()[0]:.2f}\n"
+    )
+    print(
+        _table(
+            [
+                "honest crowd", "null: annotators with p <= 0.05", "null: crowds with any flag",
+                "10 HITs, top-1 on half: flagged (p <= 0.05)",
+                "3 HITs, always top-1: flagged (p <= 0.05)", "CPU ms a crowd",
+            ],
+            [
+                [
+                    f"{g} annotators", _pct(r["fp_annotator"]), _pct(r["any_flag"]),
+                    f"{_pct(r['power_half_of_10'])} ({_pct(r['p05_half_of_10'])})",
+                    f"{_pct(r['power_all_of_3'])} ({_pct(r['p05_all_of_3'])})",
+                    f"{r['cpu_ms']:.1f}",
+                ]
+                for g, r in zip(sizes, res, strict=True)
+            ],
+        )
+    )  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=1000, help="studies per scenario and truth")
@@ -472,12 +584,16 @@ def main() -> None:
     ap.add_argument(
         "--suite",
         default="nested",
-        choices=("nested", "issue32"),
-        help="nested: the table of issue 11; issue32: crossed, several lengths, looks",
+        choices=("nested", "issue32", "assistance"),
+        help="nested: the table of issue 11; issue32: crossed, several lengths, looks; "
+        "assistance: the LLM-assistance test's level and power",
     )
     args = ap.parse_args()
     if args.suite == "issue32":
         issue32(args)
+        return
+    if args.suite == "assistance":
+        assistance(args)
         return
 
     for s in (0.0, 0.2, 0.4):  # the quadrature truth against brute force

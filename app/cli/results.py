@@ -210,3 +210,111 @@ def ebm(
             fail(plugin.refusal(found, "EB-M"))
         stored, label = plugin.scores.stored(session, found), task_label(found)
     _print_ebm(plugin, study, stored, label, format_)
+
+
+PLAN_FORMATS = ("table", "json")
+
+
+# The planner's ranges, as GET /plan's query parameters take them: (low, high) open or
+# closed at each end.
+PLAN_RANGES = {
+    "target-ebc": (1.0, 3.0, "(1, 3]"),
+    "halfwidth": (0.0, 1.0, "(0, 1]"),
+    "power": (0.05, 1.0, "(0.05, 1)"),
+    "alpha": (0.0, 0.5, "(0, 0.5)"),
+}
+
+
+def _in_range(name: str, value: float) -> bool:
+    low, high, text = PLAN_RANGES[name]
+    return low < value and (value <= high if text.endswith("]") else value < high)
+
+
+@results_cli.command("plan")
+def plan(
+    study: Annotated[str, typer.Argument(help="the study's slug (a next-word study)")],
+    target_ebc: Annotated[
+        float | None, typer.Option(help="the EB-C to detect, in (1, 3] (default 1.02)")
+    ] = None,
+    halfwidth: Annotated[
+        float | None,
+        typer.Option(help="plan an interval of this half-width, in (0, 1], instead of a test"),
+    ] = None,
+    power: Annotated[
+        float | None, typer.Option(help="power of the test, in (0.05, 1) (default 0.8)")
+    ] = None,
+    alpha: Annotated[
+        float | None, typer.Option(help="two-sided level, in (0, 0.5) (default 0.05)")
+    ] = None,
+    seed: Seed = 0,
+    format_: Annotated[str, typer.Option("--format", "-f", help="table | json")] = "table",
+) -> None:
+    """Print the power and budget planner's plan for a study (design effect measured on its
+    judgments so far) and what each crowd channel charges for it, by that platform's own
+    fee rule (the same as GET /api/v1/studies/{slug}/plan)."""
+    import dataclasses
+
+    from pydantic import TypeAdapter
+
+    from app.cli.common import fail, load_settings, session_scope, study_named
+    from app.results.schemas import PricedPlan
+    from app.results.stats import PlanError, PlanTarget
+    from app.simulate.costs import priced_plan
+    from app.studytypes.registry import study_type_of
+
+    if format_ not in PLAN_FORMATS:
+        fail(f"unknown format {format_!r}: use {', '.join(PLAN_FORMATS)}")
+    given = {"target_ebc": target_ebc, "halfwidth": halfwidth, "power": power, "alpha": alpha}
+    for key, value in given.items():
+        name = key.replace("_", "-")
+        if value is not None and not _in_range(name, value):
+            fail(f"--{name} must be in {PLAN_RANGES[name][2]}, not {value:g}")
+    target = dataclasses.replace(PlanTarget(), **{k: v for k, v in given.items() if v is not None})
+    settings = load_settings()
+    with session_scope(settings) as session:
+        found = study_named(session, study)
+        plugin = study_type_of(found)
+        if plugin.planner is None:
+            fail(plugin.refusal(found, "planner"))
+        try:
+            made = plugin.planner.plan(session, found, target, seed=seed)
+            priced = priced_plan(found, settings, made)
+        except PlanError as exc:
+            fail(f"no study reaches this target: {exc.reason}")
+    if format_ == "json":
+        typer.echo(TypeAdapter(PricedPlan).dump_json(priced, indent=2).decode())
+    else:
+        typer.echo("\n".join(plan_lines(priced)))
+
+
+def plan_lines(p) -> list[str]:
+    """A priced plan (`app.results.schemas.PricedPlan`) as the terminal shows it."""
+    from app.simulate.preview import usd
+
+    aim = (
+        f"an EB-C interval of half-width {p.halfwidth:g}"
+        if p.halfwidth is not None
+        else f"EB-C {p.target_ebc:g} against 1 at power {p.power_target:g}, alpha {p.alpha:g}"
+    )
+    cgd_from = "measured" if p.cgd_data_measured else "the paper's"
+    lines = [
+        f"plan for {aim}",
+        f"  assumes CGD(data) {p.cgd_data:.3f} ({cgd_from}), design effect "
+        f"{p.design_effect:.2f} ({'measured' if p.design_effect_measured else 'assumed'})",
+        f"  judgments per cell {p.judgments_per_cell:,} (now {p.judgments_per_cell_now:,}); "
+        f"HITs {p.hits:,}, assignments {p.assignments:,}, judgments {p.judgments:,}, "
+        f"annotators at least {p.annotators_needed:,}",
+        "cost per channel (each platform's fee rule; no platform asked):",
+    ]
+    for c in p.channel_costs:
+        where = f"{c.channel} ({c.environment})" + ("" if c.enabled else ", channel off")
+        if c.total_cents is None:
+            lines.append(f"  {where}: {c.problem}")
+        else:
+            lines.append(
+                f"  {where}: {c.assignments:,} assignments, rewards {usd(c.rewards_cents)} + "
+                f"fees {usd(c.fees_cents)} = {usd(c.total_cents)}"
+            )
+        lines.append(f"    fee rule: {c.fee_rule}")
+        lines += [f"    {note}" for note in c.notes]
+    return lines

@@ -11,6 +11,7 @@ provenance manifest) need no statistics.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -331,6 +332,38 @@ class ResultsOut(_Out):
     @property
     def simulated_label(self) -> str | None:
         return simulated_label(self.simulated_judgments)
+
+
+class ChannelCostOut(_Out):
+    """What one crowd channel charges for a plan, by that platform's own fee rule (no
+    platform asked; ``app.simulate.costs.plan_costs``)."""
+
+    channel: str = Field(description="the platform's name (mturk, prolific, local)")
+    environment: str = Field(description="the environment the study file sets (sandbox or "
+                             "production; sandbox moves no money)")  # fmt: skip
+    enabled: bool = Field(description="the study takes people through this channel now")
+    assignments: int = Field(description="HIT assignments priced")
+    fee_rule: str = Field(description="how the platform charges, in words")
+    rewards_cents: int | None = Field(description="the annotators' rewards (null: unpriced)")
+    fees_cents: int | None = Field(description="the platform's fees (0: it charges none)")
+    total_cents: int | None = Field(description="rewards + fees")
+    notes: list[str] = Field(description="what the price depends on (e.g. MTurk's 40% fee)")
+    problem: str | None = Field(None, description="why the plan cannot be priced here")
+
+
+@dataclass(frozen=True)
+class PricedPlan(StudyPlan):
+    """A plan (:class:`~app.results.stats.StudyPlan`; its ``cost`` uses the study's
+    declared ``platform_fee``) with what each crowd channel charges for it
+    (``channel_costs``, each platform's own fee rule): ``GET /studies/{slug}/plan`` and
+    ``ebc results plan``."""
+
+    channel_costs: list[ChannelCostOut] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, plan: StudyPlan, costs: list[ChannelCostOut]) -> PricedPlan:
+        return cls(**{f.name: getattr(plan, f.name) for f in fields(StudyPlan)},
+                   channel_costs=costs)  # fmt: skip
 
 
 class DiagnosticRow(_Out):

@@ -14,6 +14,7 @@ from app.crowd.base import PostingSpec, Qualifications
 from app.crowd.common import study_qualifications
 from app.crowd.postings import price_groups
 from app.crowd.registry import PLATFORMS
+from app.results.schemas import ChannelCostOut, PricedPlan
 from app.simulate.preview import CHANNELS, NO_LIMITS, ChannelCost, DesignSize, Limits
 from app.studytypes.registry import study_type_of
 
@@ -97,6 +98,31 @@ def plan_costs(
     return channel_costs(study, settings, size, providers)
 
 
+def priced_plan(
+    study: Any, settings: Settings, plan: Any, providers: tuple[str, ...] = CHANNELS
+) -> PricedPlan:
+    """`plan` with :func:`plan_costs` beside it, each channel with its fee rule in words
+    (``GET /studies/{slug}/plan``, ``ebc results plan``)."""
+    out = []
+    for c in plan_costs(study, settings, plan, providers):
+        e = c.estimate
+        out.append(
+            ChannelCostOut(
+                channel=c.provider,
+                environment=c.environment,
+                enabled=c.enabled,
+                assignments=c.assignments,
+                fee_rule=PLATFORMS[c.provider].caps.fee_rule,
+                rewards_cents=e.rewards_cents if e else None,
+                fees_cents=e.fees_cents if e else None,
+                total_cents=e.total_cents if e else None,
+                notes=list(c.notes),
+                problem=c.problem,
+            )
+        )
+    return PricedPlan.of(plan, out)
+
+
 def preview(study: Any, settings: Settings, options: Any, *, limits: Limits = NO_LIMITS) -> Any:
     """ "Simulate before you pay" for `study`: its type's preview (``options``: its type's
     options model) within `limits`, with what each channel charges."""
@@ -104,4 +130,4 @@ def preview(study: Any, settings: Settings, options: Any, *, limits: Limits = NO
     return simulation.run(study, settings, options, limits=limits, price=channel_costs)
 
 
-__all__ = ["channel_costs", "plan_costs", "preview"]
+__all__ = ["channel_costs", "plan_costs", "preview", "priced_plan"]

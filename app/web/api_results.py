@@ -21,13 +21,15 @@ from app.results.schemas import (
     DiagnosticsOut,
     ForcedSamplesOut,
     ManifestOut,
+    PricedPlan,
     RecoveryOut,
     ResultQuery,
     ResultsOut,
     StudyDetailOut,
     StudySummaryOut,
 )
-from app.results.stats import PlanTarget, StudyPlan
+from app.results.stats import PlanTarget
+from app.simulate.costs import priced_plan
 from app.studies.service import visible_studies
 from app.studytypes.base import OptionNotForThisType
 from app.studytypes.registry import STUDY_TYPES, study_type_of
@@ -584,7 +586,7 @@ _INFEASIBLE = (
 
 @router.get(
     "/studies/{slug}/plan",
-    response_model=StudyPlan,
+    response_model=PricedPlan,
     responses={
         **_404_NEXTWORD,
         422: {
@@ -595,10 +597,12 @@ _INFEASIBLE = (
             "study's measured CGD(data) and design effect",
         },
     },
-    summary="Power and budget planner (design effect measured on the study's data; "
+    summary="Power and budget planner, priced on each crowd channel (design effect "
+    "measured on the study's data; "
     "next-word studies)",
 )
 def plan(
+    request: Request,
     study: PlanStudyDep,
     session: SessionDep,
     target_ebc: Annotated[
@@ -621,6 +625,7 @@ def plan(
         float, Query(gt=0, lt=0.5, description=f"two-sided level. {_INFEASIBLE}")
     ] = PlanTarget.alpha,
     seed: Annotated[int, Query(ge=0, lt=2**63)] = 0,
-) -> StudyPlan:
+) -> PricedPlan:
     target = PlanTarget(target_ebc=target_ebc, halfwidth=halfwidth, power=power, alpha=alpha)
-    return study_type_of(study).planner.plan(session, study, target, seed=seed)
+    plan = study_type_of(study).planner.plan(session, study, target, seed=seed)
+    return priced_plan(study, request.app.state.settings, plan)

@@ -70,3 +70,47 @@ def test_a_nan_figure_is_null_in_the_json_output(migrated_copy, monkeypatch):
     assert "NaN" not in out.output and "Infinity" not in out.output
     cgd = json.loads(out.output)["results"]["cgd"][0]
     assert cgd["estimate"] == 0.5 and cgd["se"] is None and cgd["p_value"] is None
+
+
+def test_plan_prints_each_channel_s_price_by_its_own_fee_rule(db):
+    engine = build_engine(db.settings())
+    with make_sessionmaker(engine)() as session, session.begin():
+        from app.studies.service import get_study
+
+        get_study(session, "hand").reward_cents = 37
+    engine.dispose()
+    out = run("plan", "hand", "--target-ebc", "1.05", "--format", "json")
+    assert out.exit_code == 0, out.output
+    plan = json.loads(out.output)
+    assignments = plan["assignments"]
+    fees = {c["channel"]: c["fees_cents"] for c in plan["channel_costs"]}
+    # MTurk 20% of 37 cents = 7 a assignment; Prolific 42.8% of all rewards; links none.
+    assert fees == {
+        "mturk": 7 * assignments,
+        "prolific": int(37 * assignments * 0.428 + 0.5),
+        "local": 0,
+    }
+    out = run("plan", "hand", "--target-ebc", "1.05")
+    assert out.exit_code == 0, out.output
+    text = out.output
+    assert f"assignments {assignments:,}" in text and "cost per channel" in text
+    mturk = next(line for line in text.splitlines() if line.startswith("  mturk"))
+    dollars = [f"${cents / 100:,.2f}" for cents in (37 * assignments, 7 * assignments)]
+    assert f"rewards {dollars[0]} + fees {dollars[1]} = ${44 * assignments / 100:,.2f}" in mturk
+    assert "fee rule: none" in text  # the invite links'
+    assert text.count("fee rule:") == 3
+
+
+def test_plan_refuses_what_it_cannot_plan(db):
+    out = run("plan", "hand", "--target-ebc", "0.5")
+    assert out.exit_code == 1 and "--target-ebc must be in (1, 3]" in out.output
+    out = run("plan", "hand", "--power", "1")
+    assert out.exit_code == 1 and "--power must be in (0.05, 1)" in out.output
+    out = run("plan", "hand", "--format", "xml")
+    assert out.exit_code == 1 and "unknown format" in out.output
+    out = run("plan", "nope")
+    assert out.exit_code == 1 and "no study 'nope'" in out.output
+    out = run("plan", "hand", "--target-ebc", "3", "--power", "0.99", "--alpha", "1e-9")
+    assert out.exit_code in (0, 1)  # a reachable plan, or the planner's reason in words
+    if out.exit_code == 1:
+        assert "no study reaches this target" in out.output

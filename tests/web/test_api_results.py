@@ -233,6 +233,48 @@ def test_plan(client, handmade, auth):
     assert client.get("/api/v1/studies/hand/plan?target_ebc=0.5", headers=auth).status_code == 422
 
 
+def expected_fees(reward: int, assignments: int) -> dict[str, int]:
+    """Each channel's fees by its published rule, worked out here: MTurk 20% of the reward
+    per assignment (under 10 assignments a HIT), at least a cent; Prolific 42.8% of all
+    rewards (the default EBC_PROLIFIC_FEE_RATE), half up to the cent; invite links none."""
+    return {
+        "mturk": max(1, (reward * 20 + 50) // 100) * assignments,
+        "prolific": math.floor(reward * assignments * 0.428 + 0.5),
+        "local": 0,
+    }
+
+
+def test_plan_is_priced_on_each_channel_by_its_own_fee_rule(client, handmade, auth, session):
+    handmade.study.reward_cents = 37  # 20% is 7.4 cents: MTurk's rounding shows
+    session.commit()
+    r = client.get("/api/v1/studies/hand/plan?target_ebc=1.05", headers=auth)
+    assert r.status_code == 200, r.text
+    plan = r.json()
+    costs = {c["channel"]: c for c in plan["channel_costs"]}
+    assert set(costs) == {"mturk", "prolific", "local"}
+    assert plan["assignments"] > 0
+    fees = expected_fees(37, plan["assignments"])
+    for name, c in costs.items():
+        assert c["assignments"] == plan["assignments"]
+        assert c["rewards_cents"] == 37 * plan["assignments"]
+        assert c["fees_cents"] == fees[name], name
+        assert c["total_cents"] == c["rewards_cents"] + c["fees_cents"]
+        assert c["fee_rule"] and c["problem"] is None
+    assert costs["prolific"]["fees_cents"] > costs["mturk"]["fees_cents"] > 0
+    assert "none" in costs["local"]["fee_rule"]
+    # The figure with the study's declared fee (none here) stays, beside the channels'.
+    declared = 0.37 * plan["assignments"] * (1 + handmade.study.platform_fee)
+    assert plan["cost"] == pytest.approx(declared, rel=1e-6)
+
+
+def test_a_plan_without_a_reward_says_why_the_paid_channels_are_unpriced(client, handmade, auth):
+    plan = client.get("/api/v1/studies/hand/plan", headers=auth).json()
+    costs = {c["channel"]: c for c in plan["channel_costs"]}
+    assert costs["mturk"]["total_cents"] is None and "reward" in costs["mturk"]["problem"]
+    assert costs["prolific"]["total_cents"] is None
+    assert costs["local"]["total_cents"] == 0 and costs["local"]["fees_cents"] == 0
+
+
 def _one_annotator(session):
     """One annotator: a CGD's jackknife interval and the test of EB-C = 1 are undefined."""
     f = StudyFactory(session, "solo")
@@ -288,6 +330,11 @@ def test_openapi_documents_figures_as_numbers_or_null(client):
         prop = schemas[name]["properties"][field]
         assert {k: prop[k] for k in ("anyOf",)} == nullable, (name, field)
     assert schemas["PaperFigure"]["properties"]["parts"]["items"] == nullable
+    priced = schemas["PricedPlan"]["properties"]
+    assert priced["channel_costs"]["items"]["$ref"].endswith("ChannelCostOut")
+    assert {"channel", "total_cents", "fees_cents", "fee_rule"} <= set(
+        schemas["ChannelCostOut"]["properties"]
+    )
     assert schemas["Quantity"]["properties"]["n_judgments"]["type"] == "integer"
 
 
@@ -298,7 +345,7 @@ def test_openapi_documents_every_route_with_its_schema(client):
         ("/api/v1/studies/{slug}/results", "ResultsOut"),
         ("/api/v1/studies/{slug}", "StudyDetailOut"),
         ("/api/v1/studies/{slug}/manifest.json", "ManifestOut"),
-        ("/api/v1/studies/{slug}/plan", "StudyPlan"),
+        ("/api/v1/studies/{slug}/plan", "PricedPlan"),
     ):
         ok = paths[path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
         assert ok["$ref"].endswith(schema)

@@ -146,3 +146,30 @@ def test_the_page_s_bounds_hold_for_ratings(logged_in, session, monkeypatch):
         r = logged_in.get(f"{URL}?replications=2")
         assert r.status_code == 429 and r.headers["Retry-After"] == "5"
         assert r.context["sim_errors"] == {"form": BUSY} and r.context["sim"] is None
+
+
+def test_the_ratings_simulation_ends_with_a_sentence_verdict(logged_in, session):
+    """A small design (100 pairs per cell) asked for a narrow gap interval is too small, and
+    the sentence says how much would be enough, priced; a wide target with a large gap is
+    enough."""
+    _study(session)
+    query = {"quality": "3.5,3.0", "half_width": "0.02", "replications": "4"}
+    r = logged_in.get(f"{URL}?{urlencode(query)}")
+    assert r.status_code == 200, r.text[:500]
+    sim = r.context["sim"]
+    said = html.unescape(r.text.split('id="simulate-verdict" role="status"><strong>')[1])
+    said = said.split("</strong>")[0]
+    assert said == sim.verdict and not sim.enough
+    assert said.startswith("Too small: ") and "at worst (0.02 asked)" in said
+    assert "enough would be about" in said and "items_per_cell = " in said
+    assert " raters" in said and " on mturk" in said  # the grown design, priced
+    needed = max(n.pairs_for_half_width for n in sim.needs)
+    assert f"{needed:,} pairs per cell" in said
+    items = int(said.split("items_per_cell = ")[1].split(" ")[0].replace(",", ""))
+    assert items >= needed  # the grown design holds what the half-width needs
+    query = {"quality": "3.9,2.0", "consistency": "3.9,2.0", "half_width": "5",
+             "sd_rater_kind": "0", "sd_pair": "0", "replications": "4"}  # fmt: skip
+    wide = logged_in.get(f"{URL}?{urlencode(query)}").context["sim"]
+    # Enough, or too small only for want of effective raters (a small study's crowd).
+    assert wide.enough or "effective raters" in wide.verdict.split(";")[0]
+    assert "half-width is" in wide.verdict and "(5 asked)" in wide.verdict

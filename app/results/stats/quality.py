@@ -158,7 +158,6 @@ def annotator_quality(
     length: np.ndarray | None = None,
     reference_agrees: np.ndarray | None = None,
     assist_fdr: float = ASSIST_FDR,
-    seed: int = 0,
 ) -> AnnotatorQuality:
     """Per-annotator quality figures and an out-of-line flag.
 
@@ -174,7 +173,7 @@ def annotator_quality(
     reference model's argmax (default: the studied model's top-1, ``choice == 1``); the
     per-annotator test against the crowd on the same cells (prefix ``length`` x kind)
     with Benjamini-Hochberg at ``assist_fdr`` flags "agrees with the reference far
-    beyond the crowd" (seeded by ``seed``). A flag, never an exclusion.
+    beyond the crowd". A flag, never an exclusion.
     """
     annotator, hit, item = np.asarray(annotator), np.asarray(hit), np.asarray(item)
     kind, choice = np.asarray(kind), np.asarray(choice)
@@ -251,7 +250,7 @@ def annotator_quality(
     ref_rate, ref_exp, a_p, a_q = (np.full(n_a, np.nan) for _ in range(4))
     assisted = np.zeros(n_a, bool)
     if reg.any():
-        sig = assistance_signal(a[reg], cell[reg], agrees[reg], fdr=assist_fdr, seed=seed)
+        sig = assistance_signal(a[reg], cell[reg], agrees[reg], fdr=assist_fdr)
         at = sig.annotator  # codes into ids: annotators with regular judgments
         ref_rate[at], ref_exp[at] = sig.rate, sig.expected
         a_p[at], a_q[at], assisted[at] = sig.p_value, sig.q_value, sig.flagged

@@ -26,6 +26,7 @@ interval's only resampling), stopping between replications once 5 s have passed.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -35,12 +36,14 @@ from app.config import Settings
 from app.models import StudyType
 from app.simulate import preview as shared
 from app.simulate.crowd import Crowd, CrowdSpecError
-from app.simulate.design import Design
+from app.simulate.design import VARIANTS, Design
+from app.simulate.verdict import Verdict, covers, crowd_fact, crowd_factor, design_verdict, reaches
 from app.studytypes.ratings.queries import scale_of
 from app.studytypes.ratings.raters import RaterHeterogeneity, Raters
 from app.studytypes.ratings.simulation import (
     DEFAULT_CONSISTENCY,
     DEFAULT_QUALITY,
+    MOST_PAIRS,
     RatingsNeeds,
     RatingsRow,
     RatingsSummary,
@@ -173,6 +176,8 @@ class RatingsPreview(shared.PreviewRun):
     summary: RatingsSummary
     assumptions: tuple[str, ...]
     workload: RatingsWorkload
+    verdict: str = ""  # too small or enough, and what would be (:func:`ratings_verdict`)
+    enough: bool = False  # the verdict's
 
     def row(self, variant: str, length: int, step: str) -> RatingsRow:
         return self.summary.row(variant, length, step)
@@ -229,15 +234,101 @@ def simulate_ratings_before_paying(
         deadline=shared.deadline(limits),
     )
     summary = summarise_ratings(design, raters, reps, level=LEVEL)
+    needs = ratings_needs(design, raters, summary, half_width=options.half_width)
+    said = ratings_verdict(
+        study,
+        summary,
+        needs,
+        size,
+        price=(lambda grown: price(study, settings, grown, options.providers)) if price else None,
+    )
     return RatingsPreview(
+        verdict=said.text,
+        enough=said.enough,
         crowd=describe_raters(crowd),
         level=LEVEL,
         rows=summary.rows,
-        needs=ratings_needs(design, raters, summary, half_width=options.half_width),
+        needs=needs,
         raters=raters,
         summary=summary,
         assumptions=_assumptions(options, crowd, raters, design),
         **frame.report(study, settings, price, done=len(reps), workload=workload),
+    )
+
+
+def ratings_verdict(
+    study: Any,
+    summary: RatingsSummary,
+    needs: list[RatingsNeeds],
+    size: shared.DesignSize,
+    *,
+    price: Any = None,
+) -> Verdict:
+    """The sentence that ends the preview (:mod:`app.simulate.verdict`'s rules). *Enough*,
+    for the main variant (with exclusions): at every length and step the gap interval
+    covers the true gap; where the true gap is not 0, the share of studies finding it
+    reaches power 0.8; the gap's half-width is at most the one asked; and the studies
+    have ``FEW_ANNOTATORS`` effective raters on average. *What would be enough*: the
+    pairs per cell :func:`ratings_needs` gives for the half-width and the power (the
+    largest over the steps), against the pairs now. `price(size)` prices the grown
+    design on each channel."""
+    rows = [r for r in summary.rows if r.variant == VARIANTS[0]]
+    level = summary.level
+    worst = min((r.gap_coverage for r in rows), default=math.nan)
+    facts = [
+        (
+            all(covers(r.gap_coverage, r.gap_coverage_mc, level) for r in rows),
+            f"the {level:.0%} gap intervals cover the true gap in {worst:.0%} of the simulated "
+            f"studies at worst ({level:.0%} asked)",
+        )
+    ]
+    powered = [r for r in rows if r.test == "power"]
+    goal = needs[0].power if needs else 0.8
+    if powered:
+        weakest = min(r.reject for r in powered)
+        facts.append(
+            (
+                all(reaches(r.reject, summary.replications, goal) for r in powered),
+                f"they find the true gap with power {weakest:.2f} at worst ({goal:g} asked)",
+            )
+        )
+    if needs:
+        wide = max(n.half_width_now for n in needs)
+        target = needs[0].target_half_width
+        facts.append(
+            (
+                wide <= target,
+                f"the gap's half-width is {wide:.3f} at worst ({target:g} asked)",
+            )
+        )
+    effective = [r.mean_effective for r in rows if math.isfinite(r.mean_effective)]
+    g = min(effective) if effective else math.nan
+    facts.append(crowd_fact(g, "raters"))
+    factor = crowd_factor(g)
+    wanted = [n.pairs_for_half_width for n in needs if n.half_width_now > n.target_half_width] + [
+        n.pairs_for_power for n in needs if n.step in {r.step for r in powered}
+    ]
+    pairs_now = needs[0].pairs_now if needs else 0
+    found = [p for p in wanted if p is not None]
+    if found and pairs_now:
+        factor = max(factor if math.isfinite(factor) else 0.0, max(found) / pairs_now)
+    planned = (
+        f" (the simulated interval carried through the raters' variance components: "
+        f"{max(found):,} pairs per cell for the half-width and power asked)"
+        if found
+        else ""
+    )
+    if None in wanted:
+        planned += f" (no design up to {MOST_PAIRS:,} pairs per cell reaches all of it)"
+    return design_verdict(
+        study,
+        size,
+        facts,
+        factor,
+        annotators=summary.mean_annotators,
+        who="raters",
+        planned=planned,
+        price=price,
     )
 
 
@@ -349,6 +440,8 @@ def preview_text(preview: RatingsPreview) -> str:
             f"{n.target_half_width:g}; {power}"
         )
     lines.append("")
+    lines.append(preview.verdict)
+    lines.append("")
     lines += shared.cost_lines(preview.costs)
     lines.append(f"{summary.seconds_per_replication * 1000:.0f} ms per replication")
     return "\n".join(lines) + "\n"
@@ -374,6 +467,7 @@ __all__ = [
     "options_from_form",
     "preview_text",
     "raters_crowd",
+    "ratings_verdict",
     "run",
     "simulate_ratings_before_paying",
     "text",

@@ -8,10 +8,17 @@ judged once. An assisted annotator always picks the reference argmax (rank 1).
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
+from scipy import integrate, special, stats
 
-from app.results.stats.assistance import assistance_signal, benjamini_hochberg
+from app.results.stats.assistance import (
+    assistance_signal,
+    benjamini_hochberg,
+    null_tail_probabilities,
+)
 
 LENGTHS = (10, 20)
 KINDS = (0, 1)  # data, model
@@ -66,7 +73,7 @@ def test_benjamini_hochberg_by_hand():
 def test_the_annotator_who_always_picks_the_argmax_is_flagged():
     rng = np.random.default_rng(1)
     annotator, cell, agrees = simulate_crowd(rng, 60, assisted_hits=(8,))
-    res = assistance_signal(annotator, cell, agrees, seed=2)
+    res = assistance_signal(annotator, cell, agrees)
     assert res.annotator.size == 61
     assert res.flagged[-1] and res.rate[-1] == 1.0
     assert res.p_value[-1] < 1e-4 and res.q_value[-1] <= 0.05
@@ -74,8 +81,8 @@ def test_the_annotator_who_always_picks_the_argmax_is_flagged():
     # The crowd agrees with the top-1 at about a third; the spread is real but modest.
     assert 0.2 < res.expected[-1] < 0.45 and 0.15 < res.tau < 0.9
     assert res.expected[0] == pytest.approx(res.expected[0])
-    # Seeded: the same seed, the same p-values.
-    again = assistance_signal(annotator, cell, agrees, seed=2)
+    # Computed, not drawn: the same data, the same p-values.
+    again = assistance_signal(annotator, cell, agrees)
     np.testing.assert_array_equal(again.p_value, res.p_value)
 
 
@@ -87,9 +94,9 @@ def test_honest_crowds_are_flagged_at_most_at_the_chosen_rate():
     rng = np.random.default_rng(7)
     crowds = 120
     any_flag = 0
-    for r in range(crowds):
+    for _ in range(crowds):
         annotator, cell, agrees = simulate_crowd(rng, 40)
-        any_flag += bool(assistance_signal(annotator, cell, agrees, seed=r).flagged.any())
+        any_flag += bool(assistance_signal(annotator, cell, agrees).flagged.any())
     rate = any_flag / crowds
     assert rate <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / crowds), rate
 
@@ -100,9 +107,9 @@ def test_assisted_annotators_among_honest_ones_keep_the_false_discovery_rate():
     rng = np.random.default_rng(11)
     crowds = 40
     fdp, found = [], 0
-    for r in range(crowds):
+    for _ in range(crowds):
         annotator, cell, agrees = simulate_crowd(rng, 40, assisted_hits=(3, 10, 40))
-        res = assistance_signal(annotator, cell, agrees, seed=r)
+        res = assistance_signal(annotator, cell, agrees)
         flagged = np.flatnonzero(res.flagged)
         false = np.sum(flagged < 40)
         fdp.append(false / max(flagged.size, 1))
@@ -115,3 +122,57 @@ def test_a_crowd_too_small_to_compare_with_flags_nobody():
     annotator = np.repeat(np.arange(3), 10)
     res = assistance_signal(annotator, np.zeros(30, int), np.ones(30, bool))
     assert not res.flagged.any() and np.isnan(res.p_value).all()
+
+
+@pytest.mark.parametrize(
+    ("n", "tau", "rate", "observed"),
+    [
+        (10, 0.3, 0.3, 10),
+        (50, 1.0, 0.05, 50),
+        (300, 0.3, 0.3, 120),
+        (2000, 0.3, 0.3, 700),
+        (2000, 2.5, 0.8, 2000),
+        (20000, 0.05, 0.05, 1283),
+    ],
+)
+def test_the_null_tail_of_one_cell_matches_numerical_integration(n, tau, rate, observed):
+    """One cell: the null is exactly a binomial-logit-normal mixture; its tail by
+    scipy.integrate.quad (split at the nodes, tight tolerance) against the computed one,
+    from p ~ 1e-12 to 0.1."""
+    logit = special.logit(rate)
+
+    def integrand(z):
+        return stats.binom.sf(observed - 1, n, special.expit(logit + tau * z)) * stats.norm.pdf(z)
+
+    edges = np.r_[-12, np.linspace(-8, 8, 65), 12]
+    ref = sum(integrate.quad(integrand, a, b, epsabs=0, epsrel=1e-10, limit=200)[0]
+              for a, b in itertools.pairwise(edges))  # fmt: skip
+    got = null_tail_probabilities(
+        np.array([0]), np.array([n]), np.array([logit]), 1, np.array([observed]), tau
+    )[0]
+    assert got == pytest.approx(ref, rel=0.01)
+
+
+def test_the_null_tail_of_several_cells_is_the_simulated_one_or_a_little_above():
+    """Several cells of different rates: against brute-force draws of the null (u, then
+    a binomial per cell), the computed tail is within Monte Carlo error or above it
+    (the binomial bound is conservative), never below."""
+    rng = np.random.default_rng(5)
+    owner = np.repeat(np.arange(6), 3)
+    n_pair = np.array([40, 60, 20] * 2 + [300, 500, 200] * 2 + [3, 4, 5] * 2)
+    logit = np.tile([-1.2, -0.6, 0.1], 6)
+    tau = 0.4
+    mean = np.bincount(owner, weights=n_pair * special.expit(logit))
+    sd = np.sqrt(np.bincount(owner, weights=n_pair)) * 0.5
+    observed = np.rint(mean + np.array([1.5, 3, 1.5, 3, 1, 2.5]) * sd).astype(int)
+    observed = np.minimum(observed, np.bincount(owner, weights=n_pair).astype(int))
+    got = null_tail_probabilities(owner, n_pair, logit, 6, observed, tau)
+    draws = 400_000
+    u = rng.normal(0.0, tau, (draws, 6))
+    counts = rng.binomial(n_pair, special.expit(logit + u[:, owner]))
+    total = np.add.reduceat(counts, np.arange(0, 18, 3), axis=1)
+    sim = (total >= observed).mean(axis=0)
+    se = np.sqrt(sim * (1 - sim) / draws)
+    assert np.all(sim > 1e-4)  # the comparison means something
+    assert np.all(got >= sim - 4 * se), (got, sim)
+    assert np.all(got <= 1.3 * sim + 4 * se), (got, sim)

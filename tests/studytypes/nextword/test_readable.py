@@ -53,6 +53,21 @@ def with_pilot_interval(res, **fields):
     return res.model_copy(update={"results": rs.model_copy(update={"table": [row, *rs.table[1:]]})})
 
 
+def with_pooled_interval(res, **fields):
+    """`res` with the main figures' pooled test of EB-C = 1 (over the lengths) given
+    `fields`."""
+    rs = res.results
+    tests = [replace(t, **fields) if t.length is None else t for t in rs.tests]
+    assert any(t.length is None for t in tests)
+    return res.model_copy(update={"results": rs.model_copy(update={"tests": tests})})
+
+
+def every_length_narrow(res):
+    rs = res.results
+    rows = [r.model_copy(update={"ebc": replace(r.ebc, low=1.0, high=1.04)}) for r in rs.table]
+    return res.model_copy(update={"results": rs.model_copy(update={"table": rows})})
+
+
 @pytest.fixture
 def pilot(session):
     study = small_study(session)
@@ -102,6 +117,7 @@ def test_an_unbounded_end_is_clipped_and_written_as_infinity(pilot):
 
 def test_the_sentence_names_the_effective_annotators_the_bounds_and_the_planner(session, pilot):
     study, res = pilot
+    res = with_pooled_interval(res, low=1.0, high=1.03)  # the pooled one: its own test below
     rs = res.results
     assert uninformative(rs.table[0].ebc)
     assert not uninformative(replace(rs.table[0].ebc, low=0.9, high=0.9 * UNINFORMATIVE_SPAN))
@@ -165,19 +181,50 @@ def test_informative_intervals_need_no_sentence(session, pilot):
     wide_rest = [r for r in rs.table if uninformative(r.ebc)]
     if wide_rest:  # the other length of this pilot is still wide: named alone
         assert "the EB-C interval at l = 20 is not informative" in interval_sentence(study, narrow)
-    every = narrow.model_copy(
-        update={
-            "results": rs.model_copy(
-                update={
-                    "table": [
-                        r.model_copy(update={"ebc": replace(r.ebc, low=1.0, high=1.04)})
-                        for r in rs.table
-                    ]
-                }
-            )
-        }
-    )
+    every = with_pooled_interval(every_length_narrow(narrow), low=1.0, high=1.03)
     assert interval_sentence(study, every) is None
+
+
+def test_an_uninformative_pooled_interval_is_said_in_words(session, settings, pilot):
+    """Every length's interval informative, the pooled one (the headline over the lengths)
+    not: the sentence names it with its ends and the planner's answer, on the page too."""
+    study, res = pilot
+    pooled_only = with_pooled_interval(every_length_narrow(res), estimate=1.304, low=0.682,
+                                       high=53_974_915.931)  # fmt: skip
+    rs = pooled_only.results
+    sentence = interval_sentence(study, pooled_only)
+    assert sentence.startswith(f"With {rs.n_effective:.1f} effective annotators the EB-C "
+                               "interval pooled over the lengths is not informative (it runs "
+                               "from 0.682 to 5.4·10⁷): the planner says")  # fmt: skip
+    need = annotators_for_halfwidth(study, res.plan, rs.n_annotators)
+    assert f"{need.more:,} more annotators" in sentence
+    ctx = results_context(study, pooled_only, None, pooled_only.plan, PageQuery(b=500))
+    html = render_page(settings, ctx)
+    said = re.search(r'<p class="error" id="uninformative" role="status">(.*?)</p>', html, re.S)
+    assert said and "pooled over the lengths is not informative" in said.group(1)
+    assert "5.4·10⁷" in said.group(1)
+    # Unbounded: written as infinity.
+    endless = with_pooled_interval(pooled_only, high=math.inf)
+    assert "(it runs from 0.682 to ∞)" in interval_sentence(study, endless)
+    # A length's and the pooled interval wide: both named, each with its ends.
+    both = with_pooled_interval(with_pilot_interval(every_length_narrow(res), **PILOT),
+                                low=0.5, high=9.0)  # fmt: skip
+    said = interval_sentence(study, both)
+    assert "the EB-C intervals at l = 10 and pooled over the lengths are not informative" in said
+    assert "(at l = 10 it runs from 0.682 to 5.4·10⁷; pooled over the lengths it runs from " in (
+        said
+    )
+    # Every interval wide: "no EB-C interval here", the pooled one's ends among the others.
+    every = with_pooled_interval(
+        with_pilot_interval(res, **PILOT).model_copy(
+            update={"results": with_pilot_interval(res, **PILOT).results.model_copy(
+                update={"table": [r.model_copy(update={"ebc": replace(r.ebc, low=0.1, high=20)})
+                                  for r in res.results.table]})}),
+        low=0.2, high=30.0,
+    )  # fmt: skip
+    said = interval_sentence(study, every)
+    assert "no EB-C interval here is informative" in said
+    assert said.count(" it runs from ") == 3 and "pooled over the lengths it runs from 0.2" in said
 
 
 def test_a_browser_shows_the_sentence_and_the_clipped_plot(session, settings, pilot):
