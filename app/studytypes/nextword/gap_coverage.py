@@ -106,9 +106,10 @@ def simulate_pool_judgments(
         at = np.flatnonzero((item_length == ln) & (item_kind == code))
         if at.size:
             item_d[at] = values[rng.integers(0, values.size, at.size)]
-    missing = ~s.attention & ~np.isin(s.length * 1000 + s.kind, [ln * 1000 + k for ln, k in pool.d])
-    if missing.any():
-        raise ValueError("the design has cells the pool has no items of")
+    judged = np.unique(np.stack([s.length, s.kind])[:, ~s.attention], axis=1).T
+    missing = sorted({(int(ln), int(k)) for ln, k in judged} - set(pool.d))
+    if missing:
+        raise ValueError(f"the pool has no items of the design's cells {missing}")
     d = np.where(s.attention, 0.0, item_d[s.item])
     n = d.size
     n_annot = int(s.annotator.max()) + 1

@@ -156,6 +156,9 @@ def test_a_simulated_study_draws_its_cells_from_the_pool():
     truth = pool.truth()
     assert truth[("ebc_gap", 3, 2)] == pytest.approx(pool.cgd(3, 2) / pool.cgd(5, 0))
     assert ("ebc_gap", 5, 2) not in truth  # no data cell at 7
+    short = Pool(pool.kinds, {c: v for c, v in pool.d.items() if c != (5, 2)})
+    with pytest.raises(ValueError, match=r"no items of the design's cells \[\(5, 2\)\]"):
+        simulate_pool_judgments(_design(), short, LIGHT, np.random.default_rng(1))
     with pytest.raises(ValueError, match="kind 2"):
         bad = Design(**{**_design().__dict__, "kinds": ["data", "model", "random", "attention"]})
         simulate_pool_judgments(bad, pool, LIGHT, np.random.default_rng(1))
