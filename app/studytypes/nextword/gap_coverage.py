@@ -87,7 +87,9 @@ def simulate_pool_judgments(
 ) -> Judgments:
     """One simulated study of the pool (module docstring) as the columns the results
     functions read. ``design.kinds`` must name the pool's kinds in the same codes, plus
-    the attention kind (answered right: attention items are left out of the estimates)."""
+    the attention kind (answered right: attention items are left out of the estimates).
+    Every HIT takes ``design.replicas`` annotators: no overlap subset (``overlap_share`` is
+    not read), as in the HTTP test's study, so with one replica the design is nested."""
     design.check()
     for code, kind in enumerate(pool.kinds):
         if design.kinds[code] != kind:
