@@ -147,6 +147,20 @@ DEMO_CROWD = "sampler"
 DEMO_ACTIVITY = {"activity_min": 0.5, "activity_tail": 3.0}
 
 
+def demo_crowd_due(make_session: Callable[[], Session], study_id: int) -> bool:
+    """Whether the demo's simulated crowd has work: the study has no simulated annotators
+    yet and at least two open assignments (`ebc demo` starts no server otherwise)."""
+    from app.simulate.godview import GodView
+
+    with make_session() as session:
+        done_before = session.scalar(
+            select(func.count(Annotator.id)).where(
+                Annotator.study_id == study_id, Annotator.simulated.is_(True)
+            )
+        )
+    return not done_before and GodView(make_session, study_id).open_slots() >= 2
+
+
 def run_demo_crowd(
     base_url: str,
     make_session: Callable[[], Session],
@@ -164,18 +178,10 @@ def run_demo_crowd(
     from app.studytypes.nextword.http_crowd import run_http_crowd
     from app.studytypes.nextword.judges import StandInJudge
 
-    with make_session() as session:
-        done_before = session.scalar(
-            select(func.count(Annotator.id)).where(
-                Annotator.study_id == study_id, Annotator.simulated.is_(True)
-            )
-        )
-    if done_before:
+    if not demo_crowd_due(make_session, study_id):
         return None
     god = GodView(make_session, study_id)
     slots = god.open_slots()
-    if slots < 2:
-        return None
     crowd = Crowd.parse(DEMO_CROWD, Heterogeneity(**DEMO_ACTIVITY))
     judge = StandInJudge.calibrated(god.study(), crowd, true_ebc=DEMO_TRUE_EBC, seed=seed)
     leave = min(DEMO_LEFT, slots // 2)

@@ -159,7 +159,13 @@ def demo_command(
     from app.cli.common import fail, load_settings, migrate_database, session_scope
     from app.cli.server import serve as serve_app
     from app.db import make_sessionmaker
-    from app.demo import add_demo_attention, demo_config, run_demo_crowd, seed_demo
+    from app.demo import (
+        add_demo_attention,
+        demo_config,
+        demo_crowd_due,
+        run_demo_crowd,
+        seed_demo,
+    )
     from app.models import Annotator, Channel, Study, StudyStatus
     from app.precompute.service import plan_precompute
     from app.studies.service import build_and_open
@@ -211,10 +217,11 @@ def demo_command(
         from app.cli.common import command_engine
         from app.cli.server import background_server
 
-        with background_server(settings) as local:
-            run = run_demo_crowd(
-                local, make_sessionmaker(command_engine(settings)), study_id, settings.secret_key
-            )
+        make_session = make_sessionmaker(command_engine(settings))
+        run = None
+        if demo_crowd_due(make_session, study_id):  # no server started for nothing
+            with background_server(settings) as local:
+                run = run_demo_crowd(local, make_session, study_id, settings.secret_key)
         typer.echo(
             run.summary()
             if run

@@ -4,12 +4,16 @@ a tiny build from a corpus passed in, reloading through `worker.models.load_mode
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
+import math
 import random
 import shutil
 import struct
 import subprocess
 import zlib
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -109,6 +113,89 @@ def test_validation_loss_goes_down(built):
     assert m["val_perplexity"] == pytest.approx(2.718281828 ** m["val_loss"], rel=1e-3)
     assert m["trigram_val_perplexity"] is not None
     assert m["recipe_hash"] == dm.recipe_hash(m["recipe"])
+
+
+def test_training_runs_on_the_faster_thread_count(built):
+    """The build records how many steps each thread count trained; a plan probes each count
+    for PROBE steps every REPROBE steps and trains on with the faster one."""
+    used = built.metrics["training_steps_by_threads"]
+    assert sum(used.values()) == 40 and "1" in used
+    from worker.demo.build import PROBE, REPROBE, ThreadPlan
+
+    plan = ThreadPlan([1, 2])
+    slow = {1: 0.5, 2: 0.1}  # two threads faster: a quiet machine
+    for step in range(REPROBE + 2 * PROBE):
+        if step == REPROBE:
+            slow = {1: 0.1, 2: 0.9}  # the machine got busy
+        n = plan.threads(step)
+        if step % REPROBE < 2 * PROBE:  # probing: each count in turn
+            assert n == (1 if step % REPROBE < PROBE else 2)
+        plan.took(step, n, slow[n])
+        if step == 2 * PROBE:
+            assert plan.best == 2
+    assert plan.best == 1 and plan.threads(REPROBE + 2 * PROBE) == 1
+    assert sum(plan.used.values()) == REPROBE + 2 * PROBE
+    one = ThreadPlan([1, 1])  # a single count: no probing
+    assert [one.threads(s) for s in range(3)] == [1, 1, 1]
+
+
+def test_the_trigram_baseline_is_the_counted_one():
+    """The numpy trigram baseline against the Counter one it replaced (kept here), on skewed
+    random streams with unseen contexts, a tiny vocabulary, and a two-token evaluation."""
+    rng = random.Random(0)
+    for n, vocab in ((2000, 30), (20000, 500), (200, 5)):
+        train = [min(int(rng.paretovariate(1.2)), vocab - 1) for _ in range(n)]
+        held = [min(int(rng.paretovariate(1.2)), vocab - 1) for _ in range(n // 5)]
+        held += [vocab - 1, 0, vocab - 2]
+        want = counted_trigram(train, held, vocab)
+        assert dm.build.trigram_perplexity(train, held, vocab) == pytest.approx(want, rel=1e-12)
+    assert dm.build.trigram_perplexity([1, 2, 3], [1, 2], 4) == pytest.approx(
+        counted_trigram([1, 2, 3], [1, 2], 4), rel=1e-12
+    )
+
+
+def counted_trigram(train_ids: Sequence[int], eval_ids: Sequence[int], vocab: int) -> float:
+    """The baseline as first written (Python Counters), the reference of the test above."""
+    d = dm.build.TRIGRAM_DISCOUNT
+    c3 = Counter(zip(train_ids, train_ids[1:], train_ids[2:], strict=False))
+    c2 = Counter(itertools.pairwise(train_ids))
+    ctx2: Counter = Counter()  # c(a b .)
+    types2: Counter = Counter()  # N1+(a b .)
+    for (a, b, _), n in c3.items():
+        ctx2[a, b] += n
+        types2[a, b] += 1
+    cont2: Counter = Counter()  # N1+(. b c) over bigram types
+    cont_ctx: Counter = Counter()  # N1+(. b .)
+    for a_b_c in c3:
+        cont2[a_b_c[1], a_b_c[2]] += 1
+        cont_ctx[a_b_c[1]] += 1
+    types_after: Counter = Counter()  # N1+(b . ) among continuation bigrams
+    for b, _ in cont2:
+        types_after[b] += 1
+    cont1: Counter = Counter(c for (_, c) in c2)  # N1+(. c)
+    n_bigram_types = len(c2)
+
+    def p1(c: int) -> float:
+        return 0.99 * cont1[c] / n_bigram_types + 0.01 / vocab
+
+    def p2(b: int, c: int) -> float:
+        denom = cont_ctx[b]
+        if not denom:
+            return p1(c)
+        return max(cont2[b, c] - d, 0) / denom + d * types_after[b] / denom * p1(c)
+
+    total = 0.0
+    for i in range(1, len(eval_ids)):
+        c = eval_ids[i]
+        b = eval_ids[i - 1]
+        a = eval_ids[i - 2] if i >= 2 else None
+        denom = ctx2[a, b] if a is not None else 0
+        if denom:
+            p = max(c3[a, b, c] - d, 0) / denom + d * types2[a, b] / denom * p2(b, c)
+        else:
+            p = p2(b, c)
+        total -= math.log(p)
+    return math.exp(total / max(len(eval_ids) - 1, 1))
 
 
 def test_second_build_reuses_the_cache(built):
