@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import bisect
 import functools
-import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -63,11 +62,12 @@ from app.precompute.datasets import Dataset, DatasetError
 from app.studies.kinds import kind_parts
 from app.studies.schemas import WORKER_DEFAULTS as _STUDY
 from worker.continuations import continuation, continue_texts
+from worker.forced import translate_after
 from worker.gaps import sample_gaps
 from worker.models import LOGIT_BUFFERS, auto_batch_size, memory_budget
 from worker.sampler import ContinuousSampler, expected_columns
 from worker.seeds import item_seed, stable_seed
-from worker.tokens import TokenClasses, token_classes
+from worker.tokens import TokenClasses, get_token_classes
 from worker.translation import beam_prefixes, encode_prefixes, seq2seq_choices
 from worker.words import NextWords, search_settings
 
@@ -172,23 +172,6 @@ class PrefixItem:
 
 # Token classes per model, computed once; kept here rather than on the model object, and
 # dropped with the model.
-_CLASSES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def get_token_classes(model, punctuation_splits: bool = True) -> TokenClasses:
-    """The model's token classes (its tokenizer's, plus its ``eos_token_ids``), computed once."""
-    cache = _CLASSES.setdefault(model, {})
-    if punctuation_splits not in cache:
-        classes = token_classes(
-            model.tokenizer,
-            model.vocab_size,
-            punctuation_splits=punctuation_splits,
-            eos_token_ids=model.eos_token_ids,
-        )
-        cache[punctuation_splits] = classes.to(model.device)
-    return cache[punctuation_splits]
-
-
 @dataclass
 class _Draft:
     index: int
@@ -321,8 +304,6 @@ def _translate_on(model, items: list[PrefixItem], spec: PrefixSpec) -> None:
     prefix, the source intact (`worker.forced.translate_after`, as the forced-prefix samples
     are made).  One that ends with the prefix leaves nothing to rate: skipped as
     ``"translation_ends_at_prefix"``."""
-    from worker.forced import translate_after  # worker.forced reads this module's helpers
-
     translate_after(model, items, spec)
     for item in items:
         if not item.skipped and not item.continuation:
