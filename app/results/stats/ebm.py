@@ -499,6 +499,8 @@ def _ratio(group: _Group, over: str, name: str, level: float) -> tuple[tuple, st
         degenerate_reason(name, points[k][name], 1.0, points[k]["entropy_bound"])
         for k in (DATA_KIND, over)
     ]
+    if not points[over][name]:
+        reasons.append(f"{SCORE_LABELS[name]} after {over} prefixes is 0: the ratio is not finite")
     why = next((r for r in reasons if r), "") or degenerate_reason(name, figs[0], figs[1])
     figs, flag = _flagged(figs, why)
     return figs, method, flag
