@@ -170,8 +170,6 @@ class PrefixItem:
         return " ".join(self.words)
 
 
-# Token classes per model, computed once; kept here rather than on the model object, and
-# dropped with the model.
 @dataclass
 class _Draft:
     index: int

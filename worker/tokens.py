@@ -221,6 +221,8 @@ def segment_words(
     return words
 
 
+# Token classes per model, computed once; kept here rather than on the model object, and
+# dropped with the model.
 _CLASSES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
