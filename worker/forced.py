@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from app.results.samples import Sample
 from app.studies.kinds import KINDS, kind_parts
-from worker.prefixes import get_token_classes
-from worker.tokens import decode_word, segment_words
+from worker.tokens import decode_word, get_token_classes, segment_words
 from worker.translation import chunks
 
 MIN_NEW_WORDS = 8  # room after the prefix, in words, at least

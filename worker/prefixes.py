@@ -36,7 +36,10 @@ words sampled from the model after its prompt and prefix instead of next-word ch
 `worker.continuations` says how.  Their data-line kinds need l_gen words after the prefix (the
 real continuation, recorded).  A gap kind's continuation follows its g model words; its item i
 of length l reads the line of the data item i of length l + g, and records the l_gen words after
-that line's l + g words (EB-M_gap's reference).
+that line's l + g words (EB-M_gap's reference).  A translation model's ratings items have no
+next-word choices either: each is the translation after its forced target prefix, the source
+intact (`worker.forced.translate_after`, as the forced-prefix samples), and its data
+continuation is the reference's rest after the prefix.
 
 Every made item keeps the token ids its choices were computed from (``context_ids``, and
 ``source_ids`` for translation) and, with ``keep_roots``, the model's next-token log-probabilities
@@ -47,7 +50,6 @@ from __future__ import annotations
 
 import bisect
 import functools
-import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -60,12 +62,13 @@ from app.precompute.datasets import Dataset, DatasetError
 from app.studies.kinds import kind_parts
 from app.studies.schemas import WORKER_DEFAULTS as _STUDY
 from worker.continuations import continuation, continue_texts
+from worker.forced import translate_after
 from worker.gaps import sample_gaps
 from worker.models import LOGIT_BUFFERS, auto_batch_size, memory_budget
 from worker.sampler import ContinuousSampler, expected_columns
 from worker.seeds import item_seed, stable_seed
-from worker.tokens import TokenClasses, token_classes
-from worker.translation import beam_prefixes, seq2seq_choices
+from worker.tokens import TokenClasses, get_token_classes
+from worker.translation import beam_prefixes, encode_prefixes, seq2seq_choices
 from worker.words import NextWords, search_settings
 
 
@@ -165,25 +168,6 @@ class PrefixItem:
     @property
     def text(self) -> str:
         return " ".join(self.words)
-
-
-# Token classes per model, computed once; kept here rather than on the model object, and
-# dropped with the model.
-_CLASSES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def get_token_classes(model, punctuation_splits: bool = True) -> TokenClasses:
-    """The model's token classes (its tokenizer's, plus its ``eos_token_ids``), computed once."""
-    cache = _CLASSES.setdefault(model, {})
-    if punctuation_splits not in cache:
-        classes = token_classes(
-            model.tokenizer,
-            model.vocab_size,
-            punctuation_splits=punctuation_splits,
-            eos_token_ids=model.eos_token_ids,
-        )
-        cache[punctuation_splits] = classes.to(model.device)
-    return cache[punctuation_splits]
 
 
 @dataclass
@@ -307,7 +291,21 @@ def make_items(
             d.info["data_prefix_model"] = data_from.name
     _distort(cell, drafts)
     results = _model_side(cell, drafts, keep_roots=keep_roots, prefixes_only=prefixes_only)
-    return _items(cell, drafts, results)
+    items = _items(cell, drafts, results)
+    if cell.ratings and cell.seq2seq and not prefixes_only:
+        _translate_on(model, items, spec)
+    return items
+
+
+def _translate_on(model, items: list[PrefixItem], spec: PrefixSpec) -> None:
+    """A translation ratings item's continuation: the translation after its forced target
+    prefix, the source intact (`worker.forced.translate_after`, as the forced-prefix samples
+    are made).  One that ends with the prefix leaves nothing to rate: skipped as
+    ``"translation_ends_at_prefix"``."""
+    translate_after(model, items, spec)
+    for item in items:
+        if not item.skipped and not item.continuation:
+            item.skipped, item.skip_reason = True, "translation_ends_at_prefix"
 
 
 def _cell(model, dataset, spec: PrefixSpec, length: int, kind: str, seed: int, data_from) -> _Cell:
@@ -327,8 +325,8 @@ def _cell(model, dataset, spec: PrefixSpec, length: int, kind: str, seed: int, d
     if dataset is not None and dataset.task != model.task:
         raise DatasetError(f"{dataset.path}: a {model.task} model needs a {model.task} dataset")
     ratings = bool(spec.continuation_words)
-    if ratings and (seq2seq or data_from is not None):
-        raise ValueError("continuations are for language models without a reference model")
+    if ratings and data_from is not None:
+        raise ValueError("continuations are for studies without a reference model")
     if parts.gap is not None and seq2seq:
         raise ValueError(f"{kind!r}: gap kinds are for language models")
     classes = get_token_classes(model, spec.punctuation_splits)
@@ -348,7 +346,9 @@ def _drafts(cell: _Cell, start: int, stop: int) -> list[_Draft]:
     (prompt, data prefix, true next word or real continuation) where its kind reads one."""
     spec, length, kind, base, dataset = cell.spec, cell.length, cell.kind, cell.base, cell.dataset
     # Words a data prefix's line holds after it: the true next word, or the real continuation.
-    following = spec.continuation_words or 1
+    # A translation runs to its end, so its data continuation (EB-M's reference) is the
+    # reference's rest: one word of it is enough.
+    following = 1 if cell.seq2seq else spec.continuation_words or 1
     # Which dataset line each item uses, if any.  In a ratings study every kind's item i of a
     # length takes the same line as the data item i (the paper's generation process: one
     # prompt C, a prefix from P_D or from P_M), a line long enough to hold the data
@@ -394,7 +394,8 @@ def _drafts(cell: _Cell, start: int, stop: int) -> list[_Draft]:
                 d.true_next = row.words[end] if cell.gap is None else None
                 if cell.ratings:
                     ref = end + gap  # after the clean l + g words (a gap kind's reference)
-                    d.info["data_continuation"] = " ".join(row.words[ref : ref + following])
+                    rest = None if cell.seq2seq else ref + following
+                    d.info["data_continuation"] = " ".join(row.words[ref:rest])
         drafts.append(d)
     return drafts
 
@@ -459,6 +460,10 @@ def _model_side(
             for d in drafts:
                 if d.skip is None:
                     d.context = None
+        if cell.ratings:
+            # No next words: the translation goes on from the prefix (`_translate_on`).
+            encode_prefixes(model, drafts)
+            return [None] * len(drafts)
         return seq2seq_choices(model, classes, drafts, spec, cell.batch, keep_roots)
     if base == "model" and cell.ratings:
         # The continuation goes on from the prefix's own row and cache.

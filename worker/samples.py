@@ -8,9 +8,13 @@ study's seed: deterministic, so a re-run makes the same samples), then continued
 - a language model samples ``words`` words after prompt + prefix, as a ratings study's
   continuations (`worker.continuations`: ancestral sampling, each item's own seed).  A ratings
   study with the same model, dataset, seed, prompt, lengths, kinds and continuation length makes
-  these very continuations as its items (`app.results.forced.ratings_config`);
+  these very continuations as its items (`app.studies.samples.ratings_config`);
 - a translation model translates on after the forced target prefix, the source intact
   (`worker.forced.translate_after`); the row's reference translation is kept for BLEU.
+
+Both are made as a ratings study's items (the spec's ``continuation_words``: every kind's item i
+reads the same dataset line), so that the ratings study of the samples (`ratings_config`) makes
+these very items, for a translation model too.
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ from dataclasses import replace
 
 from app.precompute.datasets import Dataset
 from app.studies.schemas import StudyConfig
-from worker.forced import translate_after
 from worker.prefixes import PrefixItem, PrefixSpec, make_items
 
 
@@ -31,13 +34,15 @@ def make_samples(
     section = config.samples
     lines = {row.line: row for row in dataset.rows}
     out: list[tuple[PrefixItem, str | None]] = []
+    rated = replace(spec, continuation_words=section.words)
     for length, kind in cells:
-        if model.task == "seq2seq":
-            items = make_items(model, dataset, spec, length, kind, 0, section.per_kind, config.seed)
-            translate_after(model, items, spec)
-            out += [(i, " ".join(lines[i.provenance["line"]].words)) for i in items]
-        else:
-            lm = replace(spec, continuation_words=section.words)
-            items = make_items(model, dataset, lm, length, kind, 0, section.per_kind, config.seed)
-            out += [(i, None) for i in items]
+        items = make_items(model, dataset, rated, length, kind, 0, section.per_kind, config.seed)
+        out += [(i, _reference(lines, i)) for i in items]
     return out
+
+
+def _reference(lines: dict, item: PrefixItem) -> str | None:
+    """A translation's reference (its row's target), for BLEU; None for a language model."""
+    if item.source is None:
+        return None
+    return " ".join(lines[item.provenance["line"]].words)

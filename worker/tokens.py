@@ -292,3 +292,22 @@ def segment_words(
             current.append(t)
         open_word = True
     return words
+
+
+# Token classes per model, computed once; kept here rather than on the model object, and
+# dropped with the model.
+_CLASSES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def get_token_classes(model, punctuation_splits: bool = True) -> TokenClasses:
+    """The model's token classes (its tokenizer's, plus its ``eos_token_ids``), computed once."""
+    cache = _CLASSES.setdefault(model, {})
+    if punctuation_splits not in cache:
+        classes = token_classes(
+            model.tokenizer,
+            model.vocab_size,
+            punctuation_splits=punctuation_splits,
+            eos_token_ids=model.eos_token_ids,
+        )
+        cache[punctuation_splits] = classes.to(model.device)
+    return cache[punctuation_splits]

@@ -23,18 +23,24 @@ def keep_roots_of(chunk, root, keep_roots: bool) -> None:
             d.root = kept[i]
 
 
+def encode_prefixes(model, drafts) -> None:
+    """Each draft's encoded source and target prefix (``source_ids``, ``ids``): its model
+    prefix's own tokens, else its words encoded.  Skipped drafts are left alone.  What
+    `seq2seq_choices` reads the next words after, and what a ratings study's translation goes
+    on from (`worker.forced.translate_after`)."""
+    for d in drafts:
+        if d.skip is None:
+            d.source_ids = model.encode_source(d.source)
+            target = d.context if d.context is not None else model.encode_target(" ".join(d.words))
+            d.ids = list(target)
+
+
 def seq2seq_choices(model, classes, drafts, spec, batch, keep_roots) -> list[NextWords | None]:
     results: dict[int, NextWords] = {}
     todo = [d for d in drafts if d.skip is None]
     for chunk in chunks(todo, batch):
-        sources = [model.encode_source(d.source) for d in chunk]
-        prefixes = [
-            d.context if d.context is not None else model.encode_target(" ".join(d.words))
-            for d in chunk
-        ]
-        for d, src, ids in zip(chunk, sources, prefixes, strict=True):
-            d.source_ids, d.ids = src, list(ids)
-        root, state = model.start(sources, prefixes)
+        encode_prefixes(model, chunk)
+        root, state = model.start([d.source_ids for d in chunk], [d.ids for d in chunk])
         keep_roots_of(chunk, root, keep_roots)
         for d, res in zip(chunk, search_words(model, state, root, classes, spec), strict=True):
             results[d.index] = res

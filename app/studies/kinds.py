@@ -150,3 +150,10 @@ def kinds_refused(kinds: list[str], task: str) -> list[str]:
         if task not in parts.info.tasks or (parts.gap is not None and task not in GAP_TASKS):
             out.append(kind)
     return out
+
+
+def forced_translation_kind(kind: str) -> bool:
+    """A kind the first paper forces on a translation (its ``paper_label``: DATA, NORMAL, UNREL,
+    RAND), without a corruption rate or gap: what a translation's ratings study continues."""
+    parts = kind_parts(kind)
+    return parts.info.paper_label is not None and parts.rate is None and parts.gap is None

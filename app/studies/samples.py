@@ -1,4 +1,4 @@
-"""People rate a language model's forced-prefix samples (issue 34): a ratings study made from a
+"""People rate a model's forced-prefix samples (issue 34): a ratings study made from a
 study's ``[samples]`` section.
 
 Design: the new ratings study asks the worker for the very same continuations, rather than
@@ -8,8 +8,9 @@ study's, its lengths, kinds, items per cell and continuation length the samples'
 sample of the same length, kind and index (`worker.samples`), so people rate the samples shown
 on the samples page, and the ratings study keeps everything a ratings study has (attention
 pairs, EB-M's references, its precompute record).  Quality is rated alone, then consistency
-(`app.studytypes.ratings`).  Translations after forced prefixes cannot be rated yet: a ratings
-study is a language model's (its check refuses the rest, with its reason).
+(`app.studytypes.ratings`).  A translation model's samples are rated the same way: its ratings
+items are the translations after the same forced target prefixes (DATA, NORMAL, UNREL, RAND; the
+worker makes samples and items alike, `worker.samples`), shown with their source.
 """
 
 from __future__ import annotations

@@ -192,6 +192,15 @@ def test_worker_settings_in_the_workers_names():
     ("extra", "message"),
     [
         ({"task": "seq2seq", "dataset": {"path": "d.jsonl", "format": "jsonl"}}, "language models"),
+        (
+            {
+                "task": "seq2seq",
+                "dataset": {"path": "d.jsonl", "format": "jsonl"},
+                "prompt_words": 0,
+                "kinds": ["data", "model", "data_shuffled"],
+            },
+            r"\['data_shuffled'\]: a translation ratings study .* language-model diagnostics",
+        ),
         ({"reference": {"model": "pd"}}, "no reference model"),
     ],
 )

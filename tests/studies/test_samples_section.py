@@ -73,7 +73,11 @@ def test_the_ratings_study_of_the_samples():
     assert rated.samples.per_kind == 0
     with pytest.raises(StudyError, match="asks for no forced-prefix samples"):
         ratings_config(StudyConfig(**BASE), "rated")
-    with pytest.raises(StudyError, match="language models"):
-        ratings_config(StudyConfig(**NMT, samples={"per_kind": 3}), "rated")
+    # A translation model's samples: its ratings study rates the translations after the
+    # first paper's forced prefixes.
+    nmt = ratings_config(StudyConfig(**NMT, samples={"per_kind": 3}), "rated")
+    assert nmt.type.value == "ratings" and nmt.task.value == "seq2seq"
+    assert nmt.kinds == ["data", "model", "unrelated", "random"]
+    assert nmt.hits.mix == dict.fromkeys(nmt.kinds, 2)
     with pytest.raises(StudyError, match="slug"):
         ratings_config(config, "Not a slug")

@@ -224,8 +224,11 @@ def test_attention_pairs_shuffle_the_real_continuation(fake, text_dataset):
 
 
 def test_what_a_ratings_item_cannot_be(marian, pair_dataset, fake, text_dataset):
-    with pytest.raises(ValueError, match="language models"):
-        make_items(marian, pair_dataset, PrefixSpec(continuation_words=3), 2, "data", 0, 2, 1)
+    with pytest.raises(ValueError, match="without a reference model"):
+        make_items(fake, text_dataset, SPEC, 3, "data", 0, 1, seed=1, data_from=fake)
+    with pytest.raises(ValueError, match="gap kinds are for language models"):
+        spec = PrefixSpec(continuation_words=3)
+        make_items(marian, pair_dataset, spec, 2, "data_shuffled+gap@1", 0, 2, 1)
     with pytest.raises(ValueError, match="continuation_words"):
         PrefixSpec(continuation_words=-1)
     with pytest.raises(ValueError, match="continuation_top_k"):

@@ -486,7 +486,8 @@ def _ratio(group: _Group, over: str, name: str, level: float) -> tuple[tuple, st
     """``f(data) / f(over)`` of score ``name`` in ``group``: figures, method, degenerate flag."""
     points, values, draws = group.points, group.values, group.draws
     with np.errstate(divide="ignore", invalid="ignore"):
-        point = points[DATA_KIND][name] / points[over][name]
+        # As a NumPy float: a score of 0 after `over` gives inf or NaN, not ZeroDivisionError.
+        point = np.float64(points[DATA_KIND][name]) / points[over][name]
         ratio = values[DATA_KIND][name] / values[over][name]
     if name in SUBSAMPLED:
         factor = max(draws.factor[DATA_KIND], draws.factor[over])
@@ -498,6 +499,8 @@ def _ratio(group: _Group, over: str, name: str, level: float) -> tuple[tuple, st
         degenerate_reason(name, points[k][name], 1.0, points[k]["entropy_bound"])
         for k in (DATA_KIND, over)
     ]
+    if not points[over][name]:
+        reasons.append(f"{SCORE_LABELS[name]} after {over} prefixes is 0: the ratio is not finite")
     why = next((r for r in reasons if r), "") or degenerate_reason(name, figs[0], figs[1])
     figs, flag = _flagged(figs, why)
     return figs, method, flag

@@ -57,7 +57,8 @@ class RatingRefused(FormRefused):
 class RatingStep:
     """One step of a ratings HIT as shown: the pair at `number`, rated for `step`.
 
-    At the quality step it holds the continuation only: the context (`prompt`, `words`) is
+    At the quality step it holds the continuation only: the context (`prompt`, `words`; a
+    translation's `source`, the sentence it translates, and `words`, its forced start) is
     filled in only at the consistency step, once the quality is stored, so a page cannot
     show what its step does not hold. No item id, no kind.
     """
@@ -73,6 +74,7 @@ class RatingStep:
     first: bool  # the first step of the annotator's first HIT: instructions open
     prompt: str | None = None  # consistency step only
     words: str | None = None  # consistency step only
+    source: str | None = None  # consistency step only: a translation's input
     quality: str | None = None  # consistency step: the stored (locked) quality
 
     template: ClassVar[str] = "ratings/rate.html"
@@ -318,7 +320,11 @@ def rating_step(
     if step == QUALITY:
         return RatingStep(**shown)
     return RatingStep(
-        **shown, prompt=view.prompt, words=view.words, quality=point(stored[position].quality)
+        **shown,
+        prompt=view.prompt,
+        words=view.words,
+        source=view.source,
+        quality=point(stored[position].quality),
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from app.models.enums import StudyType, Task
+from app.studies.kinds import forced_translation_kind
 from app.validation import Section
 
 
@@ -34,15 +35,31 @@ class RatingsSection(Section):
         return step
 
     def check_study(self, config: Any) -> None:
-        """What a ratings study must be (a `ValueError` otherwise): a language model's
-        continuations, without a reference model. A gap kind (EB-M_gap) needs a data cell at
-        l + g, as in a next-word study (`app.studies.schemas` checks it for both)."""
+        """What a ratings study must be (a `ValueError` otherwise): a model's continuations,
+        without a reference model. A gap kind (EB-M_gap) needs a data cell at l + g, as in a
+        next-word study (`app.studies.schemas` checks it for both). A translation model's are
+        its translations after the first paper's forced prefixes only (DATA, NORMAL, UNREL,
+        RAND: `forced_translation_kind`); they run to their end, so `continuation_words` does
+        not apply to them."""
         if config.type is not StudyType.ratings:
             return
-        if config.task is not Task.lm:
-            raise ValueError("ratings of continuations are for language models (task = 'lm')")
         if config.reference.model:
             raise ValueError("a ratings study has no reference model (synthetic EB-C)")
+        if config.task is Task.seq2seq:
+            refused = [k for k in config.kinds if not forced_translation_kind(k)]
+            if refused:
+                raise ValueError(
+                    f"{refused}: a translation ratings study rates translations after the first "
+                    "paper's forced target prefixes: data (DATA), model (NORMAL), unrelated "
+                    "(UNREL) and random (RAND); shuffled, corrupted and gap prefixes are "
+                    "language-model diagnostics (task = 'lm')"
+                )
+
+    def words_per_continuation(self, config: Any) -> int | None:
+        """l_gen of the study's continuations: ``continuation_words`` for a language model;
+        None for a translation, which runs to its end and is scored against the reference's
+        rest (the one place the ratings type tells the two apart)."""
+        return self.continuation_words if config.task is Task.lm else None
 
     def worker_settings(self, config: Any) -> dict[str, Any]:
         """The worker's settings of a ratings study's continuations (none for another type:

@@ -145,7 +145,7 @@ def score_study(
     task = str(study.task.value)
     # A language model's continuation has l_gen words; a translation's runs to its end, and
     # is scored against the reference's rest.
-    l_gen = config.ratings.continuation_words if task == "lm" else None
+    l_gen = config.ratings.words_per_continuation(config)
     cells = texts_by_cell(rows, data, prompt_words=study.prompt_words, l_gen=l_gen)
     gaps = {k: g for k in study.kinds if (g := gap_of(k))}
     doc = ebm_scores(cells, b=b, seed=seed, names=SCORE_SETS[task], gaps=gaps)

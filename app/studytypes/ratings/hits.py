@@ -18,8 +18,10 @@ from app.studies.schemas import config_from_columns
 
 def words_after_prefix(study: Study) -> int:
     """A data prefix's line needs its real continuation after it (l_gen words: EB-M's
-    references and the attention pairs' words)."""
-    return config_from_columns(study).ratings.continuation_words
+    references and the attention pairs' words); a translation's reference needs one word
+    after its forced prefix (its rest is the reference, however long)."""
+    config = config_from_columns(study)
+    return config.ratings.words_per_continuation(config) or 1
 
 
 def screen_order(screen: list[int]) -> list[int | str]:

@@ -235,3 +235,25 @@ def test_the_entropys_jackknife_se_matches_its_spread_over_independent_samples()
     truth = np.std(values, ddof=1)
     # Monte Carlo: the sd of 40 estimates is within about +-25% of its own truth.
     assert 0.65 * truth < np.mean(ses) < 1.5 * truth
+
+
+def test_a_kind_scoring_zero_gives_a_flagged_ratio_not_an_error():
+    """A translation after random words can share no n-gram with its reference: BLEU and chrF
+    are 0 there, and f(data) / f(kind) is flagged rather than divided by zero."""
+    refs = [f"w{i} x{i} y{i} z{i} q{i}" for i in range(6)]
+    prompts = [f"p{i}" for i in range(6)]
+    cells = {
+        3: {
+            "data": KindTexts(continuations=refs, references=refs, prompts=prompts),
+            "random": KindTexts(
+                continuations=["aa bb cc dd"] * 6, references=refs, prompts=prompts
+            ),
+        }
+    }
+    res = ebm_scores(cells, b=50, seed=0, names=("bleu", "chrf"))
+    scores = {(t.kind, t.score): t.value for t in res.scores}
+    assert scores[("random", "bleu")] == 0 and scores[("random", "chrf")] == 0
+    assert scores[("data", "bleu")] == pytest.approx(100)
+    for ratio in res.ratios:
+        assert ratio.kind == "random" and ratio.degenerate and math.isnan(ratio.low)
+        assert "after random prefixes is 0" in ratio.degenerate_reason
