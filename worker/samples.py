@@ -8,7 +8,8 @@ study's seed: deterministic, so a re-run makes the same samples), then continued
 - a language model samples ``words`` words after prompt + prefix, as a ratings study's
   continuations (`worker.continuations`: ancestral sampling, each item's own seed).  A ratings
   study with the same model, dataset, seed, prompt, lengths, kinds and continuation length makes
-  these very continuations as its items (`app.results.forced.ratings_config`);
+  these very continuations as its items (`app.studies.samples.ratings_config`; both
+  take `SamplesSection.continuation`);
 - a translation model translates on after the forced target prefix, the source intact
   (`worker.forced.translate_after`); the row's reference translation is kept for BLEU.
 """
@@ -37,7 +38,13 @@ def make_samples(
             translate_after(model, items, spec)
             out += [(i, " ".join(lines[i.provenance["line"]].words)) for i in items]
         else:
-            lm = replace(spec, continuation_words=section.words)
+            lm = continuation_spec(config, spec)
             items = make_items(model, dataset, lm, length, kind, 0, section.per_kind, config.seed)
             out += [(i, None) for i in items]
     return out
+
+
+def continuation_spec(config: StudyConfig, spec: PrefixSpec) -> PrefixSpec:
+    """The settings a language model's samples are made with: the study's (``spec``),
+    continued as `SamplesSection.continuation` says (whatever the study's own ratings say)."""
+    return replace(spec, **config.samples.continuation())
