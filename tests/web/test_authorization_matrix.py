@@ -104,6 +104,7 @@ EXPECTED: dict[tuple[str, str], dict[str, int] | str] = {
     ("GET", "/api/v1/studies/{slug}/items.{fmt}"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/annotators.csv"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/results/ebm.{fmt}"): API_STUDY,
+    ("GET", "/api/v1/studies/{slug}/results/ebm_gap.{fmt}"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/samples.{fmt}"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/results/ratings_table.{fmt}"): API_STUDY,
     ("GET", "/api/v1/studies/{slug}/ratings.{fmt}"): API_STUDY,
@@ -192,10 +193,16 @@ EXPECTED: dict[tuple[str, str], dict[str, int] | str] = {
     ("POST", "/mturk/{slug}/comment"): LINK,
 }
 # Path parameters other than the study and the annotator's link (see `_url`).
-FORMATS = {"plot.{fmt}": "svg"}
+FORMATS = {"plot.{fmt}": "svg", "ebm_gap.{fmt}": "svg"}
 # A ratings study's downloads (a next-word study has none: 404 to everyone) are asked of
 # the ratings study r1, owned and shared as s1 is.
-RATINGS_ONLY = ("/results/ebm.{fmt}", "/samples.{fmt}", "/ratings.{fmt}", "/ratings_table.{fmt}")
+RATINGS_ONLY = (
+    "/results/ebm.{fmt}",
+    "/results/ebm_gap.{fmt}",
+    "/samples.{fmt}",
+    "/ratings.{fmt}",
+    "/ratings_table.{fmt}",
+)
 
 
 def _routes(app) -> list[tuple[str, str]]:
