@@ -150,3 +150,15 @@ def test_only_managers_read_why_the_samples_failed(client, session, nmt):
     page = _as(client, "carol").get("/dashboard/studies/nmt/samples")
     assert page.status_code == 200 and 'id="samples-error"' in page.text
     assert "The samples could not be made." in page.text and "/srv/models" not in page.text
+    tokens = {
+        u: create_api_token(session, session.scalar(select(User).filter_by(username=u)), "t")
+        for u in ("bob", "carol")
+    }
+    session.commit()
+
+    def error_of(user):
+        headers = {"Authorization": f"Bearer {tokens[user].secret}"}
+        return client.get("/api/v1/studies/nmt/forced_samples", headers=headers).json()["error"]
+
+    assert "/srv/models/secret-path" in error_of("bob")
+    assert error_of("carol") == "the samples could not be made"
