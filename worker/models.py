@@ -374,6 +374,8 @@ def upload(*parts, device, pack: bool | None = None) -> list:
     (``CachingHostAllocator``, ``record_event`` in aten/src/ATen/native/cuda/Copy.cu).  On the
     CPU each part becomes its own tensor, as ``torch.tensor`` makes it (nothing pinned or
     packed: no copy to save); ``pack=True`` packs there too (the tests' check of the packing).
+    Another device gets a packed, blocking copy (pinning is CUDA's); ``pack=False`` there
+    copies each part on its own.
     """
     import numpy as np
     import torch
@@ -385,7 +387,11 @@ def upload(*parts, device, pack: bool | None = None) -> list:
         pack = device.type != "cpu"
     if not pack:
         return [
-            torch.from_numpy(p) if isinstance(p, np.ndarray) else torch.tensor(p, dtype=torch.long)
+            (
+                torch.from_numpy(p)
+                if isinstance(p, np.ndarray)
+                else torch.tensor(p, dtype=torch.long)
+            ).to(device)
             for p in parts
         ]
     arrays = [p.reshape(-1) if isinstance(p, np.ndarray) else p for p in parts]
@@ -399,7 +405,9 @@ def upload(*parts, device, pack: bool | None = None) -> list:
     packed = host.numpy()
     for a, d, at, size in zip(arrays, dtypes, starts, sizes, strict=True):
         packed[at : at + size].view(d)[:] = a
-    copied = host.to(device, non_blocking=True)
+    # Asynchronous only from pinned memory (CUDA's): another accelerator's non-blocking copy
+    # from a pageable buffer dropped at once could read it after it is reused.
+    copied = host.to(device, non_blocking=device.type == "cuda")
     out = []
     for p, d, at, size in zip(parts, dtypes, starts, sizes, strict=True):
         shape = p.shape if isinstance(p, np.ndarray) else (len(p),)

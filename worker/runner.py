@@ -343,7 +343,8 @@ class Worker:
         done: the cells still short of ``samples.per_kind`` are made and stored (insert-or-
         ignore: a re-run, or another worker's, stores nothing twice), then each cell's corpus
         BLEU.  Returns how many were stored and the error that stopped them (logged and
-        recorded for the samples page; the items stay; `ebc samples STUDY` tries again)."""
+        recorded for the samples page; the items stay; `ebc samples STUDY` tries again).  Each
+        cell is stored as it is made, so a failure loses at most the cell being made."""
         with unit_of_work(self.sessionmaker) as session:
             job = session.get(service.PrecomputeJob, job_id)
             if job is None or job.status is not JobStatus.done:
@@ -351,13 +352,17 @@ class Worker:
             cells = forced.missing_cells(session, study)
         if not cells:
             return 0, None
+        stored = 0
         try:
             config = config_from_columns(study)
             spec = spec_for(study, self.options.batch_size)
-            made = make_samples(self.model_for(study), self.dataset_for(study), config, spec, cells)
-            rows = [sample_row(item, reference, spec) for item, reference in made]
+            model, dataset = self.model_for(study), self.dataset_for(study)
+            for cell in cells:
+                made = make_samples(model, dataset, config, spec, [cell])
+                rows = [sample_row(item, reference, spec) for item, reference in made]
+                with unit_of_work(self.sessionmaker) as session:
+                    stored += forced.write_samples(session, study.id, rows)
             with unit_of_work(self.sessionmaker) as session:
-                stored = forced.write_samples(session, study.id, rows)
                 forced.score_samples(session, session.get(Study, study.id))
             return stored, None
         except Exception as exc:
@@ -365,7 +370,7 @@ class Worker:
             error = f"{type(exc).__name__}: {exc}"
             with unit_of_work(self.sessionmaker) as session:
                 forced.score_samples(session, session.get(Study, study.id), error=error)
-            return 0, error
+            return stored, error
 
     def _make(self, study: Study, shards: list[PrecomputeShard]) -> dict[int, list[dict]]:
         """The item rows of contiguous shards of one cell, made in one run, by shard id."""

@@ -8,7 +8,8 @@ study's seed: deterministic, so a re-run makes the same samples), then continued
 - a language model samples ``words`` words after prompt + prefix, as a ratings study's
   continuations (`worker.continuations`: ancestral sampling, each item's own seed).  A ratings
   study with the same model, dataset, seed, prompt, lengths, kinds and continuation length makes
-  these very continuations as its items (`app.studies.samples.ratings_config`);
+  these very continuations as its items (`app.studies.samples.ratings_config`; both
+  take `SamplesSection.continuation`);
 - a translation model translates on after the forced target prefix, the source intact
   (`worker.forced.translate_after`); the row's reference translation is kept for BLEU.
 
@@ -34,7 +35,7 @@ def make_samples(
     section = config.samples
     lines = {row.line: row for row in dataset.rows}
     out: list[tuple[PrefixItem, str | None]] = []
-    rated = replace(spec, continuation_words=section.words)
+    rated = continuation_spec(config, spec)
     for length, kind in cells:
         items = make_items(model, dataset, rated, length, kind, 0, section.per_kind, config.seed)
         out += [(i, _reference(lines, i)) for i in items]
@@ -46,3 +47,10 @@ def _reference(lines: dict, item: PrefixItem) -> str | None:
     if item.source is None:
         return None
     return " ".join(lines[item.provenance["line"]].words)
+
+
+def continuation_spec(config: StudyConfig, spec: PrefixSpec) -> PrefixSpec:
+    """The settings the samples are made with: the study's (``spec``), continued as
+    `SamplesSection.continuation` says (whatever the study's own ratings say); a translation
+    model reads only its length (it translates on to the end)."""
+    return replace(spec, **config.samples.continuation())

@@ -56,28 +56,35 @@ def sample_scores(kind: str, prefix: str, continuation: str | None, reference: s
     return {"bleu": sentence_bleu(text, reference)}
 
 
+# Rows per INSERT: a multi-row insert binds ~13 parameters a row, and PostgreSQL's protocol
+# takes at most 65,535 in one statement (psycopg refuses more).
+WRITE_CHUNK = 1000
+
+
 def write_samples(session: Session, study_id: int, rows: list[dict[str, Any]]) -> int:
-    """Insert samples (`ForcedSample`'s columns), ignoring any that exist; returns how many
-    were new.  A row without ``scores`` gets its sentence BLEU (`sample_scores`)."""
-    if not rows:
-        return 0
+    """Insert samples (`ForcedSample`'s columns), ignoring any that exist, `WRITE_CHUNK` rows
+    a statement; returns how many were new.  A row without ``scores`` gets its sentence BLEU
+    (`sample_scores`)."""
     insert = pg_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
     now = utcnow()
-    values = []
-    for r in rows:
-        scores = r.get("scores") or sample_scores(
-            r["kind"], r["prefix"], r["continuation"], r.get("reference")
+    new = 0
+    for start in range(0, len(rows), WRITE_CHUNK):
+        values = []
+        for r in rows[start : start + WRITE_CHUNK]:
+            scores = r.get("scores") or sample_scores(
+                r["kind"], r["prefix"], r["continuation"], r.get("reference")
+            )
+            row = {"study_id": study_id, "created_at": now, **r}
+            values.append(row | {"scores": scores or null()})
+        stmt = (
+            insert(ForcedSample)
+            .values(values)
+            .on_conflict_do_nothing(index_elements=["study_id", "length", "kind", "index"])
+            .returning(ForcedSample.id)
         )
-        row = {"study_id": study_id, "created_at": now, **r}
-        values.append(row | {"scores": scores or null()})
-    stmt = (
-        insert(ForcedSample)
-        .values(values)
-        .on_conflict_do_nothing(index_elements=["study_id", "length", "kind", "index"])
-        .returning(ForcedSample.id)
-    )
-    # The new rows' ids (a multi-row insert's rowcount is -1 on PostgreSQL's driver).
-    return len(session.execute(stmt).all())
+        # The new rows' ids (a multi-row insert's rowcount is -1 on PostgreSQL's driver).
+        new += len(session.execute(stmt).all())
+    return new
 
 
 def score_samples(session: Session, study: Study, *, error: str | None = None) -> StudyScore:

@@ -25,6 +25,7 @@ from app.results.schemas import ForcedSampleOut, ForcedSamplesOut, ResultQuery, 
 from app.studies.service import config_of
 
 SCORE_NAME = "forced_samples"  # the worker's StudyScore (app.precompute.samples)
+HIDDEN_ERROR = "the samples could not be made"  # what a viewer reads of a failure
 
 
 def forced_samples(session: Session, study: Study) -> ForcedSamplesOut:
@@ -50,6 +51,12 @@ def forced_samples(session: Session, study: Study) -> ForcedSamplesOut:
         bleu_note=BLEU_NOTE,
         samples=[ForcedSampleOut(**asdict(s)) for s in samples],
     )
+
+
+def error_hidden(out: ForcedSamplesOut) -> ForcedSamplesOut:
+    """``out`` for one who may only view the study: the worker's exception text (it may name
+    the worker's paths) becomes `HIDDEN_ERROR`."""
+    return out.model_copy(update={"error": HIDDEN_ERROR}) if out.error else out
 
 
 def forced_samples_csv(session: Session, study: Study, query: ResultQuery, paper: bool) -> str:

@@ -23,7 +23,7 @@ from html import escape
 
 from app.csvfiles import write_csv
 from app.results.exports import tex_escape
-from app.results.stats.textscores import BLEU_SETTINGS
+from app.results.stats.textscores import bleu_metric
 from app.studies.kinds import kind_parts
 
 BLEU_NOTE = (
@@ -64,27 +64,16 @@ def scored(kind: str, reference: str | None) -> bool:
     return reference is not None and kind_parts(kind).info.bleu
 
 
-def _bleu(effective_order: bool):
-    from sacrebleu.metrics.bleu import BLEU
-
-    return BLEU(
-        tokenize=BLEU_SETTINGS["tokenize"],
-        smooth_method=BLEU_SETTINGS["smooth_method"],
-        max_ngram_order=BLEU_SETTINGS["max_ngram_order"],
-        effective_order=effective_order,
-    )
-
-
 def sentence_bleu(hypothesis: str, reference: str) -> float:
     """sacrebleu's sentence BLEU (0-100) of one translation against its reference."""
-    return float(_bleu(True).sentence_score(hypothesis, [reference]).score)
+    return float(bleu_metric(effective_order=True).sentence_score(hypothesis, [reference]).score)
 
 
 def corpus_bleu(hypotheses: list[str], references: list[str]) -> float:
     """sacrebleu's corpus BLEU (0-100), one reference per hypothesis."""
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses and {len(references)} references")
-    return float(_bleu(False).corpus_score(hypotheses, [references]).score)
+    return float(bleu_metric(effective_order=False).corpus_score(hypotheses, [references]).score)
 
 
 def cell_bleu(samples: list[Sample]) -> list[dict]:

@@ -28,6 +28,7 @@ _MODEL_CHECKS = (
     ("a prompt applies", "prompt_words"),
     ("seq2seq needs", "dataset.format"),
     ("seq2seq studies support", "kinds"),
+    ("samples.kinds:", "samples.kinds"),
 )
 
 

@@ -21,7 +21,15 @@ from sqlalchemy.orm import Session
 from app.audit.service import Actor, record_by
 from app.models import Study, StudyType, User
 from app.studies.schemas import StudyConfig
-from app.studies.service import StudyError, config_of, create_study, format_validation_error
+from app.studies.service import (
+    MEMBER_ROLES,
+    StudyError,
+    config_of,
+    create_study,
+    format_validation_error,
+    share_study,
+    study_access,
+)
 
 PAIRS_PER_HIT = 10  # the later paper's assignment: 10 pairs
 
@@ -44,8 +52,10 @@ def ratings_config(config: StudyConfig, slug: str) -> StudyConfig:
         kinds=kinds,
         items_per_cell=section.per_kind,
         hits={**raw["hits"], "mix": dict.fromkeys(kinds, min(per_kind, section.per_kind))},
-        ratings={**raw["ratings"], "continuation_words": section.words, "continuation_top_k": None},
+        ratings={**raw["ratings"], **section.continuation()},  # as `worker.samples` makes them
         samples={"per_kind": 0},  # its items are the samples
+        reference={},  # a ratings study has no reference model
+        channels={},  # a new study's: no platform's identifiers copied
     )
     try:
         return StudyConfig.model_validate(raw)
@@ -56,8 +66,21 @@ def ratings_config(config: StudyConfig, slug: str) -> StudyConfig:
 def create_ratings_of_samples(
     session: Session, study: Study, slug: str, created_by: User | None, *, by: Actor | None
 ) -> Study:
-    """A draft ratings study of ``study``'s samples (`ratings_config`), owned by
-    ``created_by``; its precompute is planned as any study's."""
-    made = create_study(session, ratings_config(config_of(study), slug), created_by, by=by)
+    """A draft ratings study of ``study``'s samples (`ratings_config`), asked for by
+    ``created_by``; its precompute is planned as any study's, pinned to the dataset the
+    samples were made from.  The copy has ``study``'s owner; one who asks without owning
+    ``study`` (a manage-level member) becomes a member of the copy with their own level, so
+    nobody gets more of the copy than they have of ``study`` (an administrator has it all)."""
+    made = create_study(session, ratings_config(config_of(study), slug), None, by=by)
+    made.created_by_id = study.created_by_id
+    made.dataset_sha256 = study.dataset_sha256
+    if created_by is not None and created_by.id != study.created_by_id:
+        role = next(
+            (r for r, a in MEMBER_ROLES.items() if a == study_access(session, study, created_by)),
+            None,
+        )
+        if role is not None:
+            share_study(session, made, created_by, role, by=by)
+    session.flush()
     record_by(session, by, "ratings_of_samples", study=made, samples_of=study.slug)
     return made

@@ -174,7 +174,8 @@ class SamplesSection(Section):
     @classmethod
     def _kinds(cls, kinds: list[str]) -> list[str]:
         for kind in kinds:
-            parse_kind(kind)
+            if (canonical := canonical_kind(kind)) != kind:
+                raise ValueError(f"write the prefix kind {kind!r} as {canonical!r}")
         if len(set(kinds)) != len(kinds):
             raise ValueError("samples.kinds must be distinct")
         gaps = [k for k in kinds if gap_of(k)]
@@ -185,6 +186,13 @@ class SamplesSection(Section):
     def kinds_for(self, task: Task) -> list[str]:
         """The kinds sampled: the study file's, or the paper's for ``task``."""
         return list(self.kinds or PAPER_SAMPLE_KINDS[task])
+
+    def continuation(self) -> dict[str, Any]:
+        """How a language model's samples are continued (`PrefixSpec`'s and
+        `RatingsSection`'s fields): ``words`` words, ancestral sampling.  The worker makes
+        the samples (`worker.samples`) and a ratings study of them
+        (`app.studies.samples.ratings_config`) with this one setting."""
+        return {"continuation_words": self.words, "continuation_top_k": None}
 
     def check_study(self, config: Any) -> None:
         refused = kinds_refused(self.kinds_for(config.task), config.task.value)

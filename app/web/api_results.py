@@ -30,12 +30,12 @@ from app.results.schemas import (
 )
 from app.results.stats import PlanTarget
 from app.simulate.costs import priced_plan
-from app.studies.service import visible_studies
+from app.studies.service import Access, visible_studies
 from app.studytypes.base import OptionNotForThisType
 from app.studytypes.registry import STUDY_TYPES, study_type_of
 from app.web.deps import SessionDep
 from app.web.downloads import export_response
-from app.web.security import ApiStudyDep, ApiUserDep, api_user
+from app.web.security import ApiStudyDep, ApiUserDep, access_of, api_user
 
 
 class ErrorOut(BaseModel):
@@ -318,8 +318,9 @@ def results_recovery_file(
     "(language models) or DATA, NORMAL, UNREL, RAND (translation) prefixes, with BLEU for "
     "DATA and NORMAL",
 )
-def forced_samples(study: StudyDep, session: SessionDep) -> ForcedSamplesOut:
-    return forced.forced_samples(session, study)
+def forced_samples(request: Request, study: StudyDep, session: SessionDep) -> ForcedSamplesOut:
+    out = forced.forced_samples(session, study)
+    return out if access_of(request) >= Access.manage else forced.error_hidden(out)
 
 
 @router.get(

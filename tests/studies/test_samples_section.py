@@ -7,9 +7,12 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from app.studies.forms import field_errors
 from app.studies.samples import ratings_config
-from app.studies.schemas import StudyConfig
+from app.studies.schemas import StudyConfig, worker_settings
 from app.studies.service import StudyError, parse_config
+from worker.prefixes import PrefixSpec
+from worker.samples import continuation_spec
 
 BASE = {
     "slug": "s",
@@ -38,6 +41,7 @@ def test_the_defaults_are_the_papers():
         ({"lengths": [3, 3]}, "samples.lengths", "distinct"),
         ({"lengths": []}, "samples.lengths", "at least 1"),
         ({"kinds": ["nonsense"]}, "samples.kinds", "unknown prefix kind"),
+        ({"kinds": ["data_corrupted@0.30"]}, "samples.kinds", "as 'data_corrupted@0.3'"),
         ({"kinds": ["data_shuffled+gap@2"]}, "samples.kinds", "not made after a gap"),
         ({"kinds": ["unrelated"]}, "", "a lm study cannot make ['unrelated']"),
         ({"words": 0}, "samples.words", "greater than or equal to 1"),
@@ -81,3 +85,43 @@ def test_the_ratings_study_of_the_samples():
     assert nmt.hits.mix == dict.fromkeys(nmt.kinds, 2)
     with pytest.raises(StudyError, match="slug"):
         ratings_config(config, "Not a slug")
+
+
+def test_the_form_places_a_refused_sample_kind_under_its_field():
+    with pytest.raises(ValidationError) as exc:
+        StudyConfig(**BASE, samples={"kinds": ["unrelated"]})
+    errors = field_errors(exc.value)
+    assert (
+        list(errors) == ["samples.kinds"] and "cannot make ['unrelated']" in errors["samples.kinds"]
+    )
+
+
+def test_a_ratings_study_rates_the_very_continuations_of_its_samples():
+    """A ratings-type source samples its continuations with its own top-k; its samples, and
+    the ratings study of them, are both made with the samples' one setting."""
+    source = StudyConfig(
+        **BASE,
+        type="ratings",
+        ratings={"continuation_words": 9, "continuation_top_k": 40},
+        samples={"per_kind": 3, "words": 7},
+    )
+    rated = ratings_config(source, "rated")
+    made_with = continuation_spec(source, PrefixSpec(**worker_settings(source)))
+    assert made_with == PrefixSpec(**worker_settings(rated))
+    assert (made_with.continuation_words, made_with.continuation_top_k) == (7, None)
+
+
+def test_the_copy_keeps_no_reference_model_and_no_platform_identifiers():
+    source = StudyConfig(
+        **BASE,
+        reference={"model": "ref"},
+        samples={"per_kind": 2},
+        channels={
+            "prolific": {"enabled": True, "study_id": "a" * 24, "completion_code": "C0DE"},
+            "mturk": {"enabled": True, "sandbox": False},
+        },
+    )
+    rated = ratings_config(source, "rated")
+    assert rated.reference == StudyConfig(**BASE).reference
+    assert rated.channels == StudyConfig(**BASE).channels
+    assert not rated.channels.prolific.enabled and rated.channels.prolific.study_id is None

@@ -140,3 +140,25 @@ def test_the_api_gives_json_and_files_to_those_who_may_see(client, session, nmt)
     assert get("bob", "/api/v1/studies/nmt/forced_samples.pdf").status_code == 422
     plain = get("bob", "/api/v1/studies/plain/forced_samples").json()
     assert plain["per_kind"] == 0 and plain["samples"] == [] and plain["bleu"] == []
+
+
+def test_only_managers_read_why_the_samples_failed(client, session, nmt):
+    score_samples(session, nmt, error="OSError: /srv/models/secret-path missing")
+    session.commit()
+    page = _as(client, "bob").get("/dashboard/studies/nmt/samples")
+    assert 'id="samples-error"' in page.text and "/srv/models/secret-path" in page.text
+    page = _as(client, "carol").get("/dashboard/studies/nmt/samples")
+    assert page.status_code == 200 and 'id="samples-error"' in page.text
+    assert "The samples could not be made." in page.text and "/srv/models" not in page.text
+    tokens = {
+        u: create_api_token(session, session.scalar(select(User).filter_by(username=u)), "t")
+        for u in ("bob", "carol")
+    }
+    session.commit()
+
+    def error_of(user):
+        headers = {"Authorization": f"Bearer {tokens[user].secret}"}
+        return client.get("/api/v1/studies/nmt/forced_samples", headers=headers).json()["error"]
+
+    assert "/srv/models/secret-path" in error_of("bob")
+    assert error_of("carol") == "the samples could not be made"

@@ -558,3 +558,17 @@ def test_upload_gives_the_tensors_torch_tensor_gives(pack):
         assert a.dtype == b.dtype and a.device == b.device
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert upload(device="cpu", pack=pack) == []
+
+
+@pytest.mark.parametrize("pack", [False, True], ids=["apart", "packed"])
+def test_upload_puts_every_part_on_the_device_asked_for(pack):
+    """Packed or not, each part lands on ``device`` (not left on the CPU), as its own dtype
+    and shape; the meta device stands in for an accelerator."""
+    parts = [[3, 1], np.array([0.5], dtype=np.float32), np.arange(6).reshape(2, 3)]
+    got = upload(*parts, device="meta", pack=pack)
+    assert [t.device.type for t in got] == ["meta"] * 3
+    assert [(t.dtype, tuple(t.shape)) for t in got] == [
+        (torch.int64, (2,)),
+        (torch.float32, (1,)),
+        (torch.int64, (2, 3)),
+    ]

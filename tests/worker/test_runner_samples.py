@@ -28,6 +28,7 @@ from app.studies.service import build_and_open, create_study, share_study
 from tests.hits.factory import annotator
 from tests.web.accounts import csrf_of, login, make_user
 from tests.worker.conftest import corpus_lines
+from worker import runner
 from worker.runner import Worker, WorkerOptions
 
 WORDS = 4
@@ -73,7 +74,7 @@ def _rerun_samples(database, engine, sm, study_id) -> tuple[int, str | None]:
     return worker.samples_when_done(study, job.id)
 
 
-def test_a_language_model_study_gets_its_samples_once(db, model_dir, dataset_file):
+def test_a_language_model_study_gets_its_samples_once(db, model_dir, dataset_file, monkeypatch):
     database, engine, sm = db
     study_id = _run(database, engine, sm, _lm_config(model_dir, dataset_file))
     samples = _samples(sm, study_id)
@@ -105,6 +106,21 @@ def test_a_language_model_study_gets_its_samples_once(db, model_dir, dataset_fil
     assert _rerun_samples(database, engine, sm, study_id) == (3, None)
     after = {(s.kind, s.index): (s.prefix, s.continuation) for s in _samples(sm, study_id)}
     assert after == before
+    # A failure after the first cell keeps the first cell's samples (each cell is stored as
+    # it is made): a fault injected around the real maker, after its first cell.
+    with sm() as session, session.begin():
+        session.execute(delete(ForcedSample))
+    real = runner.make_samples
+
+    def first_cell_only(model, dataset, config, spec, cells):
+        if cells != [(3, "data")]:
+            raise RuntimeError("out of memory")
+        return real(model, dataset, config, spec, cells)
+
+    monkeypatch.setattr(runner, "make_samples", first_cell_only)
+    assert _rerun_samples(database, engine, sm, study_id) == (3, "RuntimeError: out of memory")
+    kept = {(s.kind, s.index): (s.prefix, s.continuation) for s in _samples(sm, study_id)}
+    assert kept == {k: v for k, v in before.items() if k[0] == "data"}
 
 
 def test_a_study_without_samples_gets_none(db, model_dir, dataset_file):

@@ -110,6 +110,14 @@ def _bleu(correct: np.ndarray, total: np.ndarray, sys_len: float, ref_len: float
     ).score
 
 
+def bleu_metric(*, effective_order: bool):
+    """sacrebleu's BLEU with `BLEU_SETTINGS`: the one place every BLEU here is built
+    (corpus and sentence BLEU, `PairedBleu`'s statistics, the forced-prefix samples')."""
+    from sacrebleu.metrics.bleu import BLEU
+
+    return BLEU(**BLEU_SETTINGS, effective_order=effective_order)
+
+
 def _check_pairs(hyps: Sequence[str], refs: Sequence[str]) -> None:
     if len(hyps) != len(refs):
         raise ValueError(f"{len(hyps)} hypotheses and {len(refs)} references")
@@ -124,12 +132,10 @@ class PairedBleu:
     """
 
     def __init__(self, hyps: Sequence[str], refs: Sequence[str]) -> None:
-        from sacrebleu.metrics.bleu import BLEU
-
         _check_pairs(hyps, refs)
         # effective_order only changes a sentence's own score (unused here), not its counts,
         # and keeps sacrebleu from warning once per sentence.
-        bleu = BLEU(tokenize=BLEU_SETTINGS["tokenize"], effective_order=True)
+        bleu = bleu_metric(effective_order=True)
         rows = []
         for h, r in zip(hyps, refs, strict=True):
             s = bleu.sentence_score(h, [r])
@@ -256,10 +262,8 @@ class SentenceBleu:
     resample's score is ``m @ s / sum(m)``."""
 
     def __init__(self, hyps: Sequence[str], refs: Sequence[str]) -> None:
-        from sacrebleu.metrics.bleu import BLEU
-
         _check_pairs(hyps, refs)
-        bleu = BLEU(tokenize=BLEU_SETTINGS["tokenize"], effective_order=True)
+        bleu = bleu_metric(effective_order=True)
         self.n = len(hyps)
         self.sentence = np.array(
             [bleu.sentence_score(h, [r]).score for h, r in zip(hyps, refs, strict=True)],

@@ -150,3 +150,23 @@ def test_multiplicities_must_match_the_texts():
         PairedBleu(HYPS, REFS).scores(np.ones((1, 3)))
     with pytest.raises(ValueError, match="references"):
         PairedNist(HYPS, REFS[:3])
+
+
+def test_every_bleu_is_built_with_the_shared_settings():
+    """EB-M's sentence BLEU and the samples page's are one metric (`bleu_metric`), with
+    `BLEU_SETTINGS` (no tokenisation: "mat." is one word), not sacrebleu's defaults."""
+    from app.results.samples import sentence_bleu
+    from app.results.stats.textscores import BLEU_SETTINGS, SentenceBleu, bleu_metric
+
+    for effective_order in (False, True):
+        bleu = bleu_metric(effective_order=effective_order)
+        assert (bleu.tokenizer.signature(), bleu.smooth_method, bleu.max_ngram_order) == (
+            BLEU_SETTINGS["tokenize"],
+            BLEU_SETTINGS["smooth_method"],
+            BLEU_SETTINGS["max_ngram_order"],
+        )
+    hyps = ["the cat sat on the mat.", "a dog ran off", "the cat sat on the mat ."]
+    refs = ["the cat sat on the mat .", "the dog ran away", "the cat sat on the mat ."]
+    ours = SentenceBleu(hyps, refs).sentence.tolist()
+    assert ours == [sentence_bleu(h, r) for h, r in zip(hyps, refs, strict=True)]
+    assert ours[0] < ours[2] == pytest.approx(100.0)
