@@ -2,7 +2,8 @@
 
 Each backend gets a fresh database migrated with `alembic upgrade head` once
 per run; each test runs inside a transaction that is rolled back at the end.
-Tests that commit for real take `migrated_copy`, a copy of a database migrated once.
+Tests that commit for real take `migrated_copy`, a copy of a database migrated once
+(on PostgreSQL a copy emptied after its test and handed to the next one: see `Copies`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import os
 import sqlite3
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
+from sqlalchemy.pool import NullPool
 
 from app.config import Settings
 from app.db import build_engine, make_sessionmaker
@@ -137,23 +139,176 @@ def db_template(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         yield db
 
 
+# What a copy's schema is made of: every object, column, constraint, index, type, function,
+# trigger, schema and extension, the database's own settings and the migration it is at.  A
+# copy whose test changed any of these is dropped rather than reused.
+_SCHEMA_OF_A_COPY = """
+SELECT md5(string_agg(x, E'\\n' ORDER BY x)) FROM (
+  SELECT 'r ' || n.nspname || '.' || c.relname || ' ' || c.relkind::text || ' '
+         || coalesce(array_to_string(c.reloptions, ','), '')
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+   WHERE n.nspname NOT IN ('pg_catalog', 'information_schema')
+     AND n.nspname NOT LIKE 'pg_toast%' AND n.nspname NOT LIKE 'pg_temp%'
+  UNION ALL
+  SELECT 'a ' || a.attrelid::regclass || ' ' || a.attname || ' '
+         || format_type(a.atttypid, a.atttypmod) || ' ' || a.attnotnull || ' '
+         || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+    FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+    LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+   WHERE c.relnamespace = 'public'::regnamespace AND a.attnum > 0 AND NOT a.attisdropped
+  UNION ALL
+  SELECT 'k ' || conrelid::regclass || ' ' || conname || ' ' || pg_get_constraintdef(oid)
+    FROM pg_constraint WHERE connamespace = 'public'::regnamespace
+  UNION ALL SELECT 'i ' || indexdef FROM pg_indexes WHERE schemaname = 'public'
+  UNION ALL
+  SELECT 't ' || typname || ' ' || typtype::text FROM pg_type
+   WHERE typnamespace = 'public'::regnamespace
+  UNION ALL
+  SELECT 'e ' || enumtypid::regtype || ' ' || enumlabel || ' ' || enumsortorder FROM pg_enum
+  UNION ALL
+  SELECT 'p ' || oid::regprocedure || ' ' || md5(prosrc) FROM pg_proc
+   WHERE pronamespace = 'public'::regnamespace
+  UNION ALL
+  SELECT 'g ' || tgrelid::regclass || ' ' || tgname || ' ' || tgenabled::text FROM pg_trigger
+   WHERE NOT tgisinternal
+  UNION ALL SELECT 'n ' || nspname FROM pg_namespace
+  UNION ALL SELECT 'x ' || extname || ' ' || extversion FROM pg_extension
+  UNION ALL
+  SELECT 's ' || array_to_string(setconfig, ',') FROM pg_db_role_setting
+   WHERE setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())
+  UNION ALL SELECT 'l ' || count(*) FROM pg_largeobject_metadata
+  UNION ALL SELECT 'v ' || version_num FROM alembic_version
+) AS schema(x)
+"""
+
+# What a test wrote: the tables with a page on disk (an empty table of a fresh copy has none,
+# and any row written, even one rolled back, leaves one) and the sequences ever used.
+_WRITTEN_TABLES = """
+SELECT quote_ident(relname) FROM pg_class
+ WHERE relnamespace = 'public'::regnamespace AND relkind IN ('r', 'p')
+   AND relname <> 'alembic_version' AND pg_relation_size(oid) > 0
+"""
+_USED_SEQUENCES = """
+SELECT quote_ident(schemaname) || '.' || quote_ident(sequencename) FROM pg_sequences
+ WHERE last_value IS NOT NULL
+"""
+
+
+class Copies:
+    """Copies of the migrated template for `migrated_copy`.
+
+    SQLite: a new file a test (the backup API; it costs little).  PostgreSQL: a new database
+    costs about 1-2 s to copy and 1-2 s to drop (DROP DATABASE waits for a checkpoint) — most
+    of the time of the tests that commit for real.  So a copy is used by one test at a time
+    and, after it, brought back to what a fresh copy is: its other connections ended, every
+    table the test wrote truncated (new, empty files, as the template's; CASCADE takes the
+    empty tables that refer to them too), every sequence it
+    used restarted.  A copy whose schema the test changed (a migration run, a table made) is
+    dropped instead.  The copies left are dropped at the end of the run."""
+
+    def __init__(self, backend: str, template: FreshDatabase, tmp_dir: Path):
+        self.backend, self.template, self.tmp_dir = backend, template, tmp_dir
+        self._free: list[FreshDatabase] = []
+        self._stack = ExitStack()
+        self._schema: str | None = None
+
+    @contextmanager
+    def copy(self, tmp_path: Path) -> Iterator[FreshDatabase]:
+        if self.backend == "sqlite":
+            with fresh_database(self.backend, tmp_path, template=self.template) as db:
+                yield db
+            return
+        db = self._free.pop() if self._free else self._new()
+        try:
+            yield db
+        finally:
+            if self._reset(db):
+                self._free.append(db)
+            else:
+                _drop_postgres(make_url(db.url).database)
+
+    def _new(self) -> FreshDatabase:
+        db = self._stack.enter_context(
+            fresh_database(self.backend, self.tmp_dir, template=self.template)
+        )
+        if self._schema is None:
+            self._schema = self._schema_of(db)
+        return db
+
+    @staticmethod
+    def _schema_of(db: FreshDatabase) -> str:
+        engine = create_engine(db.url, poolclass=NullPool)
+        try:
+            with engine.connect() as conn:
+                return conn.execute(text(_SCHEMA_OF_A_COPY)).scalar_one()
+        finally:
+            engine.dispose()
+
+    def _reset(self, db: FreshDatabase) -> bool:
+        """Empties `db` as a fresh copy is; False when it must be dropped instead."""
+        admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+        engine = create_engine(db.url, poolclass=NullPool)
+        try:
+            with admin.connect() as conn:
+                conn.execute(
+                    text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                        " WHERE datname = :name AND pid <> pg_backend_pid()"
+                    ),
+                    {"name": make_url(db.url).database},
+                )
+            with engine.begin() as conn:
+                if conn.execute(text(_SCHEMA_OF_A_COPY)).scalar_one() != self._schema:
+                    return False
+                tables = conn.execute(text(_WRITTEN_TABLES)).scalars().all()
+                if tables:
+                    conn.execute(text(f"TRUNCATE {', '.join(tables)} CASCADE"))
+                for sequence in conn.execute(text(_USED_SEQUENCES)).scalars().all():
+                    conn.execute(text(f"ALTER SEQUENCE {sequence} RESTART"))
+            return True
+        except Exception:  # whatever the test left it in, a dropped copy is a clean one
+            return False
+        finally:
+            engine.dispose()
+            admin.dispose()
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+def _drop_postgres(name: str) -> None:
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def copies(
+    backend: str, db_template: FreshDatabase, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Copies]:
+    pool = Copies(backend, db_template, tmp_path_factory.mktemp(f"{backend}-copies"))
+    yield pool
+    pool.close()
+
+
 @pytest.fixture
-def migrated_copy(
-    backend: str, db_template: FreshDatabase, tmp_path: Path
-) -> Iterator[FreshDatabase]:
-    """A new database at head for tests that commit for real (servers, subprocesses,
-    threads), dropped afterwards; tests of the migrations themselves use `empty_db`."""
-    with fresh_database(backend, tmp_path, template=db_template) as db:
+def migrated_copy(copies: Copies, tmp_path: Path) -> Iterator[FreshDatabase]:
+    """A database at head, as fresh, for tests that commit for real (servers, subprocesses,
+    threads); tests of the migrations themselves use `empty_db`."""
+    with copies.copy(tmp_path) as db:
         yield db
 
 
 @pytest.fixture(scope="session")
-def migrated_db(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshDatabase]:
-    with fresh_database(backend, tmp_path_factory.mktemp(backend)) as db:
-        engine = build_engine(db.settings())
-        with engine.begin() as conn:
-            upgrade(conn)
-        engine.dispose()
+def migrated_db(
+    backend: str, db_template: FreshDatabase, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[FreshDatabase]:
+    """The database the rolled-back tests share: a copy of the template (migrating costs
+    several times as much as copying)."""
+    with fresh_database(backend, tmp_path_factory.mktemp(backend), template=db_template) as db:
         yield db
 
 
