@@ -231,6 +231,15 @@ class Copies:
         db = self._stack.enter_context(
             fresh_database(self.backend, self.tmp_dir, template=self.template)
         )
+        # A commit need not wait for its WAL to reach the disk (only a crash of the server
+        # could lose it, and none is tested): the copies' tests commit a lot on a busy disk.
+        admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+        try:
+            with admin.connect() as conn:
+                name = make_url(db.url).database
+                conn.execute(text(f'ALTER DATABASE "{name}" SET synchronous_commit TO off'))
+        finally:
+            admin.dispose()
         if self._schema is None:
             self._schema = self._schema_of(db)
         return db

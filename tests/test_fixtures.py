@@ -47,6 +47,7 @@ def test_a_reused_copy_is_empty_with_its_sequences_restarted_and_no_one_connecte
             engine = create_engine(second.url, poolclass=NullPool)
             with engine.begin() as conn:
                 assert conn.scalar(select(func.count()).select_from(User)) == 0
+                assert conn.scalar(text("SHOW synchronous_commit")) == "off"
                 pages = conn.scalar(text("SELECT pg_relation_size('users')"))
                 assert pages == 0  # new, empty files, as the template's
                 new = conn.execute(
