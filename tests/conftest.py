@@ -126,17 +126,87 @@ def empty_db(backend: str, tmp_path: Path) -> Iterator[FreshDatabase]:
         yield db
 
 
+class Databases:
+    """The run's databases of each backend, made when first asked for and dropped when the
+    run ends: the migrated template, the rolled-back tests' database and its engine, the
+    pool of copies.
+
+    Not pytest's own session fixtures: `backend` is a session-scoped parameter, and pytest
+    tears a session fixture down whenever the parameter changes.  Under `-n 2 --dist
+    loadfile` a worker runs a file's SQLite tests, then its PostgreSQL ones, then the next
+    file's SQLite ones: so it migrated, copied and dropped databases of both backends again
+    for every file (about a hundred files run on both).  The `backend`-scoped fixtures below
+    only look their database up here."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory):
+        self._tmp = tmp_path_factory
+        self._stack = ExitStack()
+        self._made: dict[tuple[str, str], object] = {}
+
+    def _get(self, what: str, backend: str, make):
+        key = (what, backend)
+        if key not in self._made:
+            self._made[key] = make()
+        return self._made[key]
+
+    def template(self, backend: str) -> FreshDatabase:
+        """Migrated to head once per run (and xdist worker), for copies: copying costs a
+        fraction of migrating (a file on SQLite; CREATE DATABASE ... TEMPLATE on PostgreSQL,
+        which needs the template to have no connections: none is kept)."""
+
+        def make() -> FreshDatabase:
+            tmp = self._tmp.mktemp(f"{backend}-template")
+            db = self._stack.enter_context(fresh_database(backend, tmp))
+            engine = build_engine(db.settings())
+            with engine.begin() as conn:
+                upgrade(conn)
+            engine.dispose()
+            return db
+
+        return self._get("template", backend, make)
+
+    def migrated(self, backend: str) -> FreshDatabase:
+        """The rolled-back tests' database: a copy of the template."""
+        template = self.template(backend)
+        return self._get(
+            "migrated",
+            backend,
+            lambda: self._stack.enter_context(
+                fresh_database(backend, self._tmp.mktemp(backend), template=template)
+            ),
+        )
+
+    def engine(self, backend: str) -> Engine:
+        def make() -> Engine:
+            engine = build_engine(self.migrated(backend).settings())
+            self._stack.callback(engine.dispose)
+            return engine
+
+        return self._get("engine", backend, make)
+
+    def copies(self, backend: str) -> Copies:
+        def make() -> Copies:
+            pool = Copies(backend, self.template(backend), self._tmp.mktemp(f"{backend}-copies"))
+            self._stack.callback(pool.close)
+            return pool
+
+        return self._get("copies", backend, make)
+
+    def close(self) -> None:
+        self._stack.close()
+
+
 @pytest.fixture(scope="session")
-def db_template(backend: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FreshDatabase]:
-    """A database migrated to head once per run (and xdist worker), for `migrated_copy`:
-    copying costs a fraction of migrating (a file on SQLite; CREATE DATABASE ... TEMPLATE on
-    PostgreSQL, which needs the template to have no connections: none is kept)."""
-    with fresh_database(backend, tmp_path_factory.mktemp(f"{backend}-template")) as db:
-        engine = build_engine(db.settings())
-        with engine.begin() as conn:
-            upgrade(conn)
-        engine.dispose()
-        yield db
+def databases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Databases]:
+    made = Databases(tmp_path_factory)
+    yield made
+    made.close()
+
+
+@pytest.fixture(scope="session")
+def db_template(backend: str, databases: Databases) -> FreshDatabase:
+    """A database migrated to head once per run, for `migrated_copy` (see Databases)."""
+    return databases.template(backend)
 
 
 # What a copy's schema is made of: every object, column, constraint, index, type, function,
@@ -295,12 +365,8 @@ def _drop_postgres(name: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def copies(
-    backend: str, db_template: FreshDatabase, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Copies]:
-    pool = Copies(backend, db_template, tmp_path_factory.mktemp(f"{backend}-copies"))
-    yield pool
-    pool.close()
+def copies(backend: str, databases: Databases) -> Copies:
+    return databases.copies(backend)
 
 
 @pytest.fixture
@@ -312,20 +378,14 @@ def migrated_copy(copies: Copies, tmp_path: Path) -> Iterator[FreshDatabase]:
 
 
 @pytest.fixture(scope="session")
-def migrated_db(
-    backend: str, db_template: FreshDatabase, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[FreshDatabase]:
-    """The database the rolled-back tests share: a copy of the template (migrating costs
-    several times as much as copying)."""
-    with fresh_database(backend, tmp_path_factory.mktemp(backend), template=db_template) as db:
-        yield db
+def migrated_db(backend: str, databases: Databases) -> FreshDatabase:
+    """The database the rolled-back tests share (see Databases)."""
+    return databases.migrated(backend)
 
 
 @pytest.fixture(scope="session")
-def engine(migrated_db: FreshDatabase) -> Iterator[Engine]:
-    engine = build_engine(migrated_db.settings())
-    yield engine
-    engine.dispose()
+def engine(backend: str, migrated_db: FreshDatabase, databases: Databases) -> Engine:
+    return databases.engine(backend)
 
 
 @pytest.fixture
