@@ -47,6 +47,46 @@ def _cheap_password_hashing() -> Iterator[None]:
     service._hasher = production
 
 
+# The files that take longest, slowest first (seconds on the 2-core machine at load 2-3,
+# 2026-11-28).  `--dist loadfile` hands files out by their number of tests, most first, so
+# these one- and two-test files came last and one worker ran them while the other waited.
+SLOW_FILES = (
+    "tests/worker/test_getting_started.py",  # 80: the getting-started page's commands
+    "tests/web/test_dashboard_results_screenshots.py",  # 41: 450,000 judgments in a browser
+    "tests/worker/test_demo_command.py",  # 30: `ebc demo` end to end
+    "tests/web/test_schemathesis.py",  # 28: the API against its document
+    "tests/worker/test_runner.py",  # 25: worker processes, killed and rescued
+    "tests/crowd/test_import.py",
+    "tests/web/test_dashboard_crowd.py",
+    "tests/web/test_authorization_matrix.py",
+    "tests/web/test_api_ratings.py",
+)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`--dist loadfile`, the slowest files handed out first (then xdist's order: most tests
+    first), so the run does not end on one worker with a long file left."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    rank = {path: i for i, path in enumerate(SLOW_FILES)}
+
+    class SlowFirst(LoadFileScheduling):
+        _ordered = False
+
+        def _assign_work_unit(self, node) -> None:
+            if not self._ordered:  # the first call: the queue holds every file
+                self._ordered = True
+                queue = sorted(self.workqueue.items(), key=lambda kv: rank.get(kv[0], len(rank)))
+                self.workqueue.clear()
+                self.workqueue.update(queue)  # a stable sort: the rest keep xdist's order
+            super()._assign_work_unit(node)
+
+    return SlowFirst(config, log)
+
+
 PG_ADMIN_URL = os.environ.get(
     "EBC_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
