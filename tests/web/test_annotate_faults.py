@@ -28,7 +28,6 @@ from app.annotation.identities import invite_token
 from app.config import Settings
 from app.db import build_engine, make_sessionmaker
 from app.main import create_app
-from app.migrate import upgrade
 from app.models import HitPosition, Judgment
 from tests.hits.factory import annotator, make_study
 
@@ -92,8 +91,6 @@ class CuttableProxy:
 
 def _seed(url: str, secret_key: str):
     engine = build_engine(Settings(database_url=url, env="test"))
-    with engine.begin() as conn:
-        upgrade(conn)
     sm = make_sessionmaker(engine)
     with sm() as s, s.begin():
         study = make_study(s, per_cell=5, lengths=(10,), min_ms_per_item=0)
@@ -114,11 +111,11 @@ def _resend_fields(html: str) -> dict[str, str]:
 
 
 @pytest.mark.postgres
-def test_a_database_outage_gives_a_503_that_keeps_the_answers(empty_db, backend):
+def test_a_database_outage_gives_a_503_that_keeps_the_answers(migrated_copy, backend):
     """Through uvicorn, so the keep-alive connection is the real one."""
-    settings = empty_db.settings()
-    engine, sm, link = _seed(empty_db.url, settings.secret_key)
-    url = make_url(empty_db.url)
+    settings = migrated_copy.settings()
+    engine, sm, link = _seed(migrated_copy.url, settings.secret_key)
+    url = make_url(migrated_copy.url)
     proxy = CuttableProxy(url.host or "127.0.0.1", url.port or 5432)
     proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
     app = create_app(Settings(database_url=proxied, env="test", db_pool_size=2))
@@ -170,9 +167,9 @@ def test_a_database_outage_gives_a_503_that_keeps_the_answers(empty_db, backend)
 
 
 @pytest.mark.sqlite
-def test_an_engine_that_cannot_connect_gives_503_pages(tmp_path, backend):
+def test_an_engine_that_cannot_connect_gives_503_pages(migrated_copy, tmp_path, backend):
     secret = Settings(env="test").secret_key
-    _, sm, link = _seed(f"sqlite:///{tmp_path / 'ok.db'}", secret)
+    _, sm, link = _seed(migrated_copy.url, secret)
     with sm() as s:
         rows = s.execute(select(HitPosition.position, HitPosition.choice_order)).all()
     form = {"assignment": "x" * 32, **{f"o{p}": str(order.index(0)) for p, order in rows}}
@@ -191,11 +188,11 @@ def test_an_engine_that_cannot_connect_gives_503_pages(tmp_path, backend):
         assert _resend_fields(r.text) == {"assignment": form["assignment"]}
 
 
-def test_a_pool_with_no_free_connection_gives_503_pages(empty_db):
+def test_a_pool_with_no_free_connection_gives_503_pages(migrated_copy):
     """Every pooled connection held elsewhere (real connections, checked out): the page
     waits `db_pool_timeout`, then says to try again instead of failing with a 500."""
-    settings = empty_db.settings(db_pool_size=1, db_pool_timeout=0.3)
-    engine, _sm, link = _seed(empty_db.url, settings.secret_key)
+    settings = migrated_copy.settings(db_pool_size=1, db_pool_timeout=0.3)
+    engine, _sm, link = _seed(migrated_copy.url, settings.secret_key)
     try:
         with TestClient(create_app(settings)) as client:
             assert client.get(link).status_code == 200

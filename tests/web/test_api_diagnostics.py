@@ -125,6 +125,7 @@ def test_needs_a_token(client, study):
     assert client.get(f"{BASE}.csv").status_code == 401
 
 
+@pytest.mark.sqlite  # the app's routes and documents, read without a query
 def test_openapi_documents_the_diagnostics(client):
     doc = client.get("/api/v1/openapi.json").json()
     get = doc["paths"]["/api/v1/studies/{slug}/results/diagnostics"]["get"]

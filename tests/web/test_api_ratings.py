@@ -139,6 +139,7 @@ def test_a_ratings_study_has_no_next_word_downloads(client, rated, auth, url):
     assert r.status_code == 404 and "ratings study" in r.json()["detail"]
 
 
+@pytest.mark.sqlite  # the app's routes and documents, read without a query
 def test_the_openapi_document_names_the_ratings(client):
     spec = client.get("/api/v1/openapi.json").json()
     assert "/api/v1/studies/{slug}/ratings.{fmt}" in spec["paths"]
@@ -176,6 +177,7 @@ def test_next_word_options_are_refused_for_a_ratings_study(
     assert nw.status_code == (200 if path.endswith("/results") else 404)
 
 
+@pytest.mark.sqlite  # the app's routes and documents, read without a query
 def test_the_openapi_document_says_which_options_a_ratings_study_refuses(client):
     """The document per study type: the options a ratings study refuses say so (in words
     and as x-refused-by-study-types) on every route that takes them; the others do not."""

@@ -316,6 +316,7 @@ def test_plan_defaults_are_the_planners(client, handmade, auth):
     assert defaults["alpha"] == default.alpha and defaults["halfwidth"] is None
 
 
+@pytest.mark.sqlite  # the app's routes and documents, read without a query
 def test_openapi_documents_figures_as_numbers_or_null(client):
     schemas = client.get("/api/v1/openapi.json").json()["components"]["schemas"]
     nullable = {"anyOf": [{"type": "number"}, {"type": "null"}]}
@@ -338,6 +339,7 @@ def test_openapi_documents_figures_as_numbers_or_null(client):
     assert schemas["Quantity"]["properties"]["n_judgments"]["type"] == "integer"
 
 
+@pytest.mark.sqlite  # the app's routes and documents, read without a query
 def test_openapi_documents_every_route_with_its_schema(client):
     doc = client.get("/api/v1/openapi.json").json()
     paths = doc["paths"]

@@ -340,6 +340,7 @@ def _checked_request(client, connection, method, path, world, caller, before):
     return r, wrote
 
 
+@pytest.mark.sqlite  # the app's routes and documents, read without a query
 def test_every_route_has_an_expected_answer(client):
     routes = set(_routes(client.app))
     assert not routes - set(EXPECTED), f"routes missing from EXPECTED: {routes - set(EXPECTED)}"
@@ -431,6 +432,7 @@ def test_a_study_one_may_not_see_looks_like_no_study(client, session, connection
         assert hidden.text.replace("s1", "X") == missing.text.replace("nope", "X")
 
 
+@pytest.mark.sqlite  # the app's routes and documents, read without a query
 def test_reserved_slugs_cover_every_route_beside_a_slug(client):
     """A literal segment where another route has {slug} (e.g. /dashboard/studies/new beside
     /dashboard/studies/{slug}) is a slug no study may take."""

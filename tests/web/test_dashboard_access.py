@@ -66,6 +66,7 @@ def _url(path: str) -> str:
     return re.sub(r"\{(\w+)(:\w+)?\}", lambda m: PARAMS[m.group(1)], path)
 
 
+@pytest.mark.sqlite  # the app's routes and documents, read without a query
 def test_every_route_is_classified(client):
     routes = _routes(client.app)
     assert set(routes) >= PUBLIC

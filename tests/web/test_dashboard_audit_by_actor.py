@@ -9,7 +9,6 @@ from typer.testing import CliRunner
 
 from app.cli import cli, load_plugins
 from app.db import build_engine, make_sessionmaker
-from app.migrate import upgrade
 from app.models import Annotator, AuditEvent, Channel, StudyStatus
 from app.precompute.service import plan_job
 from tests.hits.factory import annotator, make_study
@@ -29,18 +28,16 @@ CROWD_LINK = "Only invited annotators have links; a crowd worker is blocked inst
 
 
 @pytest.fixture
-def cli_db(empty_db, monkeypatch):
+def cli_db(migrated_copy, monkeypatch):
     """A committed database for the CLI: a ready study (items, no HITs) with a crowd worker,
     and a closed one."""
-    engine = build_engine(empty_db.settings())
-    with engine.begin() as conn:
-        upgrade(conn)
+    engine = build_engine(migrated_copy.settings())
     with make_sessionmaker(engine)() as s, s.begin():
         ready = make_study(s, slug="ready", per_cell=12, build=False)
         ready.status = StudyStatus.ready
         annotator(s, ready, "crowd", channel=Channel.prolific, external_id="P1")
         make_study(s, slug="closed", per_cell=12, build=False).status = StudyStatus.closed
-    monkeypatch.setenv("DATABASE_URL", empty_db.url)
+    monkeypatch.setenv("DATABASE_URL", migrated_copy.url)
     monkeypatch.setenv("EBC_ENV", "test")
     yield make_sessionmaker(engine)
     engine.dispose()

@@ -10,7 +10,6 @@ from typer.testing import CliRunner
 from app.auth.service import create_user
 from app.cli import cli, load_plugins
 from app.db import build_engine, make_sessionmaker
-from app.migrate import upgrade
 from app.models import AuditEvent, StudyStatus
 from tests.hits.factory import make_study
 
@@ -19,16 +18,14 @@ READY_PLAN = "the study is ready: precompute is planned for draft studies"
 
 
 @pytest.fixture
-def cli_db(empty_db, monkeypatch):
+def cli_db(migrated_copy, monkeypatch):
     """A committed database for the CLI, with a draft study (items, no HITs) and a ready one."""
-    engine = build_engine(empty_db.settings())
-    with engine.begin() as conn:
-        upgrade(conn)
+    engine = build_engine(migrated_copy.settings())
     with make_sessionmaker(engine)() as s, s.begin():
         create_user(s, "bob", "a long password")
         make_study(s, slug="draft", per_cell=12, build=False)
         make_study(s, slug="ready", per_cell=12, build=False).status = StudyStatus.ready
-    monkeypatch.setenv("DATABASE_URL", empty_db.url)
+    monkeypatch.setenv("DATABASE_URL", migrated_copy.url)
     monkeypatch.setenv("EBC_ENV", "test")
     yield make_sessionmaker(engine)
     engine.dispose()

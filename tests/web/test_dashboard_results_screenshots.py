@@ -20,7 +20,6 @@ from app.auth.service import create_user
 from app.config import ROOT, Settings
 from app.db import build_engine, make_sessionmaker
 from app.main import create_app
-from app.migrate import upgrade
 from app.studies.schemas import DatasetSection, ModelSection, StudyConfig
 from app.studies.service import create_study
 from tests.browser.test_annotate_browser import CHROMIUM, _free_port
@@ -43,15 +42,13 @@ STUDIES = {
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory, databases):
     import uvicorn
 
     tmp = tmp_path_factory.mktemp("screenshots")
-    with fresh_database("postgres", tmp) as db:
+    with fresh_database("postgres", tmp, template=databases.template("postgres")) as db:
         settings = Settings(database_url=db.url, env="test", data_dir=tmp)
         engine = build_engine(settings)
-        with engine.begin() as conn:
-            upgrade(conn)
         sm = make_sessionmaker(engine)
         sizes = {}
         for slug, (lengths, asg, overlap, annotators, cap, offset) in STUDIES.items():

@@ -6,6 +6,7 @@ import pytest
 from app.main import DEFAULT_SECURITY_HEADERS
 
 
+@pytest.mark.sqlite  # the app's routes and documents, read without a query
 def test_openapi_document_lives_under_api_v1(client):
     r = client.get("/api/v1/openapi.json")
     assert r.status_code == 200
@@ -47,6 +48,7 @@ def _operations(doc):
             yield path, method, op
 
 
+@pytest.mark.sqlite  # the app's routes and documents, read without a query
 def test_the_document_describes_the_errors_the_api_sends(client):
     doc = client.get("/api/v1/openapi.json").json()
     schemas = doc["components"]["schemas"]

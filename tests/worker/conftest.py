@@ -193,9 +193,10 @@ def db(migrated_copy):
     engine.dispose()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def model_dir(tmp_path_factory) -> Path:
-    """A tiny word-level GPT-2 saved like any Hugging Face model, loaded by path."""
+    """A tiny word-level GPT-2 saved like any Hugging Face model, loaded by path (built once
+    a run: the tests only read it)."""
     path = tmp_path_factory.mktemp("model")
     tok = word_tokenizer()
     tiny_gpt2(tok, seed=1, init=0.2).save_pretrained(path)

@@ -368,18 +368,17 @@ def test_expire_closes_the_links_to_new_work_and_a_held_lease_is_still_handed_in
 # -- the CLI -----------------------------------------------------------------------------
 
 
-def test_the_cli_runs_a_lab_study_with_provider_local(empty_db, monkeypatch):
+def test_the_cli_runs_a_lab_study_with_provider_local(migrated_copy, monkeypatch):
     from typer.testing import CliRunner
 
     from app.cli import cli
     from app.db import build_engine
-    from app.migrate import upgrade
 
-    on_file = empty_db.settings(base_url="https://ebc.example.org")
+    on_file = migrated_copy.settings(base_url="https://ebc.example.org")
     engine = build_engine(on_file)
     make = make_sessionmaker(engine)
     for name, value in {
-        "EBC_DATABASE_URL": empty_db.url,
+        "EBC_DATABASE_URL": migrated_copy.url,
         "EBC_ENV": "test",
         "EBC_BASE_URL": "https://ebc.example.org",
     }.items():
@@ -389,8 +388,6 @@ def test_the_cli_runs_a_lab_study_with_provider_local(empty_db, monkeypatch):
         return CliRunner().invoke(cli, ["crowd", *args])
 
     try:
-        with engine.begin() as conn:
-            upgrade(conn)
         with make() as s:
             lab_study(s)
             s.commit()

@@ -31,7 +31,6 @@ from app.crowd.platforms.mturk.formats import (
     parse_answers,
 )
 from app.db import build_engine, make_sessionmaker, unit_of_work
-from app.migrate import upgrade
 from app.models import (
     Annotator,
     Assignment,
@@ -51,7 +50,6 @@ from app.models import (
     utcnow,
 )
 from app.studytypes.nextword.annotation import submit
-from tests.conftest import fresh_database
 from tests.crowd.mturk_standin import Server, StandInMTurk, answer_xml
 from tests.hits.factory import make_study
 
@@ -310,75 +308,73 @@ def test_production_needs_the_setting_and_a_study_set_to_production(
 
 
 def test_a_publish_killed_half_way_publishes_the_rest_and_nothing_twice(
-    backend, tmp_path, standin, monkeypatch
+    migrated_copy, standin, monkeypatch
 ):
     """`ebc crowd publish` in its own process, killed (SIGKILL) while MTurk makes its
     second HIT; the next run finishes: every HIT exactly once."""
     platform, url = standin
-    with fresh_database(backend, tmp_path) as db:
-        engine = build_engine(db.settings())
-        try:
-            with engine.begin() as conn:
-                upgrade(conn)
-            make = make_sessionmaker(engine)
-            with make() as session:
-                crowd_study(session, "killed")
-                session.commit()
-            proc: dict[str, subprocess.Popen] = {}
+    db = migrated_copy
+    engine = build_engine(db.settings())
+    try:
+        make = make_sessionmaker(engine)
+        with make() as session:
+            crowd_study(session, "killed")
+            session.commit()
+        proc: dict[str, subprocess.Popen] = {}
 
-            def kill_on_second(_params):
-                if platform.count("CreateHITWithHITType") == 2:
-                    os.kill(proc["p"].pid, signal.SIGKILL)
-                    proc["p"].wait()
+        def kill_on_second(_params):
+            if platform.count("CreateHITWithHITType") == 2:
+                os.kill(proc["p"].pid, signal.SIGKILL)
+                proc["p"].wait()
 
-            platform.hooks["CreateHITWithHITType"] = kill_on_second
-            env = {
-                **os.environ,
-                "EBC_DATABASE_URL": db.url,
-                "EBC_ENV": "test",
-                "EBC_BASE_URL": "https://ebc.example.org",
-                "EBC_MTURK_ENDPOINT_URL": url,
-                "EBC_CROWD_CALLS_PER_SECOND": "100",
-            }
-            proc["p"] = subprocess.Popen(
-                [sys.executable, "-m", "app.cli", "crowd", "publish", "killed", "--yes"],
-                cwd=ROOT,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-            )
-            out, _ = proc["p"].communicate(timeout=120)
-            assert proc["p"].returncode == -signal.SIGKILL, out
-            del platform.hooks["CreateHITWithHITType"]
-            with make() as session:
-                states = sorted(session.scalars(select(CrowdHit.status)))
-            assert states == ["pending", "pending", "published", "sending"]
-            assert len(platform.hits) == 2  # the second was made; we never heard back
+        platform.hooks["CreateHITWithHITType"] = kill_on_second
+        env = {
+            **os.environ,
+            "EBC_DATABASE_URL": db.url,
+            "EBC_ENV": "test",
+            "EBC_BASE_URL": "https://ebc.example.org",
+            "EBC_MTURK_ENDPOINT_URL": url,
+            "EBC_CROWD_CALLS_PER_SECOND": "100",
+        }
+        proc["p"] = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "crowd", "publish", "killed", "--yes"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        out, _ = proc["p"].communicate(timeout=120)
+        assert proc["p"].returncode == -signal.SIGKILL, out
+        del platform.hooks["CreateHITWithHITType"]
+        with make() as session:
+            states = sorted(session.scalars(select(CrowdHit.status)))
+        assert states == ["pending", "pending", "published", "sending"]
+        assert len(platform.hits) == 2  # the second was made; we never heard back
 
-            settings = db.settings(
-                base_url="https://ebc.example.org",
-                mturk_endpoint_url=url,
-                crowd_calls_per_second=100,
-            )
-            provider = common.provider_for(settings, "mturk")
-            # Right after the kill the claim is the dead run's, left alone; once it is
-            # stale the next run takes it over.
-            report = publishing.publish(make, settings, "killed", provider, by="cli")
-            assert (report.total, report.pending) == (3, 1)
-            with make() as session:
-                sending = session.scalar(select(CrowdHit).where(CrowdHit.status == "sending"))
-                sending.published_at -= claims.STALE_CLAIM
-                session.commit()
-            report = publishing.publish(make, settings, "killed", provider, by="cli")
-            assert (report.total, report.pending) == (4, 0)
-            assert len(platform.hits) == 4 and len(platform.tokens) == 4
-            with make() as session:
-                rows = session.scalars(select(CrowdHit)).all()
-                assert sorted(r.external_hit_id for r in rows) == sorted(platform.hits)
-                for row in rows:
-                    assert platform.tokens[row.request_token] == row.external_hit_id
-        finally:
-            engine.dispose()
+        settings = db.settings(
+            base_url="https://ebc.example.org",
+            mturk_endpoint_url=url,
+            crowd_calls_per_second=100,
+        )
+        provider = common.provider_for(settings, "mturk")
+        # Right after the kill the claim is the dead run's, left alone; once it is
+        # stale the next run takes it over.
+        report = publishing.publish(make, settings, "killed", provider, by="cli")
+        assert (report.total, report.pending) == (3, 1)
+        with make() as session:
+            sending = session.scalar(select(CrowdHit).where(CrowdHit.status == "sending"))
+            sending.published_at -= claims.STALE_CLAIM
+            session.commit()
+        report = publishing.publish(make, settings, "killed", provider, by="cli")
+        assert (report.total, report.pending) == (4, 0)
+        assert len(platform.hits) == 4 and len(platform.tokens) == 4
+        with make() as session:
+            rows = session.scalars(select(CrowdHit)).all()
+            assert sorted(r.external_hit_id for r in rows) == sorted(platform.hits)
+            for row in rows:
+                assert platform.tokens[row.request_token] == row.external_hit_id
+    finally:
+        engine.dispose()
 
 
 # -- sync --------------------------------------------------------------------------------
