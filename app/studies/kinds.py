@@ -124,6 +124,17 @@ def canonical_kind(kind: str) -> str:
     return f"{parts.base}@{rate}{gap}"
 
 
+def check_kind_names(kinds: list[str], what: str = "prefix kinds") -> list[str]:
+    """``kinds`` as a study file lists them: each a kind in its one spelling
+    (`canonical_kind`), none twice; ValueError naming ``what`` otherwise."""
+    for kind in kinds:
+        if (canonical := canonical_kind(kind)) != kind:
+            raise ValueError(f"write the prefix kind {kind!r} as {canonical!r}")
+    if len(set(kinds)) != len(kinds):
+        raise ValueError(f"{what} must be distinct")
+    return kinds
+
+
 def parse_kind(kind: str) -> tuple[str, float | None]:
     """`"data_corrupted@0.3"` -> `("data_corrupted", 0.3)`; `"model"` -> `("model", None)`;
     a gap kind gives its distorted prefix's (`"data_shuffled+gap@5"` -> `("data_shuffled",

@@ -25,7 +25,13 @@ from pydantic.fields import FieldInfo
 
 from app.crowd.registry import PLATFORMS
 from app.models.enums import SpecialTop1, StudyType, Task
-from app.studies.kinds import canonical_kind, gap_of, kinds_refused, parse_kind, task_only_kinds
+from app.studies.kinds import (
+    check_kind_names,
+    gap_of,
+    kinds_refused,
+    parse_kind,
+    task_only_kinds,
+)
 from app.studytypes.ratings.config import RatingsSection
 from app.validation import INT32_MAX, Line, Section, Text
 
@@ -173,11 +179,7 @@ class SamplesSection(Section):
     @field_validator("kinds")
     @classmethod
     def _kinds(cls, kinds: list[str]) -> list[str]:
-        for kind in kinds:
-            if (canonical := canonical_kind(kind)) != kind:
-                raise ValueError(f"write the prefix kind {kind!r} as {canonical!r}")
-        if len(set(kinds)) != len(kinds):
-            raise ValueError("samples.kinds must be distinct")
+        check_kind_names(kinds, "samples.kinds")
         gaps = [k for k in kinds if gap_of(k)]
         if gaps:
             raise ValueError(f"samples.kinds: {gaps}: samples are not made after a gap")
@@ -433,11 +435,7 @@ class StudyConfig(Section):
     @field_validator("kinds")
     @classmethod
     def _kinds(cls, kinds: list[str]) -> list[str]:
-        for kind in kinds:
-            if (canonical := canonical_kind(kind)) != kind:
-                raise ValueError(f"write the prefix kind {kind!r} as {canonical!r}")
-        if len(set(kinds)) != len(kinds):
-            raise ValueError("prefix kinds must be distinct")
+        check_kind_names(kinds)
         missing = [k for k in STUDY_KINDS if k not in kinds]
         if missing:
             raise ValueError(f"EB-C needs both 'data' and 'model' prefixes; missing {missing}")
