@@ -79,6 +79,18 @@ class Flagged:
     annotator_channels: list[str] = field(default_factory=list)
     annotator_simulated: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
 
+    @staticmethod
+    def simulated_annotators(ids: np.ndarray) -> dict[str, Any]:
+        """The per-annotator columns of a made-up crowd with these ``ids``: none blocked or
+        excluded, labelled ``simulated-<id>`` on the channel ``simulated``."""
+        return {
+            "annotator_ids": ids,
+            "annotator_blocked": np.zeros(ids.size, bool),
+            "annotator_exclude_past": np.zeros(ids.size, bool),
+            "annotator_labels": [f"simulated-{i}" for i in ids],
+            "annotator_channels": ["simulated"] * ids.size,
+        }
+
     def flagged(self, flag: int) -> np.ndarray:
         """Which answers' assignments carry `flag` (a FLAG_* bit)."""
         if self.assignment_flags is None:

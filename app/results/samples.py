@@ -18,6 +18,7 @@ inside them: the worker computes them when it stores samples, a web request only
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from html import escape
 
@@ -99,6 +100,13 @@ def samples_csv(samples: list[Sample]) -> str:
     return write_csv(SAMPLE_FIELDS, (asdict(s) for s in samples), lineterminator="\n")
 
 
+def marked_text(s: Sample, esc: Callable[[str], str], mark: str) -> str:
+    """Prompt, forced prefix and continuation as one text, each escaped by ``esc``, the prefix
+    put into ``mark`` (a format string: ``"<u>{}</u>"``)."""
+    prefix = mark.format(esc(s.prefix)) if s.prefix else ""
+    return " ".join(p for p in (esc(s.prompt), prefix, esc(s.continuation)) if p)
+
+
 def samples_latex(samples: list[Sample], caption: str) -> str:
     """One row per sample: kind (label), source when there is one, then prompt, the prefix
     underlined and the continuation as one text."""
@@ -109,15 +117,7 @@ def samples_latex(samples: list[Sample], caption: str) -> str:
     out.append("\\midrule")
     for s in samples:
         kind = tex_escape(f"{s.label} ({s.kind})" if s.label else s.kind)
-        text = " ".join(
-            p
-            for p in (
-                tex_escape(s.prompt),
-                f"\\underline{{{tex_escape(s.prefix)}}}" if s.prefix else "",
-                tex_escape(s.continuation),
-            )
-            if p
-        )
+        text = marked_text(s, tex_escape, "\\underline{{{}}}")
         cells = [kind, tex_escape(s.source or ""), text] if has_source else [kind, text]
         out.append(" & ".join(cells) + " \\\\")
     out += [
@@ -137,15 +137,7 @@ def samples_html(samples: list[Sample]) -> str:
     rows = []
     for s in samples:
         kind = escape(f"{s.label} ({s.kind})" if s.label else s.kind)
-        text = " ".join(
-            p
-            for p in (
-                escape(s.prompt),
-                f"<u>{escape(s.prefix)}</u>" if s.prefix else "",
-                escape(s.continuation),
-            )
-            if p
-        )
+        text = marked_text(s, escape, "<u>{}</u>")
         source = f"<td>{escape(s.source)}</td>" if s.source is not None else ""
         bleu = "" if not has_bleu else f"<td>{'' if s.bleu is None else f'{s.bleu:.1f}'}</td>"
         rows.append(f"<tr><td>{kind}</td>{source}<td>{text}</td>{bleu}</tr>")

@@ -131,11 +131,7 @@ def simulate_pool_judgments(
         too_fast=np.zeros(n, bool),
         attention=s.attention,
         true_rank=np.zeros(n, np.int64),
-        annotator_ids=ids,
-        annotator_blocked=np.zeros(n_annot, bool),
-        annotator_exclude_past=np.zeros(n_annot, bool),
-        annotator_labels=[f"simulated-{i}" for i in ids],
-        annotator_channels=["simulated"] * n_annot,
+        **Judgments.simulated_annotators(ids),
     )
 
 

@@ -113,11 +113,7 @@ def simulate_judgments(
         too_fast=too_fast,
         attention=attention,
         true_rank=true_rank,
-        annotator_ids=ids,
-        annotator_blocked=np.zeros(n_annot, bool),
-        annotator_exclude_past=np.zeros(n_annot, bool),
-        annotator_labels=[f"simulated-{i}" for i in ids],
-        annotator_channels=["simulated"] * n_annot,
+        **Judgments.simulated_annotators(ids),
     )
 
 

@@ -112,11 +112,7 @@ def simulate_study_ratings(
     base = {f.name: getattr(cols, f.name) for f in dataclasses.fields(RatingColumns)}
     return Ratings(
         **(base | {"too_fast": too_fast}),
-        annotator_ids=ids,
-        annotator_blocked=np.zeros(ids.size, bool),
-        annotator_exclude_past=np.zeros(ids.size, bool),
-        annotator_labels=[f"simulated-{i}" for i in ids],
-        annotator_channels=["simulated"] * ids.size,
+        **Ratings.simulated_annotators(ids),
         annotator_simulated=np.ones(ids.size, bool),
     )
 
